@@ -1,0 +1,149 @@
+// Package cassandratest gives each test its own keyspace on a real Cassandra cluster.
+//
+// The cluster is found, once per test binary, in this order:
+//  1. the hosts in SHARDQ_CASSANDRA_HOSTS;
+//  2. a node answering on 127.0.0.1:9042 (started by `make cassandra-start`);
+//  3. a cassandra:5.0 container through testcontainers-go, where a Docker engine answers.
+//
+// Otherwise the test fails, naming `make cassandra-start`. No test is ever skipped for
+// lack of a server.
+package cassandratest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gocql/gocql"
+	"github.com/testcontainers/testcontainers-go"
+	tccassandra "github.com/testcontainers/testcontainers-go/modules/cassandra"
+
+	"github.com/shardq/shardq/internal/cqlcluster"
+)
+
+// Image is the container image used when a Docker engine is the only way to a server.
+const Image = "cassandra:5.0"
+
+// RFEnv names the environment variable that sets test keyspaces' replication factor.
+// Defaults to 1.
+const RFEnv = "SHARDQ_CASSANDRA_RF"
+
+var (
+	findOnce  sync.Once
+	hosts     []string
+	findErr   error
+	adminOnce sync.Once
+	admin     *gocql.Session
+	adminErr  error
+)
+
+// Hosts returns the cluster's contact points, failing the test when there is no cluster.
+func Hosts(t testing.TB) []string {
+	t.Helper()
+	findOnce.Do(func() { hosts, findErr = find() })
+	if findErr != nil {
+		t.Fatalf("no Cassandra for tests: %v", findErr)
+	}
+	return hosts
+}
+
+func find() ([]string, error) {
+	if h := cqlcluster.EnvHosts(); len(h) > 0 {
+		return h, nil
+	}
+	if conn, err := net.DialTimeout("tcp", "127.0.0.1:9042", time.Second); err == nil {
+		conn.Close()
+		return []string{"127.0.0.1"}, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if p, err := testcontainers.NewDockerProvider(); err == nil && p.Health(ctx) == nil {
+		c, err := tccassandra.Run(ctx, Image)
+		if err != nil {
+			return nil, fmt.Errorf("starting %s with testcontainers: %w", Image, err)
+		}
+		host, err := c.ConnectionHost(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("reading the container's address: %w", err)
+		}
+		return []string{host}, nil
+	}
+	return nil, fmt.Errorf("set %s, or start a local node with `make cassandra-start`, "+
+		"or make a Docker engine reachable", cqlcluster.HostsEnv)
+}
+
+func adminSession(t testing.TB) *gocql.Session {
+	h := Hosts(t)
+	adminOnce.Do(func() { admin, adminErr = cqlcluster.New(h...).CreateSession() })
+	if adminErr != nil {
+		t.Fatalf("connecting to Cassandra at %v: %v", h, adminErr)
+	}
+	return admin
+}
+
+// Keyspace creates a keyspace for this test alone and drops it when the test ends.
+func Keyspace(t testing.TB) string {
+	t.Helper()
+	s := adminSession(t)
+	name := keyspaceName(t.Name())
+	rf := 1
+	if v := os.Getenv(RFEnv); v != "" {
+		var err error
+		if rf, err = strconv.Atoi(v); err != nil || rf < 1 {
+			t.Fatalf("%s=%q: want a positive number", RFEnv, v)
+		}
+	}
+	stmt := fmt.Sprintf(`CREATE KEYSPACE %s WITH replication = {'class': 'SimpleStrategy', 'replication_factor': %d}`, name, rf)
+	if err := s.Query(stmt).Exec(); err != nil {
+		t.Fatalf("creating keyspace %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		if err := s.Query("DROP KEYSPACE IF EXISTS " + name).Exec(); err != nil {
+			t.Errorf("dropping keyspace %s: %v", name, err)
+		}
+	})
+	return name
+}
+
+// Session returns a session bound to a fresh keyspace of this test's own, closed and
+// dropped when the test ends.
+func Session(t testing.TB) *gocql.Session {
+	t.Helper()
+	return SessionFor(t, Keyspace(t))
+}
+
+// SessionFor returns a session bound to keyspace, closed when the test ends.
+func SessionFor(t testing.TB, keyspace string) *gocql.Session {
+	t.Helper()
+	c := cqlcluster.New(Hosts(t)...)
+	c.Keyspace = keyspace
+	s, err := c.CreateSession()
+	if err != nil {
+		t.Fatalf("connecting to keyspace %s: %v", keyspace, err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+var unsafeChars = regexp.MustCompile(`[^a-z0-9]+`)
+
+// keyspaceName makes a valid, unique keyspace name (at most 48 characters) that still
+// says which test it belongs to.
+func keyspaceName(test string) string {
+	base := strings.Trim(unsafeChars.ReplaceAllString(strings.ToLower(test), "_"), "_")
+	if len(base) > 30 {
+		base = base[:30]
+	}
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return "t_" + base + "_" + hex.EncodeToString(b[:])
+}
