@@ -27,6 +27,7 @@ import (
 	"github.com/testcontainers/testcontainers-go"
 	tccassandra "github.com/testcontainers/testcontainers-go/modules/cassandra"
 
+	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/internal/cqlcluster"
 )
 
@@ -119,6 +120,24 @@ func Keyspace(t testing.TB) string {
 func Session(t testing.TB) *gocql.Session {
 	t.Helper()
 	return SessionFor(t, Keyspace(t))
+}
+
+// SchemaSession is Session with shardq's schema applied.
+func SchemaSession(t testing.TB) *gocql.Session {
+	t.Helper()
+	s := Session(t)
+	ApplySchema(t, s)
+	return s
+}
+
+// ApplySchema applies shardq's schema through session.
+func ApplySchema(t testing.TB, session *gocql.Session) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := shardq.ApplySchema(ctx, session); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // SessionFor returns a session bound to keyspace, closed when the test ends.

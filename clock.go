@@ -1,0 +1,15 @@
+package shardq
+
+import "time"
+
+// Clock tells the time. Producers and consumers take one in their Config so that tests
+// can move time; due times, lease deadlines and bucket choice all come from it.
+type Clock interface {
+	Now() time.Time
+}
+
+// SystemClock is the wall clock. It is every Config's default Clock.
+type SystemClock struct{}
+
+// Now returns time.Now().
+func (SystemClock) Now() time.Time { return time.Now() }

@@ -1,0 +1,55 @@
+package shardq
+
+import (
+	"errors"
+	"fmt"
+)
+
+var (
+	// ErrInvalid is matched by every validation error: bad configuration or bad input.
+	// Nothing was written when it is returned.
+	ErrInvalid = errors.New("shardq: invalid")
+	// ErrQueueNotFound means no queue of that name was created.
+	ErrQueueNotFound = errors.New("shardq: queue not found")
+	// ErrQueueMismatch means a queue exists with settings other than the ones given.
+	ErrQueueMismatch = errors.New("shardq: queue settings mismatch")
+)
+
+// ValidationError names the field or argument that was rejected and why. It matches
+// ErrInvalid, and Err when set (for instance producer.ErrPayloadTooLarge).
+type ValidationError struct {
+	Field  string
+	Reason string
+	Err    error
+}
+
+func (e *ValidationError) Error() string {
+	return fmt.Sprintf("shardq: invalid %s: %s", e.Field, e.Reason)
+}
+
+func (e *ValidationError) Unwrap() []error {
+	if e.Err != nil {
+		return []error{ErrInvalid, e.Err}
+	}
+	return []error{ErrInvalid}
+}
+
+// Invalid returns a *ValidationError for field.
+func Invalid(field, format string, args ...any) error {
+	return &ValidationError{Field: field, Reason: fmt.Sprintf(format, args...)}
+}
+
+// QueueMismatchError says which stored setting differs from the one given. It matches
+// ErrQueueMismatch.
+type QueueMismatchError struct {
+	Queue  string
+	Field  string
+	Stored any
+	Given  any
+}
+
+func (e *QueueMismatchError) Error() string {
+	return fmt.Sprintf("shardq: queue %q exists with %s = %v, not %v", e.Queue, e.Field, e.Stored, e.Given)
+}
+
+func (e *QueueMismatchError) Unwrap() error { return ErrQueueMismatch }

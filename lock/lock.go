@@ -1,0 +1,278 @@
+// Package lock is the per-shard lock consumers take before they read and swap a shard's
+// due tasks. It is a row (kind 0) in the shard's own partition of the tasks table, written
+// only with lightweight transactions, so a consumer can make its swap batch conditional on
+// still holding the lock: a holder whose lock expired cannot change the shard.
+//
+// Each new holder of a shard gets a fencing token one greater than the last. The lock
+// expires by a server-side TTL on its holder cell, so correctness never rests on clients'
+// clocks. An LWT that fails or times out has an unknown outcome; the lock reads the row
+// back at SERIAL to settle it and never retries blindly.
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/gocql/gocql"
+	"github.com/google/uuid"
+
+	"github.com/shardq/shardq/internal/lwt"
+)
+
+// DefaultTTL is Config.TTL's default.
+const DefaultTTL = 3 * time.Second
+
+var (
+	// ErrLockHeld means another holder has the lock.
+	ErrLockHeld = errors.New("lock: held by another holder")
+	// ErrLockLost means the lease is no longer the lock's holder: it expired, and perhaps
+	// another holder took the lock since.
+	ErrLockLost = errors.New("lock: lease lost")
+	// ErrOutcomeUnknown means an LWT failed and reading the lock back failed too: the
+	// lock may or may not be held by this lease. If it is, its TTL ends it.
+	ErrOutcomeUnknown = errors.New("lock: outcome unknown")
+)
+
+// Config configures a Locker.
+type Config struct {
+	// TTL is how long a lease lasts unless renewed: whole seconds, as Cassandra TTLs are.
+	// Defaults to DefaultTTL.
+	TTL time.Duration
+	// Logger receives unknown-outcome events. Defaults to a logger that discards.
+	Logger *slog.Logger
+}
+
+// Locker takes per-shard locks. It is safe for concurrent use.
+type Locker struct {
+	session *gocql.Session
+	ttl     int
+	log     *slog.Logger
+	// tokens caches the last fencing token seen per key, so an acquire usually needs a
+	// single LWT rather than a read first.
+	tokens sync.Map
+}
+
+// New returns a Locker on the tasks table of the session's keyspace.
+func New(session *gocql.Session, cfg Config) (*Locker, error) {
+	if session == nil {
+		return nil, errors.New("lock: nil session")
+	}
+	if cfg.TTL == 0 {
+		cfg.TTL = DefaultTTL
+	}
+	if cfg.TTL < time.Second || cfg.TTL%time.Second != 0 {
+		return nil, fmt.Errorf("lock: Config.TTL %v is not a whole number of seconds of at least 1s", cfg.TTL)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Locker{session: session, ttl: int(cfg.TTL / time.Second), log: cfg.Logger}, nil
+}
+
+// lockID is the clustering id of the lock row: a fixed, valid version 1 UUID.
+var lockID = gocql.UUID{0, 0, 0, 0, 0, 0, 0x10, 0, 0x80}
+
+const (
+	where       = ` WHERE shard_key = ? AND kind = 0 AND priority = 0 AND id = ?`
+	takeStmt    = `UPDATE tasks USING TTL ? SET lock_holder = ?` + where + ` IF lock_holder = null AND lock_token = ?`
+	tokenStmt   = `UPDATE tasks SET lock_token = ?` + where
+	renewStmt   = `UPDATE tasks USING TTL ? SET lock_holder = ?` + where + ` IF lock_holder = ? AND lock_token = ?`
+	releaseStmt = `UPDATE tasks SET lock_holder = null` + where + ` IF lock_holder = ? AND lock_token = ?`
+	bumpStmt    = `UPDATE tasks SET lock_token = ?` + where + ` IF lock_holder = null AND lock_token = ?`
+	readStmt    = `SELECT lock_holder, lock_token FROM tasks` + where
+)
+
+// Lease is one holding of a lock.
+type Lease struct {
+	l      *Locker
+	key    string
+	holder gocql.UUID
+	token  int64
+}
+
+// Key is the locked shard's partition key.
+func (le *Lease) Key() string { return le.key }
+
+// Token is the fencing token: greater than that of every earlier holder of this key.
+func (le *Lease) Token() int64 { return le.token }
+
+// Holder identifies this lease.
+func (le *Lease) Holder() uuid.UUID { return uuid.UUID(le.holder) }
+
+// Acquire takes the lock of key, or returns ErrLockHeld without waiting.
+func (l *Locker) Acquire(ctx context.Context, key string) (*Lease, error) {
+	if key == "" {
+		return nil, errors.New("lock: empty key")
+	}
+	var expected *int64 // the token we believe is stored; nil when none is
+	if t, ok := l.tokens.Load(key); ok {
+		v := t.(int64)
+		expected = &v
+	}
+	// The token moves under us only when others acquire in between; a few tries cover a
+	// stale cache, and persistent movement means the lock is busy.
+	for range 3 {
+		next := int64(1)
+		if expected != nil {
+			next = *expected + 1
+		}
+		le := &Lease{l: l, key: key, holder: gocql.TimeUUID(), token: next}
+		b := l.session.NewBatch(gocql.LoggedBatch).WithContext(ctx)
+		b.Query(takeStmt, l.ttl, le.holder, key, lockID, expected)
+		b.Query(tokenStmt, next, key, lockID)
+		b.RetryPolicy(lwt.NoRetry)
+		row := map[string]any{}
+		applied, iter, err := l.session.MapExecuteBatchCAS(b, row)
+		if err == nil {
+			err = iter.Close()
+		}
+		var st state
+		switch {
+		case err != nil:
+			if st, err = l.settle(ctx, key, expected, err); err != nil {
+				return nil, err
+			}
+			if st.holder == le.holder {
+				l.tokens.Store(key, next)
+				return le, nil
+			}
+			if err := ctx.Err(); err != nil {
+				return nil, fmt.Errorf("lock: acquiring %s: %w", key, err)
+			}
+		case applied:
+			l.tokens.Store(key, next)
+			return le, nil
+		default:
+			st = stateOf(row)
+		}
+		expected = st.token
+		if st.token != nil {
+			l.tokens.Store(key, *st.token)
+		}
+		if st.holder != (gocql.UUID{}) {
+			return nil, ErrLockHeld
+		}
+	}
+	return nil, ErrLockHeld
+}
+
+// state is the lock row as read: holder is zero and token nil when unset.
+type state struct {
+	holder gocql.UUID
+	token  *int64
+}
+
+func stateOf(row map[string]any) state {
+	var st state
+	st.holder, _ = row["lock_holder"].(gocql.UUID)
+	if t, ok := row["lock_token"].(int64); ok {
+		st.token = &t
+	}
+	return st
+}
+
+// settle decides an acquire that failed with cause, conditioned on token expected.
+// A SERIAL read finishes any round already under way, but a request still queued at the
+// coordinator may run after it; such a straggler is conditioned on expected, so when the
+// token has not moved, settle moves it (a bump without a holder) to void the straggler.
+func (l *Locker) settle(ctx context.Context, key string, expected *int64, cause error) (state, error) {
+	st, err := l.resolve(ctx, key, cause)
+	if err != nil || st.holder != (gocql.UUID{}) || !sameToken(st.token, expected) {
+		return st, err
+	}
+	next := int64(1)
+	if expected != nil {
+		next = *expected + 1
+	}
+	rctx, cancel := lwt.ResolveContext(ctx)
+	defer cancel()
+	row := map[string]any{}
+	applied, err := l.session.Query(bumpStmt, next, key, lockID, expected).
+		WithContext(rctx).RetryPolicy(lwt.NoRetry).MapScanCAS(row)
+	switch {
+	case err != nil:
+		return st, fmt.Errorf("%w: %w (voiding it: %w)", ErrOutcomeUnknown, cause, err)
+	case applied:
+		return state{token: &next}, nil
+	}
+	return stateOf(row), nil // the straggler (or another taker) got there first
+}
+
+func sameToken(a, b *int64) bool {
+	return (a == nil && b == nil) || (a != nil && b != nil && *a == *b)
+}
+
+// resolve reads the lock back at SERIAL after an LWT failed with cause.
+func (l *Locker) resolve(ctx context.Context, key string, cause error) (state, error) {
+	l.log.WarnContext(ctx, "lock LWT outcome unknown, reading back at SERIAL", "key", key, "error", cause)
+	rctx, cancel := lwt.ResolveContext(ctx)
+	defer cancel()
+	row := map[string]any{}
+	err := l.session.Query(readStmt, key, lockID).WithContext(rctx).Consistency(lwt.Serial).MapScan(row)
+	if err != nil && !errors.Is(err, gocql.ErrNotFound) {
+		return state{}, fmt.Errorf("%w: %w (reading back: %w)", ErrOutcomeUnknown, cause, err)
+	}
+	return stateOf(row), nil
+}
+
+// Renew restarts the lease's TTL, or returns ErrLockLost if it is no longer the holder.
+func (le *Lease) Renew(ctx context.Context) error {
+	return le.change(ctx, "renew", le.l.session.Query(renewStmt, le.l.ttl, le.holder, le.key, lockID, le.holder, le.token))
+}
+
+// Release frees the lock, or returns ErrLockLost if the lease is no longer the holder
+// (it expired and another holder took the lock). Releasing an expired lease that nobody
+// took since returns nil.
+func (le *Lease) Release(ctx context.Context) error {
+	return le.change(ctx, "release", le.l.session.Query(releaseStmt, le.key, lockID, le.holder, le.token))
+}
+
+// change runs a renew or release conditioned on the lease still holding the lock.
+func (le *Lease) change(ctx context.Context, what string, q *gocql.Query) error {
+	for range 2 {
+		applied, err := q.WithContext(ctx).RetryPolicy(lwt.NoRetry).MapScanCAS(map[string]any{})
+		if err == nil {
+			if !applied {
+				return ErrLockLost
+			}
+			return nil
+		}
+		st, rerr := le.l.resolve(ctx, le.key, err)
+		switch {
+		case rerr != nil:
+			return rerr
+		case st.holder == (gocql.UUID{}) && what == "release":
+			return nil
+		case st.holder != le.holder:
+			return ErrLockLost
+		}
+		// Still ours after the read settled the round: the change did not apply, and
+		// trying it once more is a fresh decision, not a blind retry.
+	}
+	return fmt.Errorf("lock: %s of %s failed twice while the lease still held it", what, le.key)
+}
+
+// ReleaseStatement returns a conditional statement that frees the lock only while this
+// lease holds it. Put it in a conditional batch on the same partition to fence the
+// batch's other writes: the batch applies only if the lease still holds.
+func (le *Lease) ReleaseStatement() (string, []any) {
+	return releaseStmt, []any{le.key, lockID, le.holder, le.token}
+}
+
+// Held reads at SERIAL whether the lease still holds the lock.
+func (le *Lease) Held(ctx context.Context) (bool, error) {
+	row := map[string]any{}
+	err := le.l.session.Query(readStmt, le.key, lockID).WithContext(ctx).Consistency(lwt.Serial).MapScan(row)
+	if errors.Is(err, gocql.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("lock: reading %s: %w", le.key, err)
+	}
+	st := stateOf(row)
+	return st.holder == le.holder && st.token != nil && *st.token == le.token, nil
+}

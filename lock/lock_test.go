@@ -1,0 +1,214 @@
+package lock_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/shardq/shardq/internal/cassandratest"
+	"github.com/shardq/shardq/lock"
+)
+
+func newLocker(t *testing.T, cfg lock.Config) *lock.Locker {
+	t.Helper()
+	l, err := lock.New(cassandratest.SchemaSession(t), cfg)
+	require.NoError(t, err)
+	return l
+}
+
+func TestAcquireReleaseAndFencing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	l := newLocker(t, lock.Config{})
+
+	a, err := l.Acquire(ctx, "q:0:0")
+	require.NoError(t, err)
+	require.Equal(t, int64(1), a.Token())
+	_, err = l.Acquire(ctx, "q:0:0")
+	require.ErrorIs(t, err, lock.ErrLockHeld)
+
+	other, err := l.Acquire(ctx, "q:0:1")
+	require.NoError(t, err, "another shard's lock is independent")
+	require.NoError(t, other.Release(ctx))
+
+	require.NoError(t, a.Renew(ctx))
+	require.NoError(t, a.Release(ctx))
+	held, err := a.Held(ctx)
+	require.NoError(t, err)
+	require.False(t, held)
+
+	last := a.Token()
+	for range 5 {
+		le, err := l.Acquire(ctx, "q:0:0")
+		require.NoError(t, err)
+		require.Greater(t, le.Token(), last, "every new holder gets a greater token")
+		last = le.Token()
+		require.NoError(t, le.Release(ctx))
+	}
+}
+
+func TestTokensGrowAcrossLockers(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ks := cassandratest.Keyspace(t)
+	s1 := cassandratest.SessionFor(t, ks)
+	cassandratest.ApplySchema(t, s1)
+	l1, err := lock.New(s1, lock.Config{})
+	require.NoError(t, err)
+	l2, err := lock.New(cassandratest.SessionFor(t, ks), lock.Config{})
+	require.NoError(t, err)
+
+	var last int64
+	for i := range 6 {
+		l := l1
+		if i%2 == 1 {
+			l = l2 // its cached token is stale every time: the CAS must recover
+		}
+		le, err := l.Acquire(ctx, "q:1:1")
+		require.NoError(t, err)
+		require.Equal(t, last+1, le.Token())
+		last = le.Token()
+		require.NoError(t, le.Release(ctx))
+	}
+}
+
+func TestContentionHasOneHolderAtATime(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	l := newLocker(t, lock.Config{})
+	var inside, maxInside, acquired atomic.Int64
+	var tokens sync.Map
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 10 {
+				le, err := l.Acquire(ctx, "hot:0:0")
+				if errors.Is(err, lock.ErrLockHeld) {
+					continue
+				}
+				if !assertNoErr(t, err) {
+					return
+				}
+				n := inside.Add(1)
+				for m := maxInside.Load(); n > m && !maxInside.CompareAndSwap(m, n); m = maxInside.Load() {
+				}
+				_, dup := tokens.LoadOrStore(le.Token(), true)
+				if dup {
+					t.Errorf("token %d handed out twice", le.Token())
+				}
+				acquired.Add(1)
+				inside.Add(-1)
+				assertNoErr(t, le.Release(ctx))
+			}
+		}()
+	}
+	wg.Wait()
+	require.Equal(t, int64(1), maxInside.Load())
+	require.Positive(t, acquired.Load())
+}
+
+func assertNoErr(t *testing.T, err error) bool {
+	if err != nil {
+		t.Error(err)
+		return false
+	}
+	return true
+}
+
+func TestExpiredLeaseCannotRenewOrReleaseAnothers(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	l := newLocker(t, lock.Config{TTL: time.Second})
+
+	stale, err := l.Acquire(ctx, "q:2:0")
+	require.NoError(t, err)
+	// Wait for the server-side TTL to end the lease: poll the lock, do not sleep blindly.
+	require.Eventually(t, func() bool {
+		held, err := stale.Held(ctx)
+		return err == nil && !held
+	}, 10*time.Second, 50*time.Millisecond)
+
+	next, err := l.Acquire(ctx, "q:2:0")
+	require.NoError(t, err)
+	require.Greater(t, next.Token(), stale.Token())
+
+	require.ErrorIs(t, stale.Renew(ctx), lock.ErrLockLost)
+	require.ErrorIs(t, stale.Release(ctx), lock.ErrLockLost)
+	held, err := next.Held(ctx)
+	require.NoError(t, err)
+	require.True(t, held, "the stale holder changed nothing")
+	require.NoError(t, next.Release(ctx))
+}
+
+// TestUnknownOutcomeIsReadBack runs acquires whose client deadline is shorter than the
+// LWT takes, so the driver gives up while the server may still apply the write. Every
+// such acquire must settle by reading back at SERIAL and report exactly what the server
+// decided: a returned lease really holds the lock, and an error leaves it free.
+func TestUnknownOutcomeIsReadBack(t *testing.T) {
+	t.Parallel()
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	l := newLocker(t, lock.Config{Logger: slog.New(slog.NewTextHandler(&lockedWriter{w: &logs, mu: &mu}, nil))})
+	ctx := context.Background()
+
+	unknown := 0
+	for i := 0; i < 200 && unknown < 5; i++ {
+		key := fmt.Sprintf("u:%d:0", i)
+		short, cancel := context.WithTimeout(ctx, time.Duration(100+i*20)*time.Microsecond)
+		le, err := l.Acquire(short, key)
+		cancel()
+		mu.Lock()
+		sawUnknown := bytes.Contains(logs.Bytes(), []byte("key="+key+" "))
+		mu.Unlock()
+		if !sawUnknown {
+			continue
+		}
+		unknown++
+		if err == nil {
+			held, herr := le.Held(ctx)
+			require.NoError(t, herr)
+			require.True(t, held, "a lease returned after read-back holds the lock")
+			require.NoError(t, le.Release(ctx))
+			continue
+		}
+		// The acquire did not apply: the lock must be free for the next taker.
+		again, err := l.Acquire(ctx, key)
+		require.NoError(t, err, "an acquire reported as failed left the lock taken")
+		require.NoError(t, again.Release(ctx))
+	}
+	require.Positive(t, unknown, "no acquire hit the unknown-outcome path")
+}
+
+type lockedWriter struct {
+	w  *bytes.Buffer
+	mu *sync.Mutex
+}
+
+func (lw *lockedWriter) Write(p []byte) (int, error) {
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	return lw.w.Write(p)
+}
+
+func TestBadInput(t *testing.T) {
+	t.Parallel()
+	s := cassandratest.SchemaSession(t)
+	_, err := lock.New(nil, lock.Config{})
+	require.Error(t, err)
+	_, err = lock.New(s, lock.Config{TTL: 1500 * time.Millisecond})
+	require.ErrorContains(t, err, "Config.TTL")
+	l, err := lock.New(s, lock.Config{})
+	require.NoError(t, err)
+	_, err = l.Acquire(context.Background(), "")
+	require.Error(t, err)
+}

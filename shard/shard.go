@@ -1,0 +1,134 @@
+// Package shard maps tasks onto partitions: which time shard and concurrency shard a task
+// lands in, how a partition key is spelled, and the time-ordered task IDs that order
+// tasks inside a partition.
+//
+// Time shards roll: bucket = floor(t / BucketDuration) counts from the Unix epoch, and a
+// partition's time shard is bucket mod BucketCount. The partitions of one lap, BucketCount
+// × BucketDuration long (the window), are reused by the next lap, which gives tombstones
+// the whole window to be purged before consumers come back.
+package shard
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gocql/gocql"
+	"github.com/google/uuid"
+)
+
+// Layout is how one queue spreads its tasks over partitions.
+type Layout struct {
+	Queue          string
+	BucketCount    int
+	BucketDuration time.Duration
+	ShardCount     int
+}
+
+// Bucket returns the absolute bucket number of t (floor division, so times before the
+// epoch get negative buckets rather than sharing bucket 0).
+func (l Layout) Bucket(t time.Time) int64 {
+	d := l.BucketDuration.Nanoseconds()
+	n := t.UnixNano()
+	b := n / d
+	if n%d < 0 {
+		b--
+	}
+	return b
+}
+
+// BucketStart returns the first instant of bucket b.
+func (l Layout) BucketStart(b int64) time.Time {
+	return time.Unix(0, b*l.BucketDuration.Nanoseconds())
+}
+
+// Window is how long one lap of time shards lasts: BucketCount × BucketDuration.
+func (l Layout) Window() time.Duration {
+	return time.Duration(l.BucketCount) * l.BucketDuration
+}
+
+// TimeShard returns bucket b's time shard, always in [0, BucketCount).
+func (l Layout) TimeShard(b int64) int {
+	n := int64(l.BucketCount)
+	return int(((b % n) + n) % n)
+}
+
+// Key returns the partition key of bucket b's concurrency shard s.
+func (l Layout) Key(b int64, s int) string {
+	return FormatKey(l.Queue, l.TimeShard(b), s)
+}
+
+// ShardFor returns the concurrency shard of the task with this ID, in [0, ShardCount).
+// It is taken from the ID's random bits, unsigned, so it is never negative and spreads
+// evenly.
+func (l Layout) ShardFor(id uuid.UUID) int {
+	return int(binary.BigEndian.Uint64(id[8:]) % uint64(l.ShardCount))
+}
+
+var queueName = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
+
+// ErrBadKey means a string is not a partition key of this format.
+var ErrBadKey = errors.New("shard: malformed partition key")
+
+// ValidQueueName reports whether name may name a queue: 1 to 63 of a-z 0-9 _ . -,
+// starting with a letter or digit. Names never contain ':' so keys parse unambiguously.
+func ValidQueueName(name string) bool { return queueName.MatchString(name) }
+
+// FormatKey spells the partition key '<queue>:<timeShard>:<concurrencyShard>'.
+func FormatKey(queue string, timeShard, concurrencyShard int) string {
+	return queue + ":" + strconv.Itoa(timeShard) + ":" + strconv.Itoa(concurrencyShard)
+}
+
+// ParseKey splits a partition key made by FormatKey.
+func ParseKey(key string) (queue string, timeShard, concurrencyShard int, err error) {
+	parts := strings.Split(key, ":")
+	if len(parts) != 3 || !ValidQueueName(parts[0]) {
+		return "", 0, 0, fmt.Errorf("%w: %q", ErrBadKey, key)
+	}
+	ts, err1 := strconv.Atoi(parts[1])
+	cs, err2 := strconv.Atoi(parts[2])
+	if err1 != nil || err2 != nil || ts < 0 || cs < 0 || FormatKey(parts[0], ts, cs) != key {
+		return "", 0, 0, fmt.Errorf("%w: %q", ErrBadKey, key)
+	}
+	return parts[0], ts, cs, nil
+}
+
+// uuidEpoch is 1582-10-15, where version 1 UUID time starts, in 100 ns units before 1970.
+const uuidEpoch = 0x01B21DD213814000
+
+// MinIDTime and MaxIDTime bound the times an ID can carry: the Unix epoch, and the end
+// of the 60-bit UUID clock (year 5236) less a margin.
+var (
+	MinIDTime = time.Unix(0, 0)
+	MaxIDTime = time.Date(5000, 1, 1, 0, 0, 0, 0, time.UTC)
+)
+
+// NewID returns a version 1 UUID (Cassandra's timeuuid) carrying time t to 100 ns, with
+// 62 random bits in its clock sequence and node so IDs with equal times still differ.
+// Cassandra orders timeuuids by their time first. t must lie in [MinIDTime, MaxIDTime].
+func NewID(t time.Time) uuid.UUID {
+	var r [8]byte
+	if _, err := rand.Read(r[:]); err != nil {
+		panic("shard: crypto/rand failed: " + err.Error())
+	}
+	return uuid.UUID(gocql.TimeUUIDWith(ticks(t), uint32(r[0])<<8|uint32(r[1]), r[2:]))
+}
+
+// MinID and MaxID are the smallest and greatest IDs Cassandra orders at time t, for
+// slice bounds. They are not unique IDs.
+func MinID(t time.Time) uuid.UUID { return uuid.UUID(gocql.MinTimeUUID(t)) }
+
+// MaxID: see MinID.
+func MaxID(t time.Time) uuid.UUID { return uuid.UUID(gocql.MaxTimeUUID(t)) }
+
+// IDTime returns the time an ID carries, to 100 ns.
+func IDTime(id uuid.UUID) time.Time {
+	return time.Unix(0, (int64(id.Time())-uuidEpoch)*100)
+}
+
+func ticks(t time.Time) int64 { return t.UnixNano()/100 + uuidEpoch }
