@@ -29,6 +29,12 @@ const (
 	DefaultLockTTL        = 3 * time.Second
 )
 
+// Task priorities: higher runs first among due tasks.
+const (
+	MinPriority = 0
+	MaxPriority = 9
+)
+
 // Limits on QueueConfig.
 const (
 	MaxBucketCount = 10_000

@@ -1,0 +1,394 @@
+package consumer_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gocql/gocql"
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/consumer"
+	"github.com/shardq/shardq/internal/cassandratest"
+	"github.com/shardq/shardq/internal/testclock"
+	"github.com/shardq/shardq/lock"
+	"github.com/shardq/shardq/producer"
+)
+
+// base is a fixed start for manual clocks, aligned to a bucket boundary.
+var base = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+
+type env struct {
+	t     *testing.T
+	s     *gocql.Session
+	q     shardq.QueueConfig
+	clock *testclock.Clock
+	p     *producer.Producer
+}
+
+func newEnv(t *testing.T, q shardq.QueueConfig) *env {
+	t.Helper()
+	s := cassandratest.SchemaSession(t)
+	if q.Name == "" {
+		q.Name = "q"
+	}
+	if q.DefaultTimeout == 0 && q.BucketCount != 0 {
+		q.DefaultTimeout = 5 * time.Second // inside the short test windows
+	}
+	q, err := shardq.CreateQueue(context.Background(), s, q)
+	require.NoError(t, err)
+	clock := testclock.New(base)
+	p, err := producer.New(s, producer.Config{Clock: clock})
+	require.NoError(t, err)
+	return &env{t: t, s: s, q: q, clock: clock, p: p}
+}
+
+func (e *env) consumer() *consumer.Consumer {
+	e.t.Helper()
+	c, err := consumer.New(e.s, consumer.Config{Queue: e.q.Name, Clock: e.clock})
+	require.NoError(e.t, err)
+	return c
+}
+
+func (e *env) schedule(tasks ...producer.Task) []uuid.UUID {
+	e.t.Helper()
+	for i := range tasks {
+		tasks[i].Queue = e.q.Name
+	}
+	ids, err := e.p.ScheduleTasks(context.Background(), tasks)
+	require.NoError(e.t, err)
+	return ids
+}
+
+func (e *env) acquire(c *consumer.Consumer, n int) []*consumer.Task {
+	e.t.Helper()
+	got, err := c.AcquireTasks(context.Background(), n)
+	require.NoError(e.t, err)
+	return got
+}
+
+func ids(tasks []*consumer.Task) []uuid.UUID {
+	out := make([]uuid.UUID, len(tasks))
+	for i, t := range tasks {
+		out[i] = t.ID
+	}
+	return out
+}
+
+func TestPriorityThenDueTime(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 10, BucketDuration: time.Second})
+	now := base.Add(30 * time.Second)
+	e.clock.Add(30 * time.Second)
+	// Scheduled out of order; all due.
+	want := e.schedule(
+		producer.Task{Payload: []byte("p0 early"), Priority: 0, DueAt: now.Add(-3 * time.Second)},
+		producer.Task{Payload: []byte("p9 late"), Priority: 9, DueAt: now.Add(-1 * time.Second)},
+		producer.Task{Payload: []byte("p5"), Priority: 5, DueAt: now.Add(-2 * time.Second)},
+		producer.Task{Payload: []byte("p9 early"), Priority: 9, DueAt: now.Add(-5 * time.Second)},
+		producer.Task{Payload: []byte("p0 late"), Priority: 0},
+	)
+	c := e.consumer()
+	var got []*consumer.Task
+	for range 5 {
+		one := e.acquire(c, 1) // one at a time: each call must pick the best remaining
+		require.Len(t, one, 1)
+		got = append(got, one...)
+	}
+	require.Equal(t, []uuid.UUID{want[3], want[1], want[2], want[0], want[4]}, ids(got))
+	require.Equal(t, "p9 early", string(got[0].Payload))
+	require.Equal(t, 9, got[0].Priority)
+	require.Equal(t, 1, got[0].Attempt)
+	require.True(t, got[0].DueAt.Equal(now.Add(-5*time.Second).Truncate(time.Millisecond)))
+	require.Empty(t, e.acquire(c, 10))
+	require.NoError(t, c.AckTasks(context.Background(), got...))
+}
+
+func TestNeverEarly(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, shardq.QueueConfig{ShardCount: 2, BucketCount: 10, BucketDuration: time.Second})
+	var tasks []producer.Task
+	for i := 1; i <= 6; i++ {
+		tasks = append(tasks, producer.Task{DueAt: base.Add(time.Duration(i) * 700 * time.Millisecond)})
+	}
+	want := e.schedule(tasks...)
+	c := e.consumer()
+	require.Empty(t, e.acquire(c, 10))
+	var seen []uuid.UUID
+	for step := 1; step <= 12; step++ {
+		e.clock.Add(350 * time.Millisecond)
+		now := e.clock.Now()
+		for _, task := range e.acquire(c, 10) {
+			require.False(t, task.DueAt.After(now), "task due %v delivered at %v", task.DueAt, now)
+			seen = append(seen, task.ID)
+		}
+		// Everything due by now has been delivered.
+		due := 0
+		for i := range tasks {
+			if !tasks[i].DueAt.After(now) {
+				due++
+			}
+		}
+		require.Len(t, seen, due, "at %v", now.Sub(base))
+	}
+	require.ElementsMatch(t, want, seen)
+}
+
+// TestFarFuture schedules a task due three laps ahead, in the same time shard as the
+// current bucket and with a higher priority than the due tasks beside it: it must not be
+// delivered early nor keep the due tasks from being delivered.
+func TestFarFuture(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 4, BucketDuration: time.Second, DefaultTimeout: time.Second})
+	window := 4 * time.Second
+	far := e.schedule(producer.Task{Payload: []byte("far"), Priority: 9, DueAt: base.Add(3*window + 500*time.Millisecond)})[0]
+	due := e.schedule(producer.Task{Payload: []byte("now"), DueAt: base.Add(-2 * time.Millisecond)},
+		producer.Task{Payload: []byte("now too"), DueAt: base.Add(-time.Millisecond)})
+	c := e.consumer()
+	got := e.acquire(c, 1)
+	require.Equal(t, []uuid.UUID{due[0]}, ids(got), "the far task, though higher priority, does not block")
+	got2 := e.acquire(c, 1)
+	require.Equal(t, []uuid.UUID{due[1]}, ids(got2))
+	require.NoError(t, c.AckTasks(context.Background(), append(got, got2...)...))
+
+	for e.clock.Now().Before(base.Add(3*window + 500*time.Millisecond)) {
+		require.Empty(t, e.acquire(c, 10), "at %v", e.clock.Now().Sub(base))
+		e.clock.Add(250 * time.Millisecond)
+	}
+	got = e.acquire(c, 10)
+	require.Equal(t, []uuid.UUID{far}, ids(got))
+	require.NoError(t, c.AckTasks(context.Background(), got...))
+}
+
+func TestRedeliveryAfterTimeout(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, shardq.QueueConfig{ShardCount: 2, BucketCount: 20, BucketDuration: time.Second, DefaultTimeout: 5 * time.Second})
+	ctx := context.Background()
+	id := e.schedule(producer.Task{Payload: []byte("x"), Timeout: 3 * time.Second})[0]
+	c := e.consumer()
+
+	first := e.acquire(c, 10)
+	require.Len(t, first, 1)
+	require.Equal(t, 1, first[0].Attempt)
+	require.Equal(t, base.Add(3*time.Second), first[0].Deadline, "the task's own timeout wins")
+
+	e.clock.Add(2900 * time.Millisecond)
+	require.Empty(t, e.acquire(c, 10), "not before the lease ends")
+	e.clock.Add(200 * time.Millisecond)
+	second := e.acquire(e.consumer(), 10)
+	require.Len(t, second, 1)
+	require.Equal(t, id, second[0].ID)
+	require.Equal(t, 2, second[0].Attempt)
+	require.Equal(t, []byte("x"), second[0].Payload)
+
+	err := c.AckTasks(ctx, first...)
+	require.ErrorIs(t, err, consumer.ErrLeaseLost, "the late ack is refused")
+	var ackErr *consumer.AckError
+	require.ErrorAs(t, err, &ackErr)
+	require.Equal(t, []uuid.UUID{id}, ackErr.Lost)
+
+	e.clock.Add(3100 * time.Millisecond)
+	third := e.acquire(c, 10)
+	require.Len(t, third, 1)
+	require.Equal(t, 3, third[0].Attempt)
+	require.NoError(t, c.AckTasks(ctx, third...))
+	require.ErrorIs(t, c.AckTasks(ctx, second...), consumer.ErrLeaseLost)
+	require.ErrorIs(t, c.AckTasks(ctx, third...), consumer.ErrLeaseLost, "a second ack finds nothing")
+
+	e.clock.Add(time.Hour)
+	require.Empty(t, e.acquire(c, 10), "an acked task never comes back")
+}
+
+// TestAckAfterDeadlineNobodyTook shows that a lease past its deadline that no consumer
+// has taken again can still be acked: nobody else has the task, so the ack is safe.
+func TestAckAfterDeadlineNobodyTook(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 20, BucketDuration: time.Second, DefaultTimeout: 2 * time.Second})
+	e.schedule(producer.Task{})
+	c := e.consumer()
+	got := e.acquire(c, 1)
+	require.Len(t, got, 1)
+	e.clock.Add(5 * time.Second)
+	require.NoError(t, c.AckTasks(context.Background(), got...))
+	require.Empty(t, e.acquire(c, 10))
+}
+
+func TestAckBatchAcrossPartitions(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, shardq.QueueConfig{ShardCount: 4, BucketCount: 20, BucketDuration: time.Second})
+	tasks := make([]producer.Task, 200)
+	want := e.schedule(tasks...)
+	c := e.consumer()
+	var got []*consumer.Task
+	for len(got) < len(want) {
+		batch := e.acquire(c, 64)
+		require.NotEmpty(t, batch)
+		got = append(got, batch...)
+	}
+	require.ElementsMatch(t, want, ids(got))
+	require.NoError(t, c.AckTasks(context.Background(), got...))
+	e.clock.Add(time.Minute)
+	require.Empty(t, e.acquire(c, 100))
+}
+
+// The crash tests stop a consumer at each point of its cycle and show every task is
+// still delivered. A consumer "stopped after taking the lock" or "after reading" leaves
+// only a held lock behind (reads change nothing), which the lock's TTL ends.
+func TestCrashAfterLockOrRead(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 20, BucketDuration: time.Second, LockTTL: time.Second})
+	ctx := context.Background()
+	want := e.schedule(make([]producer.Task, 5)...)
+
+	// The crashed consumer: took the lock of the only partition, read, and died.
+	locker, err := lock.New(e.s, lock.Config{TTL: time.Second})
+	require.NoError(t, err)
+	key := e.q.Layout().Key(e.q.Layout().Bucket(base), 0)
+	_, err = locker.Acquire(ctx, key)
+	require.NoError(t, err)
+	var n int
+	require.NoError(t, e.s.Query(`SELECT count(*) FROM tasks WHERE shard_key = ? AND kind = 1`, key).Scan(&n))
+	require.Equal(t, 5, n)
+
+	c := e.consumer()
+	require.Empty(t, e.acquire(c, 10), "the held shard is skipped, not waited on")
+	var got []*consumer.Task
+	require.Eventually(t, func() bool { // the lock's server-side TTL ends it
+		got = append(got, e.acquire(c, 10)...)
+		return len(got) == 5
+	}, 10*time.Second, 50*time.Millisecond)
+	require.ElementsMatch(t, want, ids(got))
+	require.NoError(t, c.AckTasks(ctx, got...))
+}
+
+func TestCrashAfterSwap(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, shardq.QueueConfig{ShardCount: 2, BucketCount: 20, BucketDuration: time.Second, DefaultTimeout: 4 * time.Second})
+	want := e.schedule(make([]producer.Task, 20)...)
+	crashed := e.consumer()
+	taken := e.acquire(crashed, 20)
+	require.Len(t, taken, 20) // ... and the consumer dies without acking
+
+	c := e.consumer()
+	require.Empty(t, e.acquire(c, 20), "leased tasks stay hidden until their timeout")
+	e.clock.Add(4 * time.Second)
+	var got []*consumer.Task
+	for len(got) < 20 {
+		batch := e.acquire(c, 20)
+		require.NotEmpty(t, batch)
+		got = append(got, batch...)
+	}
+	require.ElementsMatch(t, want, ids(got))
+	for _, task := range got {
+		require.Equal(t, 2, task.Attempt)
+	}
+	require.NoError(t, c.AckTasks(context.Background(), got...))
+}
+
+func TestCrashAfterPartialAck(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 20, BucketDuration: time.Second, DefaultTimeout: 4 * time.Second})
+	e.schedule(make([]producer.Task, 10)...)
+	crashed := e.consumer()
+	taken := e.acquire(crashed, 10)
+	require.Len(t, taken, 10)
+	require.NoError(t, crashed.AckTasks(context.Background(), taken[:4]...)) // then it dies
+
+	e.clock.Add(4 * time.Second)
+	c := e.consumer()
+	got := e.acquire(c, 10)
+	require.ElementsMatch(t, ids(taken[4:]), ids(got), "exactly the unacked six come back")
+	require.NoError(t, c.AckTasks(context.Background(), got...))
+}
+
+func TestConcurrentConsumersInProcess(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, shardq.QueueConfig{ShardCount: 4, BucketCount: 20, BucketDuration: time.Second})
+	want := e.schedule(make([]producer.Task, 2000)...)
+	var mu sync.Mutex
+	seen := map[uuid.UUID]int{}
+	var wg sync.WaitGroup
+	for range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := e.consumer()
+			for empty := 0; empty < 3; {
+				got, err := c.AcquireTasks(context.Background(), 50)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if len(got) == 0 {
+					empty++
+					continue
+				}
+				empty = 0
+				mu.Lock()
+				for _, task := range got {
+					seen[task.ID]++
+				}
+				mu.Unlock()
+				if err := c.AckTasks(context.Background(), got...); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	// Consumers may stop while others still hold shards; a last pass collects the rest.
+	c := e.consumer()
+	for got := e.acquire(c, 1000); len(got) > 0; got = e.acquire(c, 1000) {
+		for _, task := range got {
+			seen[task.ID]++
+		}
+		require.NoError(t, c.AckTasks(context.Background(), got...))
+	}
+	require.Len(t, seen, len(want), "lost tasks")
+	for id, n := range seen {
+		require.Equal(t, 1, n, "task %s delivered %d times", id, n)
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, shardq.QueueConfig{})
+	ctx := context.Background()
+	_, err := consumer.New(nil, consumer.Config{Queue: "q"})
+	require.ErrorIs(t, err, shardq.ErrInvalid)
+	for _, cfg := range []consumer.Config{
+		{},
+		{Queue: "Bad Name"},
+		{Queue: "q", MaxClockSkew: -time.Second},
+		{Queue: "q", Concurrency: -1},
+	} {
+		_, err := consumer.New(e.s, cfg)
+		require.ErrorIs(t, err, shardq.ErrInvalid, "%+v", cfg)
+	}
+	c := e.consumer()
+	for _, n := range []int{0, -1, consumer.MaxAcquire + 1} {
+		_, err := c.AcquireTasks(ctx, n)
+		require.ErrorIs(t, err, shardq.ErrInvalid)
+		require.ErrorContains(t, err, fmt.Sprint(n))
+	}
+	unknown, err := consumer.New(e.s, consumer.Config{Queue: "nope"})
+	require.NoError(t, err)
+	_, err = unknown.AcquireTasks(ctx, 1)
+	require.ErrorIs(t, err, shardq.ErrQueueNotFound)
+
+	require.ErrorIs(t, c.AckTasks(ctx, nil), shardq.ErrInvalid)
+	require.ErrorIs(t, c.AckTasks(ctx, &consumer.Task{ID: uuid.New()}), shardq.ErrInvalid)
+	require.NoError(t, c.AckTasks(ctx))
+
+	other := newEnv(t, shardq.QueueConfig{Name: "other"})
+	other.schedule(producer.Task{})
+	oc := other.consumer()
+	foreign := other.acquire(oc, 1)
+	require.Len(t, foreign, 1)
+	require.ErrorIs(t, c.AckTasks(ctx, foreign...), shardq.ErrInvalid, "a task of another queue")
+}

@@ -1,0 +1,247 @@
+// Package producer schedules tasks: ScheduleTask and ScheduleTasks write them into the
+// partition of their due time and concurrency shard, where consumers find them once due.
+package producer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/gocql/gocql"
+	"github.com/google/uuid"
+
+	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/internal/fanout"
+	"github.com/shardq/shardq/internal/taskrow"
+	"github.com/shardq/shardq/shard"
+)
+
+// Defaults and limits for Config.
+const (
+	DefaultMaxPayloadBytes = 64 << 10
+	MaxPayloadLimit        = 1 << 20
+	DefaultConcurrency     = 8
+)
+
+// Batches to one partition stay under these, well inside Cassandra's mutation limits.
+const (
+	maxBatchRows  = 100
+	maxBatchBytes = 512 << 10
+)
+
+// ErrPayloadTooLarge is matched, with shardq.ErrInvalid, by a task whose payload is over
+// Config.MaxPayloadBytes.
+var ErrPayloadTooLarge = errors.New("producer: payload too large")
+
+// Config configures a Producer.
+type Config struct {
+	// MaxPayloadBytes is the largest payload accepted, at most MaxPayloadLimit.
+	// Defaults to DefaultMaxPayloadBytes.
+	MaxPayloadBytes int
+	// Concurrency is how many partition writes ScheduleTasks runs at once.
+	// Defaults to DefaultConcurrency.
+	Concurrency int
+	// Clock gives "now" for tasks due now and for bucket choice.
+	// Defaults to shardq.SystemClock.
+	Clock shardq.Clock
+	// Logger receives debug events. Defaults to a logger that discards.
+	Logger *slog.Logger
+}
+
+// Task is a task to schedule.
+type Task struct {
+	// Queue names a queue made with shardq.CreateQueue.
+	Queue string
+	// Payload is handed to the consumer as is.
+	Payload []byte
+	// DueAt is when the task may run; zero means now. A past time means now too, but
+	// keeps its place in due-time order.
+	DueAt time.Time
+	// Priority in [shardq.MinPriority, shardq.MaxPriority]; higher runs first among
+	// due tasks of a shard.
+	Priority int
+	// Timeout is how long a consumer has to ack the task before it is delivered again.
+	// Zero means the queue's DefaultTimeout.
+	Timeout time.Duration
+}
+
+// Producer schedules tasks. It is safe for concurrent use.
+type Producer struct {
+	session *gocql.Session
+	cfg     Config
+	queues  sync.Map // name -> shardq.QueueConfig; settings never change once created
+}
+
+// New returns a Producer writing through session, whose keyspace holds shardq's tables.
+func New(session *gocql.Session, cfg Config) (*Producer, error) {
+	if session == nil {
+		return nil, shardq.Invalid("session", "is nil")
+	}
+	if cfg.MaxPayloadBytes == 0 {
+		cfg.MaxPayloadBytes = DefaultMaxPayloadBytes
+	}
+	if cfg.MaxPayloadBytes < 0 || cfg.MaxPayloadBytes > MaxPayloadLimit {
+		return nil, shardq.Invalid("Config.MaxPayloadBytes", "%d is not in [1, %d]", cfg.MaxPayloadBytes, MaxPayloadLimit)
+	}
+	if cfg.Concurrency == 0 {
+		cfg.Concurrency = DefaultConcurrency
+	}
+	if cfg.Concurrency < 0 {
+		return nil, shardq.Invalid("Config.Concurrency", "%d is negative", cfg.Concurrency)
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = shardq.SystemClock{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Producer{session: session, cfg: cfg}, nil
+}
+
+// ScheduleTask writes one task and returns its ID.
+func (p *Producer) ScheduleTask(ctx context.Context, task Task) (uuid.UUID, error) {
+	ids, err := p.ScheduleTasks(ctx, []Task{task})
+	if err != nil {
+		var perr *PartialError
+		if errors.As(err, &perr) {
+			return uuid.Nil, perr.Err
+		}
+		return uuid.Nil, err
+	}
+	return ids[0], nil
+}
+
+// PartialError reports a ScheduleTasks call whose writes partly failed: the tasks at
+// Failed (indexes into the call's slice) may or may not have been written; all others
+// were. Scheduling the failed ones again can duplicate them, never lose them.
+type PartialError struct {
+	Failed []int
+	Err    error
+}
+
+func (e *PartialError) Error() string {
+	return fmt.Sprintf("producer: %d task(s) not confirmed written: %v", len(e.Failed), e.Err)
+}
+
+func (e *PartialError) Unwrap() error { return e.Err }
+
+// ScheduleTasks writes tasks, one batch per partition, and returns their IDs in order.
+// Every task is validated first: if any is invalid, nothing is written and the error
+// names it. If some writes fail, the error is a *PartialError.
+func (p *Producer) ScheduleTasks(ctx context.Context, tasks []Task) ([]uuid.UUID, error) {
+	if len(tasks) == 0 {
+		return nil, nil
+	}
+	now := p.cfg.Clock.Now()
+	rows := make([]taskrow.Row, len(tasks))
+	ids := make([]uuid.UUID, len(tasks))
+	for i, t := range tasks {
+		q, err := p.queue(ctx, t.Queue)
+		if err != nil {
+			return nil, fmt.Errorf("tasks[%d]: %w", i, err)
+		}
+		if rows[i], err = p.row(q, t, now, fmt.Sprintf("tasks[%d]", i)); err != nil {
+			return nil, err
+		}
+		ids[i] = uuid.UUID(rows[i].TaskID)
+	}
+
+	batches := group(rows)
+	failed := make([][]int, len(batches))
+	err := fanout.Each(len(batches), p.cfg.Concurrency, func(i int) error {
+		b := p.session.NewBatch(gocql.UnloggedBatch).WithContext(ctx)
+		for _, idx := range batches[i] {
+			b.Query(taskrow.Insert, rows[idx].InsertArgs()...)
+		}
+		// Server-side timestamps: consumers delete these rows with LWTs, which carry the
+		// coordinator's Paxos ballot time, so both sides must use server clocks.
+		b.DefaultTimestamp(false)
+		if err := p.session.ExecuteBatch(b); err != nil {
+			failed[i] = batches[i]
+			return fmt.Errorf("writing %d task(s) to %s: %w", len(batches[i]), rows[batches[i][0]].Key, err)
+		}
+		return nil
+	})
+	if err != nil {
+		perr := &PartialError{Err: err}
+		for _, f := range failed {
+			perr.Failed = append(perr.Failed, f...)
+		}
+		return ids, perr
+	}
+	p.cfg.Logger.DebugContext(ctx, "scheduled tasks", "tasks", len(tasks), "batches", len(batches))
+	return ids, nil
+}
+
+// group splits row indexes into per-partition batches within the batch limits.
+func group(rows []taskrow.Row) [][]int {
+	type open struct{ idx, bytes int }
+	var batches [][]int
+	current := map[string]open{}
+	for i, r := range rows {
+		o, ok := current[r.Key]
+		if ok && (len(batches[o.idx]) >= maxBatchRows || o.bytes+len(r.Payload) > maxBatchBytes) {
+			ok = false
+		}
+		if !ok {
+			batches = append(batches, nil)
+			o = open{idx: len(batches) - 1}
+		}
+		batches[o.idx] = append(batches[o.idx], i)
+		o.bytes += len(r.Payload)
+		current[r.Key] = o
+	}
+	return batches
+}
+
+// row validates t and places it.
+func (p *Producer) row(q shardq.QueueConfig, t Task, now time.Time, name string) (taskrow.Row, error) {
+	due := t.DueAt
+	if due.IsZero() {
+		due = now
+	}
+	switch {
+	case due.Before(shard.MinIDTime) || due.After(shard.MaxIDTime):
+		return taskrow.Row{}, shardq.Invalid(name+".DueAt", "%v is outside [%v, %v]", t.DueAt, shard.MinIDTime.UTC(), shard.MaxIDTime)
+	case t.Priority < shardq.MinPriority || t.Priority > shardq.MaxPriority:
+		return taskrow.Row{}, shardq.Invalid(name+".Priority", "%d is not in [%d, %d]", t.Priority, shardq.MinPriority, shardq.MaxPriority)
+	case len(t.Payload) > p.cfg.MaxPayloadBytes:
+		return taskrow.Row{}, &shardq.ValidationError{Field: name + ".Payload",
+			Reason: fmt.Sprintf("%d bytes is over the %d allowed", len(t.Payload), p.cfg.MaxPayloadBytes), Err: ErrPayloadTooLarge}
+	}
+	timeout := t.Timeout
+	if timeout == 0 {
+		timeout = q.DefaultTimeout
+	}
+	if err := q.ValidateTimeout(name+".Timeout", timeout); err != nil {
+		return taskrow.Row{}, err
+	}
+	l := q.Layout()
+	id := shard.NewID(due)
+	// A task already due goes to the current bucket, which consumers are reading, while
+	// its ID keeps the real due time for ordering.
+	place := due
+	if place.Before(now) {
+		place = now
+	}
+	gid := gocql.UUID(id)
+	return taskrow.Row{
+		Key: l.Key(l.Bucket(place), l.ShardFor(id)), Priority: int8(t.Priority), ID: gid, TaskID: gid,
+		Payload: t.Payload, DueAt: due, Timeout: timeout,
+	}, nil
+}
+
+func (p *Producer) queue(ctx context.Context, name string) (shardq.QueueConfig, error) {
+	if q, ok := p.queues.Load(name); ok {
+		return q.(shardq.QueueConfig), nil
+	}
+	q, err := shardq.LoadQueue(ctx, p.session, name)
+	if err != nil {
+		return q, err
+	}
+	p.queues.Store(name, q)
+	return q, nil
+}
