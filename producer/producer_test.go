@@ -1,0 +1,119 @@
+package producer_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/gocql/gocql"
+	"github.com/stretchr/testify/require"
+
+	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/internal/cassandratest"
+	"github.com/shardq/shardq/internal/testclock"
+	"github.com/shardq/shardq/producer"
+	"github.com/shardq/shardq/shard"
+)
+
+func setup(t *testing.T) (*gocql.Session, shardq.QueueConfig) {
+	t.Helper()
+	s := cassandratest.SchemaSession(t)
+	q, err := shardq.CreateQueue(context.Background(), s, shardq.QueueConfig{Name: "q", ShardCount: 4,
+		BucketCount: 10, BucketDuration: time.Second, DefaultTimeout: 5 * time.Second})
+	require.NoError(t, err)
+	return s, q
+}
+
+func countRows(t *testing.T, s *gocql.Session) int {
+	t.Helper()
+	var n int
+	require.NoError(t, s.Query(`SELECT count(*) FROM tasks WHERE kind = 1 ALLOW FILTERING`).Scan(&n))
+	return n
+}
+
+func TestScheduleTasksPlacesRows(t *testing.T) {
+	t.Parallel()
+	s, q := setup(t)
+	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+	p, err := producer.New(s, producer.Config{Clock: testclock.New(now)})
+	require.NoError(t, err)
+	ctx := context.Background()
+
+	tasks := make([]producer.Task, 1000)
+	for i := range tasks {
+		tasks[i] = producer.Task{Queue: "q", Payload: []byte{byte(i)}, Priority: i % 10,
+			DueAt: now.Add(time.Duration(i-500) * 10 * time.Millisecond)}
+	}
+	ids, err := p.ScheduleTasks(ctx, tasks)
+	require.NoError(t, err)
+	require.Len(t, ids, 1000)
+	require.Equal(t, 1000, countRows(t, s))
+
+	l := q.Layout()
+	for i, id := range ids[:50] {
+		due := tasks[i].DueAt
+		place := due
+		if place.Before(now) {
+			place = now // already due: the current bucket
+		}
+		var payload []byte
+		var attempt, priority int
+		var dueAt time.Time
+		require.NoError(t, s.Query(`SELECT payload, attempt, priority, due_at FROM tasks
+			WHERE shard_key = ? AND kind = 1 AND priority = ? AND id = ?`,
+			l.Key(l.Bucket(place), l.ShardFor(id)), tasks[i].Priority, gocql.UUID(id)).Scan(&payload, &attempt, &priority, &dueAt))
+		require.Equal(t, []byte{byte(i)}, payload)
+		require.Zero(t, attempt)
+		require.True(t, shard.IDTime(id).Equal(due), "the ID carries the due time")
+		require.True(t, dueAt.Equal(due.Truncate(time.Millisecond)))
+	}
+
+	one, err := p.ScheduleTask(ctx, producer.Task{Queue: "q"})
+	require.NoError(t, err)
+	require.True(t, shard.IDTime(one).Equal(now), "zero DueAt means now")
+}
+
+func TestBadInputWritesNothing(t *testing.T) {
+	t.Parallel()
+	s, _ := setup(t)
+	ctx := context.Background()
+
+	_, err := producer.New(nil, producer.Config{})
+	require.ErrorIs(t, err, shardq.ErrInvalid)
+	for _, cfg := range []producer.Config{{MaxPayloadBytes: -1}, {MaxPayloadBytes: producer.MaxPayloadLimit + 1}, {Concurrency: -2}} {
+		_, err := producer.New(s, cfg)
+		require.ErrorIs(t, err, shardq.ErrInvalid, "%+v", cfg)
+	}
+
+	p, err := producer.New(s, producer.Config{MaxPayloadBytes: 10})
+	require.NoError(t, err)
+	good := producer.Task{Queue: "q"}
+	cases := map[string]struct {
+		task  producer.Task
+		field string
+		is    error
+	}{
+		"payload":       {producer.Task{Queue: "q", Payload: make([]byte, 11)}, "tasks[1].Payload", producer.ErrPayloadTooLarge},
+		"priority high": {producer.Task{Queue: "q", Priority: 10}, "tasks[1].Priority", shardq.ErrInvalid},
+		"priority low":  {producer.Task{Queue: "q", Priority: -1}, "tasks[1].Priority", shardq.ErrInvalid},
+		"before epoch":  {producer.Task{Queue: "q", DueAt: time.Date(1969, 1, 1, 0, 0, 0, 0, time.UTC)}, "tasks[1].DueAt", shardq.ErrInvalid},
+		"far too late":  {producer.Task{Queue: "q", DueAt: time.Date(6000, 1, 1, 0, 0, 0, 0, time.UTC)}, "tasks[1].DueAt", shardq.ErrInvalid},
+		"timeout long":  {producer.Task{Queue: "q", Timeout: time.Hour}, "tasks[1].Timeout", shardq.ErrInvalid},
+		"timeout neg":   {producer.Task{Queue: "q", Timeout: -time.Second}, "tasks[1].Timeout", shardq.ErrInvalid},
+		"timeout frac":  {producer.Task{Queue: "q", Timeout: 1500 * time.Microsecond}, "tasks[1].Timeout", shardq.ErrInvalid},
+		"unknown queue": {producer.Task{Queue: "nope"}, "", shardq.ErrQueueNotFound},
+		"invalid queue": {producer.Task{Queue: "No Such:Queue"}, "queue name", shardq.ErrInvalid},
+		"empty queue":   {producer.Task{}, "queue name", shardq.ErrInvalid},
+	}
+	for name, c := range cases {
+		_, err := p.ScheduleTasks(ctx, []producer.Task{good, c.task, good})
+		require.ErrorIs(t, err, c.is, name)
+		require.ErrorContains(t, err, c.field, name)
+		_, err = p.ScheduleTask(ctx, c.task)
+		require.ErrorIs(t, err, c.is, name)
+	}
+	require.Zero(t, countRows(t, s), "a rejected call writes nothing, not even its good tasks")
+	ids, err := p.ScheduleTasks(ctx, nil)
+	require.NoError(t, err)
+	require.Empty(t, ids)
+}
