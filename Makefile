@@ -1,12 +1,21 @@
 # The README's commands. Every target that needs Cassandra uses the hosts in
 # SHARDQ_CASSANDRA_HOSTS, or a node on 127.0.0.1, or starts one for its own duration.
 GO ?= go
-STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@2025.1.1
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: test lint cassandra-start cassandra-stop cassandra-status
+FUZZTIME ?= 10s
 
+.PHONY: test demo lint cassandra-start cassandra-stop cassandra-status
+
+# Vet, every test with the race detector, then a short run of each fuzz target.
 test:
-	scripts/with-cassandra sh -c '$(GO) vet ./... && $(GO) test -race -count=1 ./...'
+	scripts/with-cassandra sh -c '$(GO) vet ./... && $(GO) test -race -count=1 ./... && \
+		$(GO) test -run=^$$ -fuzz=^FuzzKey$$ -fuzztime=$(FUZZTIME) ./shard && \
+		$(GO) test -run=^$$ -fuzz=^FuzzID$$ -fuzztime=$(FUZZTIME) ./shard'
+
+# 10,000 tasks due over 10 s, drained by 4 consumers: throughput, lateness, lost/duplicates.
+demo:
+	scripts/with-cassandra $(GO) run ./cmd/demo
 
 lint:
 	$(GO) vet ./...

@@ -164,26 +164,30 @@ func (c *Consumer) AcquireTasks(ctx context.Context, n int) ([]*Task, error) {
 		return nil, err
 	}
 	now := c.cfg.Clock.Now()
-	bNow := c.layout.Bucket(now)
-	c.mu.Lock()
-	first := c.next
-	c.next = (c.next + 1) % c.q.ShardCount
-	c.mu.Unlock()
+	parts := c.candidates(now)
+	// Peek at every candidate partition at once: an idle queue then costs one round of
+	// parallel reads, not one read after another.
+	if err := fanout.Each(len(parts), c.cfg.Concurrency, func(i int) error {
+		return c.peek(ctx, &parts[i], now)
+	}); err != nil {
+		return nil, err
+	}
+	c.advance(parts)
 
-	var out []*Task
-	for i := 0; i < c.q.ShardCount && len(out) < n; i++ {
-		s := (first + i) % c.q.ShardCount
-		got, err := c.scanShard(ctx, s, bNow, now, n-len(out))
-		out = append(out, got...)
-		if err != nil {
-			if len(out) > 0 {
-				// The tasks taken so far are leased to us: hand them over rather than
-				// leave them to time out. The next call meets the error again if it lasts.
-				c.log.WarnContext(ctx, "acquire stopped early", "queue", c.q.Name, "error", err)
-				break
-			}
+	var due []string
+	for _, pt := range parts {
+		if pt.due {
+			due = append(due, pt.key)
+		}
+	}
+	out, err := c.takeAll(ctx, due, n, now)
+	if err != nil {
+		if len(out) == 0 {
 			return nil, err
 		}
+		// The tasks taken are leased to us: hand them over rather than leave them to time
+		// out. The next call meets the error again if it lasts.
+		c.log.WarnContext(ctx, "acquire partly failed", "queue", c.q.Name, "error", err)
 	}
 	slices.SortStableFunc(out, func(a, b *Task) int {
 		if a.Priority != b.Priority {
@@ -194,76 +198,119 @@ func (c *Consumer) AcquireTasks(ctx context.Context, n int) ([]*Task, error) {
 	return out, nil
 }
 
-// scanShard takes up to want tasks from concurrency shard s, oldest bucket first, and
-// moves the shard's cursor past buckets that are finished.
-func (c *Consumer) scanShard(ctx context.Context, s int, bNow int64, now time.Time, want int) ([]*Task, error) {
-	c.mu.Lock()
-	from := max(c.cursors[s], bNow-int64(c.q.BucketCount)+1)
-	c.mu.Unlock()
+// takeAll takes up to n tasks from the due partitions keys, in parallel: n is split
+// among them, and partitions that filled their share are asked again for what the
+// others could not give. Shards another consumer holds are skipped.
+func (c *Consumer) takeAll(ctx context.Context, keys []string, n int, now time.Time) ([]*Task, error) {
 	var out []*Task
-	advancing := true
-	for b := from; b <= bNow && len(out) < want; b++ {
-		key := c.layout.Key(b, s)
-		got, err := c.take(ctx, key, want-len(out), now)
-		if errors.Is(err, lock.ErrLockHeld) {
-			advancing = false
-			continue
+	var errs []error
+	for round := 0; round < 2 && len(keys) > 0 && len(out) < n; round++ {
+		want := n - len(out)
+		keys = keys[:min(len(keys), want)]
+		got := make([][]*Task, len(keys))
+		share := func(i int) int { // want split evenly, the remainder to the first few
+			if i < want%len(keys) {
+				return want/len(keys) + 1
+			}
+			return want / len(keys)
+		}
+		err := fanout.Each(len(keys), c.cfg.Concurrency, func(i int) error {
+			var err error
+			got[i], err = c.take(ctx, keys[i], share(i), now)
+			if errors.Is(err, lock.ErrLockHeld) {
+				return nil
+			}
+			return err
+		})
+		var full []string
+		for i, g := range got {
+			out = append(out, g...)
+			if len(g) == share(i) {
+				full = append(full, keys[i])
+			}
 		}
 		if err != nil {
-			return out, err
+			errs = append(errs, err)
+			break
 		}
-		out = append(out, got...)
-		if !advancing {
-			continue
-		}
-		done, err := c.finished(ctx, key, b, now, len(got) > 0)
-		if err != nil {
-			return out, err
-		}
-		if !done {
-			advancing = false
-			continue
-		}
-		c.mu.Lock()
-		if c.cursors[s] <= b {
-			c.cursors[s] = b + 1
-		}
-		c.mu.Unlock()
+		keys = full
 	}
-	return out, nil
+	return out, errors.Join(errs...)
 }
 
-// finished reports whether bucket b of a shard can be left behind: it ended more than
-// MaxClockSkew ago and its partition holds no row of this lap (a pending task or a lease
-// not yet acked). Rows of later laps wait in the same partition for their own lap.
-func (c *Consumer) finished(ctx context.Context, key string, b int64, now time.Time, tookSome bool) (bool, error) {
-	if tookSome || now.Before(c.layout.BucketStart(b+1).Add(c.cfg.MaxClockSkew)) {
-		return false, nil
+// part is one partition a scan considers.
+type part struct {
+	key      string
+	shard    int
+	bucket   int64
+	due      bool // holds a row visible now (or was full last time: assumed to)
+	finished bool // a past bucket with nothing of its lap left: the cursor may pass it
+}
+
+// candidates lists the partitions to look at, shard by shard from a rotating start so
+// that consumers spread over shards, oldest bucket first within a shard.
+func (c *Consumer) candidates(now time.Time) []part {
+	bNow := c.layout.Bucket(now)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	first := c.next
+	c.next = (c.next + 1) % c.q.ShardCount
+	var parts []part
+	for i := range c.q.ShardCount {
+		s := (first + i) % c.q.ShardCount
+		for b := max(c.cursors[s], bNow-int64(c.q.BucketCount)+1); b <= bNow; b++ {
+			key := c.layout.Key(b, s)
+			parts = append(parts, part{key: key, shard: s, bucket: b, due: c.hot[key]})
+		}
 	}
-	lapEnd := c.layout.BucketStart(b + int64(c.q.BucketCount))
-	err := c.session.Query(taskrow.SelectAnyBefore, key, gocql.UUID(shard.MinID(lapEnd))).
+	return parts
+}
+
+// peek finds whether a partition holds visible rows and, for a past bucket without any,
+// whether it is finished: it ended more than MaxClockSkew ago and holds no row of its
+// lap (a pending task or a lease not yet acked). Rows of later laps wait in the same
+// partition for their own lap.
+func (c *Consumer) peek(ctx context.Context, pt *part, now time.Time) error {
+	if !pt.due {
+		rows, err := c.visible(ctx, pt.key, 1, now)
+		if err != nil {
+			return err
+		}
+		pt.due = len(rows) > 0
+	}
+	if pt.due || now.Before(c.layout.BucketStart(pt.bucket+1).Add(c.cfg.MaxClockSkew)) {
+		return nil
+	}
+	lapEnd := c.layout.BucketStart(pt.bucket + int64(c.q.BucketCount))
+	err := c.session.Query(taskrow.SelectAnyBefore, pt.key, gocql.UUID(shard.MinID(lapEnd))).
 		WithContext(ctx).Scan(new(gocql.UUID))
-	if errors.Is(err, gocql.ErrNotFound) {
-		return true, nil
+	switch {
+	case errors.Is(err, gocql.ErrNotFound):
+		pt.finished = true
+	case err != nil:
+		return fmt.Errorf("consumer: probing %s: %w", pt.key, err)
 	}
-	if err != nil {
-		return false, fmt.Errorf("consumer: probing %s: %w", key, err)
+	return nil
+}
+
+// advance moves each shard's cursor past its leading run of finished buckets.
+func (c *Consumer) advance(parts []part) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	blocked := map[int]bool{}
+	for _, pt := range parts {
+		if blocked[pt.shard] || !pt.finished {
+			blocked[pt.shard] = true
+			continue
+		}
+		if c.cursors[pt.shard] <= pt.bucket {
+			c.cursors[pt.shard] = pt.bucket + 1
+		}
 	}
-	return false, nil
 }
 
 // take leases up to want due rows of one partition.
 func (c *Consumer) take(ctx context.Context, key string, want int, now time.Time) ([]*Task, error) {
-	c.mu.Lock()
-	hot := c.hot[key]
-	c.mu.Unlock()
-	if !hot {
-		// Look before locking: an empty partition costs one read, not an LWT.
-		rows, err := c.visible(ctx, key, 1, now)
-		if err != nil || len(rows) == 0 {
-			return nil, err
-		}
-	}
 	lease, err := c.locker.Acquire(ctx, key)
 	if err != nil {
 		return nil, err

@@ -153,6 +153,34 @@ func SessionFor(t testing.TB, keyspace string) *gocql.Session {
 	return s
 }
 
+// ExampleSession is Session for examples, which have no *testing.T: it panics where a
+// test would fail, and the returned func drops the keyspace.
+func ExampleSession(name string) (*gocql.Session, func()) {
+	findOnce.Do(func() { hosts, findErr = find() })
+	if findErr != nil {
+		panic(findErr)
+	}
+	admin, err := cqlcluster.New(hosts...).CreateSession()
+	if err != nil {
+		panic(err)
+	}
+	ks := keyspaceName(name)
+	if err := admin.Query(`CREATE KEYSPACE ` + ks + ` WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 1}`).Exec(); err != nil {
+		panic(err)
+	}
+	c := cqlcluster.New(hosts...)
+	c.Keyspace = ks
+	s, err := c.CreateSession()
+	if err != nil {
+		panic(err)
+	}
+	return s, func() {
+		s.Close()
+		_ = admin.Query("DROP KEYSPACE IF EXISTS " + ks).Exec()
+		admin.Close()
+	}
+}
+
 var unsafeChars = regexp.MustCompile(`[^a-z0-9]+`)
 
 // keyspaceName makes a valid, unique keyspace name (at most 48 characters) that still
