@@ -95,6 +95,8 @@ type Consumer struct {
 	cursors []int64         // per concurrency shard: the oldest bucket that may hold work
 	hot     map[string]bool // partitions whose last read was full: skip the pre-read
 	next    int             // the concurrency shard the next scan starts at
+
+	beforeSwap func() // tests only: runs between the locked read and the swap
 }
 
 // New returns a Consumer of cfg.Queue. The queue's settings are read on first use.
@@ -198,44 +200,44 @@ func (c *Consumer) AcquireTasks(ctx context.Context, n int) ([]*Task, error) {
 	return out, nil
 }
 
-// takeAll takes up to n tasks from the due partitions keys, in parallel: n is split
-// among them, and partitions that filled their share are asked again for what the
-// others could not give. Shards another consumer holds are skipped.
+// takeAll takes up to n tasks from the due partitions keys, in parallel rounds: each
+// round splits what is still wanted among the next untried partitions, and a partition
+// that filled its share goes back in line, as it may hold more. Every round either
+// retires partitions or gains tasks, so the loop ends. Shards another consumer holds
+// are skipped.
 func (c *Consumer) takeAll(ctx context.Context, keys []string, n int, now time.Time) ([]*Task, error) {
 	var out []*Task
-	var errs []error
-	for round := 0; round < 2 && len(keys) > 0 && len(out) < n; round++ {
+	line := keys
+	for len(line) > 0 && len(out) < n {
 		want := n - len(out)
-		keys = keys[:min(len(keys), want)]
-		got := make([][]*Task, len(keys))
+		round := line[:min(len(line), want)]
+		line = line[len(round):]
 		share := func(i int) int { // want split evenly, the remainder to the first few
-			if i < want%len(keys) {
-				return want/len(keys) + 1
+			if i < want%len(round) {
+				return want/len(round) + 1
 			}
-			return want / len(keys)
+			return want / len(round)
 		}
-		err := fanout.Each(len(keys), c.cfg.Concurrency, func(i int) error {
+		got := make([][]*Task, len(round))
+		err := fanout.Each(len(round), c.cfg.Concurrency, func(i int) error {
 			var err error
-			got[i], err = c.take(ctx, keys[i], share(i), now)
+			got[i], err = c.take(ctx, round[i], share(i), now)
 			if errors.Is(err, lock.ErrLockHeld) {
 				return nil
 			}
 			return err
 		})
-		var full []string
 		for i, g := range got {
 			out = append(out, g...)
 			if len(g) == share(i) {
-				full = append(full, keys[i])
+				line = append(line, round[i])
 			}
 		}
 		if err != nil {
-			errs = append(errs, err)
-			break
+			return out, err
 		}
-		keys = full
 	}
-	return out, errors.Join(errs...)
+	return out, nil
 }
 
 // part is one partition a scan considers.
@@ -325,6 +327,9 @@ func (c *Consumer) take(ctx context.Context, key string, want int, now time.Time
 	c.mu.Unlock()
 	if err != nil || len(rows) == 0 {
 		return nil, errors.Join(err, c.release(ctx, lease))
+	}
+	if c.beforeSwap != nil {
+		c.beforeSwap()
 	}
 	return c.swap(ctx, lease, rows, now)
 }

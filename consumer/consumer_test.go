@@ -392,3 +392,62 @@ func TestBadInput(t *testing.T) {
 	require.Len(t, foreign, 1)
 	require.ErrorIs(t, c.AckTasks(ctx, foreign...), shardq.ErrInvalid, "a task of another queue")
 }
+
+// TestAckRacesRedelivery acks an expired lease while another consumer takes the task
+// again, many times over: exactly one of them wins each race. A successful ack is never
+// followed by a redelivery, and a redelivery always makes the ack fail.
+func TestAckRacesRedelivery(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 20, BucketDuration: time.Second, DefaultTimeout: time.Second})
+	ctx := context.Background()
+	holder, racer := e.consumer(), e.consumer()
+	outcomes := map[string]int{}
+	for range 30 {
+		id := e.schedule(producer.Task{})[0]
+		got := e.acquire(holder, 1)
+		require.Equal(t, []uuid.UUID{id}, ids(got), "outcomes so far %v", outcomes)
+		e.clock.Add(time.Second) // the lease has expired; both moves are now allowed
+
+		var ackErr, acqErr error
+		var again []*consumer.Task
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() { defer wg.Done(); ackErr = holder.AckTasks(ctx, got...) }()
+		go func() { defer wg.Done(); again, acqErr = racer.AcquireTasks(ctx, 1) }()
+		wg.Wait()
+		require.NoError(t, acqErr)
+		if ackErr == nil {
+			require.Empty(t, again, "acked, yet delivered again")
+			outcomes["ack won"]++
+			continue
+		}
+		require.ErrorIs(t, ackErr, consumer.ErrLeaseLost)
+		require.Equal(t, []uuid.UUID{id}, ids(again), "ack refused, so the task must have gone to the racer")
+		require.Equal(t, 2, again[0].Attempt)
+		require.NoError(t, racer.AckTasks(ctx, again...))
+		outcomes["redelivery won"]++
+	}
+	t.Logf("outcomes: %v", outcomes)
+	e.clock.Add(time.Minute)
+	require.Empty(t, e.acquire(racer, 10))
+}
+
+// TestAckBetweenReadAndSwap puts an ack exactly between a racer's read of an expired
+// lease and its swap: the swap must not apply, so the acked task is not delivered again.
+func TestAckBetweenReadAndSwap(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 20, BucketDuration: time.Second, DefaultTimeout: time.Second})
+	ctx := context.Background()
+	holder, racer := e.consumer(), e.consumer()
+	e.schedule(producer.Task{})
+	got := e.acquire(holder, 1)
+	require.Len(t, got, 1)
+	e.clock.Add(time.Second)
+
+	var ackErr error
+	consumer.SetBeforeSwap(racer, func() { ackErr = holder.AckTasks(ctx, got...) })
+	require.Empty(t, e.acquire(racer, 1), "the swap read a lease that was acked before it applied")
+	require.NoError(t, ackErr)
+	consumer.SetBeforeSwap(racer, nil)
+	require.Empty(t, e.acquire(racer, 1), "the lock was released and nothing is left")
+}
