@@ -34,6 +34,7 @@ import (
 const (
 	DefaultMaxClockSkew = 2 * time.Second
 	DefaultConcurrency  = 8
+	DefaultLookAhead    = 5 * time.Second
 	// MaxAcquire is the most tasks one AcquireTasks call may ask for; their leases are
 	// written in one batch per partition.
 	MaxAcquire = 1000
@@ -57,9 +58,15 @@ type Config struct {
 	// A task written later than that into a finished shard waits until the ring comes
 	// back to it. Defaults to DefaultMaxClockSkew.
 	MaxClockSkew time.Duration
-	// Concurrency is how many partitions AckTasks writes to at once.
+	// Concurrency is how many partitions AcquireTasks and AckTasks work on at once.
 	// Defaults to DefaultConcurrency.
 	Concurrency int
+	// LookAhead is how far past now AcquireTasks looks for tasks coming due, to report
+	// the earliest in NextDue. Defaults to DefaultLookAhead.
+	LookAhead time.Duration
+	// Observer receives BatchAcquired, LockContended, Acked and LeaseLost events.
+	// Defaults to shardq.NopObserver.
+	Observer shardq.Observer
 	// Clock decides when tasks are due and leases expire. Defaults to shardq.SystemClock.
 	Clock shardq.Clock
 	// Logger receives debug and warning events. Defaults to a logger that discards.
@@ -95,6 +102,7 @@ type Consumer struct {
 	cursors []int64         // per concurrency shard: the oldest bucket that may hold work
 	hot     map[string]bool // partitions whose last read was full: skip the pre-read
 	next    int             // the concurrency shard the next scan starts at
+	nextDue time.Time       // earliest upcoming row the last scan saw; zero if none
 
 	beforeSwap func() // tests only: runs between the locked read and the swap
 }
@@ -119,11 +127,20 @@ func New(session *gocql.Session, cfg Config) (*Consumer, error) {
 	if cfg.Concurrency < 0 {
 		return nil, shardq.Invalid("Config.Concurrency", "%d is negative", cfg.Concurrency)
 	}
+	if cfg.LookAhead == 0 {
+		cfg.LookAhead = DefaultLookAhead
+	}
+	if cfg.LookAhead < 0 {
+		return nil, shardq.Invalid("Config.LookAhead", "%v is negative", cfg.LookAhead)
+	}
 	if cfg.Clock == nil {
 		cfg.Clock = shardq.SystemClock{}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Observer == nil {
+		cfg.Observer = shardq.NopObserver{}
 	}
 	return &Consumer{session: session, cfg: cfg, log: cfg.Logger, hot: map[string]bool{}}, nil
 }
@@ -174,7 +191,7 @@ func (c *Consumer) AcquireTasks(ctx context.Context, n int) ([]*Task, error) {
 	}); err != nil {
 		return nil, err
 	}
-	c.advance(parts)
+	c.advance(parts, now)
 
 	var due []string
 	for _, pt := range parts {
@@ -245,14 +262,21 @@ type part struct {
 	key      string
 	shard    int
 	bucket   int64
-	due      bool // holds a row visible now (or was full last time: assumed to)
-	finished bool // a past bucket with nothing of its lap left: the cursor may pass it
+	due      bool      // holds a row visible now (or was full last time: assumed to)
+	next     time.Time // earliest row seen that is not yet visible; zero if none
+	finished bool      // a past bucket with nothing of its lap left: the cursor may pass it
 }
 
+// peekLimit bounds the rows one peek reads. A partition with more rows of its lap than
+// this, none of them due among those read, gets one more read for due rows.
+const peekLimit = 100
+
 // candidates lists the partitions to look at, shard by shard from a rotating start so
-// that consumers spread over shards, oldest bucket first within a shard.
+// that consumers spread over shards, oldest bucket first within a shard, up to the
+// bucket LookAhead from now.
 func (c *Consumer) candidates(now time.Time) []part {
 	bNow := c.layout.Bucket(now)
+	bLast := c.layout.Bucket(now.Add(c.cfg.LookAhead))
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	first := c.next
@@ -260,7 +284,7 @@ func (c *Consumer) candidates(now time.Time) []part {
 	var parts []part
 	for i := range c.q.ShardCount {
 		s := (first + i) % c.q.ShardCount
-		for b := max(c.cursors[s], bNow-int64(c.q.BucketCount)+1); b <= bNow; b++ {
+		for b := max(c.cursors[s], bNow-int64(c.q.BucketCount)+1); b <= bLast; b++ {
 			key := c.layout.Key(b, s)
 			parts = append(parts, part{key: key, shard: s, bucket: b, due: c.hot[key]})
 		}
@@ -268,39 +292,54 @@ func (c *Consumer) candidates(now time.Time) []part {
 	return parts
 }
 
-// peek finds whether a partition holds visible rows and, for a past bucket without any,
-// whether it is finished: it ended more than MaxClockSkew ago and holds no row of its
-// lap (a pending task or a lease not yet acked). Rows of later laps wait in the same
-// partition for their own lap.
+// peek reads the rows of a partition's lap in one query: whether any is visible now,
+// when the next one becomes visible, and, for a past bucket that ended more than
+// MaxClockSkew ago, whether none is left (pending tasks or leases not yet acked). Rows
+// of later laps wait in the same partition for their own lap and are not read.
 func (c *Consumer) peek(ctx context.Context, pt *part, now time.Time) error {
-	if !pt.due {
+	if pt.due {
+		return nil
+	}
+	lapEnd := c.layout.BucketStart(pt.bucket + int64(c.q.BucketCount))
+	iter := c.session.Query(taskrow.SelectBefore, pt.key, gocql.UUID(shard.MinID(lapEnd)), peekLimit).WithContext(ctx).Iter()
+	var id gocql.UUID
+	n := 0
+	for iter.Scan(&id) {
+		n++
+		switch at := shard.IDTime(uuid.UUID(id)); {
+		case !at.After(now):
+			pt.due = true
+		case pt.next.IsZero() || at.Before(pt.next):
+			pt.next = at
+		}
+	}
+	if err := iter.Close(); err != nil {
+		return fmt.Errorf("consumer: reading %s: %w", pt.key, err)
+	}
+	if n == peekLimit && !pt.due {
+		// A full read in priority order may hide a due row of lower priority.
 		rows, err := c.visible(ctx, pt.key, 1, now)
 		if err != nil {
 			return err
 		}
 		pt.due = len(rows) > 0
+		pt.next = now // the next due time is unknown: look again soon
 	}
-	if pt.due || now.Before(c.layout.BucketStart(pt.bucket+1).Add(c.cfg.MaxClockSkew)) {
-		return nil
-	}
-	lapEnd := c.layout.BucketStart(pt.bucket + int64(c.q.BucketCount))
-	err := c.session.Query(taskrow.SelectAnyBefore, pt.key, gocql.UUID(shard.MinID(lapEnd))).
-		WithContext(ctx).Scan(new(gocql.UUID))
-	switch {
-	case errors.Is(err, gocql.ErrNotFound):
-		pt.finished = true
-	case err != nil:
-		return fmt.Errorf("consumer: probing %s: %w", pt.key, err)
-	}
+	pt.finished = n == 0 && !now.Before(c.layout.BucketStart(pt.bucket+1).Add(c.cfg.MaxClockSkew))
 	return nil
 }
 
-// advance moves each shard's cursor past its leading run of finished buckets.
-func (c *Consumer) advance(parts []part) {
+// advance moves each shard's cursor past its leading run of finished buckets, and
+// records the earliest upcoming row for NextDue.
+func (c *Consumer) advance(parts []part, now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.nextDue = time.Time{}
 	blocked := map[int]bool{}
 	for _, pt := range parts {
+		if !pt.next.IsZero() && (c.nextDue.IsZero() || pt.next.Before(c.nextDue)) {
+			c.nextDue = pt.next
+		}
 		if blocked[pt.shard] || !pt.finished {
 			blocked[pt.shard] = true
 			continue
@@ -311,12 +350,26 @@ func (c *Consumer) advance(parts []part) {
 	}
 }
 
+// NextDue returns the earliest time at which the last AcquireTasks saw a row become
+// visible (a task coming due or a lease expiring) within LookAhead, or zero if it saw
+// none. Tasks scheduled since then are not counted.
+func (c *Consumer) NextDue() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.nextDue
+}
+
 // take leases up to want due rows of one partition.
 func (c *Consumer) take(ctx context.Context, key string, want int, now time.Time) ([]*Task, error) {
+	t0 := time.Now()
 	lease, err := c.locker.Acquire(ctx, key)
+	if errors.Is(err, lock.ErrLockHeld) {
+		c.cfg.Observer.Observe(ctx, shardq.LockContended{Queue: c.q.Name, ShardKey: key})
+	}
 	if err != nil {
 		return nil, err
 	}
+	lockWait := time.Since(t0)
 	rows, err := c.visible(ctx, key, want, now)
 	c.mu.Lock()
 	if err == nil && len(rows) == want {
@@ -331,7 +384,11 @@ func (c *Consumer) take(ctx context.Context, key string, want int, now time.Time
 	if c.beforeSwap != nil {
 		c.beforeSwap()
 	}
-	return c.swap(ctx, lease, rows, now)
+	tasks, err := c.swap(ctx, lease, rows, now)
+	if len(tasks) > 0 {
+		c.cfg.Observer.Observe(ctx, shardq.BatchAcquired{Queue: c.q.Name, ShardKey: key, Size: len(tasks), LockWait: lockWait})
+	}
+	return tasks, err
 }
 
 func (c *Consumer) visible(ctx context.Context, key string, limit int, now time.Time) ([]taskrow.Row, error) {
@@ -440,11 +497,8 @@ func (c *Consumer) AckTasks(ctx context.Context, tasks ...*Task) error {
 	groups := map[string][]*Task{}
 	var keys []string
 	for i, t := range tasks {
-		if t == nil || t.lease.Key == "" {
-			return shardq.Invalid(fmt.Sprintf("tasks[%d]", i), "is not a task delivered by AcquireTasks")
-		}
-		if t.Queue != c.cfg.Queue {
-			return shardq.Invalid(fmt.Sprintf("tasks[%d]", i), "belongs to queue %q, not %q", t.Queue, c.cfg.Queue)
+		if err := c.checkOwn(ctx, t, fmt.Sprintf("tasks[%d]", i)); err != nil {
+			return err
 		}
 		if _, ok := groups[t.lease.Key]; !ok {
 			keys = append(keys, t.lease.Key)
@@ -463,6 +517,12 @@ func (c *Consumer) AckTasks(ctx context.Context, tasks ...*Task) error {
 		}
 		return nil
 	})
+	if acked := len(tasks) - len(ackErr.Lost) - len(ackErr.Failed); acked > 0 {
+		c.cfg.Observer.Observe(ctx, shardq.Acked{Queue: c.q.Name, Count: acked})
+	}
+	for _, id := range ackErr.Lost {
+		c.cfg.Observer.Observe(ctx, shardq.LeaseLost{Queue: c.q.Name, TaskID: id})
+	}
 	if len(ackErr.Lost) == 0 && len(ackErr.Failed) == 0 {
 		return nil
 	}

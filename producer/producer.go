@@ -16,6 +16,7 @@ import (
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/internal/fanout"
 	"github.com/shardq/shardq/internal/taskrow"
+	"github.com/shardq/shardq/internal/wakeup"
 	"github.com/shardq/shardq/shard"
 )
 
@@ -172,8 +173,22 @@ func (p *Producer) ScheduleTasks(ctx context.Context, tasks []Task) ([]uuid.UUID
 		}
 		return ids, perr
 	}
+	p.notify(tasks, rows)
 	p.cfg.Logger.DebugContext(ctx, "scheduled tasks", "tasks", len(tasks), "batches", len(batches))
 	return ids, nil
+}
+
+// notify wakes idle workers of this process on each queue with the earliest due time.
+func (p *Producer) notify(tasks []Task, rows []taskrow.Row) {
+	earliest := map[string]time.Time{}
+	for i, t := range tasks {
+		if e, ok := earliest[t.Queue]; !ok || rows[i].DueAt.Before(e) {
+			earliest[t.Queue] = rows[i].DueAt
+		}
+	}
+	for q, due := range earliest {
+		wakeup.Notify(q, due)
+	}
 }
 
 // group splits row indexes into per-partition batches within the batch limits.

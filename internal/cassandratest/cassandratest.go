@@ -140,11 +140,15 @@ func ApplySchema(t testing.TB, session *gocql.Session) {
 	}
 }
 
-// SessionFor returns a session bound to keyspace, closed when the test ends.
-func SessionFor(t testing.TB, keyspace string) *gocql.Session {
+// SessionFor returns a session bound to keyspace, closed when the test ends. Each
+// configure func may change the cluster config first (to add an observer, say).
+func SessionFor(t testing.TB, keyspace string, configure ...func(*gocql.ClusterConfig)) *gocql.Session {
 	t.Helper()
 	c := cqlcluster.New(Hosts(t)...)
 	c.Keyspace = keyspace
+	for _, f := range configure {
+		f(c)
+	}
 	s, err := c.CreateSession()
 	if err != nil {
 		t.Fatalf("connecting to keyspace %s: %v", keyspace, err)

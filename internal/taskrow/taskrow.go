@@ -61,10 +61,10 @@ var priorities = func() string {
 var SelectVisible = `SELECT priority, id, task_id, payload, due_at, timeout_ms, attempt FROM tasks
 	WHERE shard_key = ? AND kind = 1 AND priority IN (` + priorities + `) AND id <= ? LIMIT ?`
 
-// SelectAnyBefore finds whether a partition holds any row whose ID time is before the
-// bound (bind shard.MinID(t)).
-var SelectAnyBefore = `SELECT id FROM tasks
-	WHERE shard_key = ? AND kind = 1 AND priority IN (` + priorities + `) AND id < ? LIMIT 1`
+// SelectBefore reads the IDs of up to LIMIT rows whose ID time is before the bound (bind
+// shard.MinID(t)), visible or not, highest priority first.
+var SelectBefore = `SELECT id FROM tasks
+	WHERE shard_key = ? AND kind = 1 AND priority IN (` + priorities + `) AND id < ? LIMIT ?`
 
 // SelectOne reads one row's ID by primary key.
 const SelectOne = `SELECT id FROM tasks WHERE shard_key = ? AND kind = 1 AND priority = ? AND id = ?`

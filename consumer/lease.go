@@ -1,0 +1,122 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/gocql/gocql"
+
+	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/internal/lwt"
+	"github.com/shardq/shardq/internal/taskrow"
+	"github.com/shardq/shardq/shard"
+)
+
+// Retry gives a task back to the queue to be delivered again after delay (zero: at
+// once). Its attempt count is kept, so the next delivery is Attempt+1. It returns
+// ErrLeaseLost if the lease is gone.
+func (c *Consumer) Retry(ctx context.Context, t *Task, delay time.Duration) error {
+	if err := c.checkOwn(ctx, t, "t"); err != nil {
+		return err
+	}
+	if delay < 0 || delay > c.q.MaxTimeout() {
+		return shardq.Invalid("delay", "%v is not in [0, %v]", delay, c.q.MaxTimeout())
+	}
+	_, err := c.relocate(ctx, t, c.cfg.Clock.Now().Add(delay))
+	return err
+}
+
+// Extend moves a task's lease deadline to d from now, for handlers that need longer
+// than the timeout, and updates t.Deadline. It returns ErrLeaseLost if the lease is gone.
+// Do not call it concurrently with Ack, Retry or another Extend of the same task.
+func (c *Consumer) Extend(ctx context.Context, t *Task, d time.Duration) error {
+	if err := c.checkOwn(ctx, t, "t"); err != nil {
+		return err
+	}
+	if d <= 0 || d > c.q.MaxTimeout() {
+		return shardq.Invalid("d", "%v is not in (0, %v]", d, c.q.MaxTimeout())
+	}
+	deadline := c.cfg.Clock.Now().Add(d)
+	next, err := c.relocate(ctx, t, deadline)
+	if err != nil {
+		return err
+	}
+	t.lease, t.Deadline = next, deadline
+	return nil
+}
+
+// relocate replaces a task's lease row with one visible at at, in one conditional batch
+// on the lease's partition that applies only while the lease exists.
+func (c *Consumer) relocate(ctx context.Context, t *Task, at time.Time) (taskrow.Row, error) {
+	next := t.lease
+	next.ID = gocql.UUID(shard.NewID(at))
+	b := c.session.NewBatch(gocql.LoggedBatch).WithContext(ctx)
+	b.RetryPolicy(lwt.NoRetry)
+	b.Query(taskrow.DeleteIfExists, t.lease.KeyArgs()...)
+	b.Query(taskrow.Insert, next.InsertArgs()...)
+	applied, iter, err := c.session.ExecuteBatchCAS(b)
+	if err == nil {
+		err = iter.Close()
+	}
+	switch {
+	case err != nil:
+		// Unknown: if the new row is there, it applied. If not, a straggler may still
+		// apply; either way the task stays leased and comes back when its row is due.
+		rctx, cancel := lwt.ResolveContext(ctx)
+		defer cancel()
+		rerr := c.session.Query(taskrow.SelectOne, next.KeyArgs()...).WithContext(rctx).Consistency(lwt.Serial).Scan(new(gocql.UUID))
+		if rerr == nil {
+			return next, nil
+		}
+		return t.lease, fmt.Errorf("%w: moving the lease of %s: %w", ErrOutcomeUnknown, t.ID, err)
+	case !applied:
+		c.cfg.Observer.Observe(ctx, shardq.LeaseLost{Queue: c.q.Name, TaskID: t.ID})
+		return t.lease, ErrLeaseLost
+	}
+	return next, nil
+}
+
+// DeadLetter moves a task that should not run again to the dead_tasks table, with
+// cause as its recorded error, and deletes its lease. The dead letter is written first,
+// so a failure in between leaves a duplicate, never a lost task. It returns
+// ErrLeaseLost (after writing the dead letter) if the lease was already gone.
+func (c *Consumer) DeadLetter(ctx context.Context, t *Task, cause error) error {
+	if err := c.checkOwn(ctx, t, "t"); err != nil {
+		return err
+	}
+	msg := ""
+	if cause != nil {
+		msg = cause.Error()
+	}
+	now := c.cfg.Clock.Now()
+	err := c.session.Query(`INSERT INTO dead_tasks (queue, day, task_id, payload, priority, due_at, attempt, error, died_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`, c.q.Name, DeadLetterDay(now), gocql.UUID(t.ID), t.Payload, int8(t.Priority),
+		t.DueAt, t.Attempt, msg, now).WithContext(ctx).DefaultTimestamp(false).Exec()
+	if err != nil {
+		return fmt.Errorf("consumer: writing dead letter of %s: %w", t.ID, err)
+	}
+	err = c.ackOne(ctx, t)
+	if errors.Is(err, ErrLeaseLost) {
+		c.cfg.Observer.Observe(ctx, shardq.LeaseLost{Queue: c.q.Name, TaskID: t.ID})
+	}
+	return err
+}
+
+// DeadLetterDay is the dead_tasks partition (UTC days since the epoch) of time t.
+func DeadLetterDay(t time.Time) int { return int(t.Unix() / 86400) }
+
+func (c *Consumer) checkOwn(ctx context.Context, t *Task, name string) error {
+	// A task may come from another Consumer of the queue: load the settings if needed.
+	if err := c.init(ctx); err != nil {
+		return err
+	}
+	switch {
+	case t == nil || t.lease.Key == "":
+		return shardq.Invalid(name, "is not a task delivered by AcquireTasks")
+	case t.Queue != c.cfg.Queue:
+		return shardq.Invalid(name, "belongs to queue %q, not %q", t.Queue, c.cfg.Queue)
+	}
+	return nil
+}

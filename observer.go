@@ -1,0 +1,102 @@
+package shardq
+
+import (
+	"context"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Observer receives events from consumers and workers, for metrics and tracing. Observe
+// is called synchronously on the path that caused the event, from many goroutines at
+// once: keep it cheap and safe for concurrent use.
+type Observer interface {
+	Observe(ctx context.Context, e Event)
+}
+
+// ObserverFunc adapts a function to Observer.
+type ObserverFunc func(ctx context.Context, e Event)
+
+// Observe calls f.
+func (f ObserverFunc) Observe(ctx context.Context, e Event) { f(ctx, e) }
+
+// Event is one of the event types below; switch on its type.
+type Event interface{ isEvent() }
+
+// BatchAcquired: a consumer leased Size tasks from one partition, after waiting LockWait
+// for the shard's lock.
+type BatchAcquired struct {
+	Queue    string
+	ShardKey string
+	Size     int
+	LockWait time.Duration
+}
+
+// LockContended: a consumer found a shard's lock held by another and skipped the shard.
+type LockContended struct {
+	Queue    string
+	ShardKey string
+}
+
+// Acked: a consumer acked Count tasks in one call.
+type Acked struct {
+	Queue string
+	Count int
+}
+
+// LeaseLost: a task's lease was gone when its holder acked, retried or extended it.
+type LeaseLost struct {
+	Queue  string
+	TaskID uuid.UUID
+}
+
+// TaskStarted: a worker started a task's handler Lateness after the task was due.
+type TaskStarted struct {
+	Queue    string
+	TaskID   uuid.UUID
+	Attempt  int
+	Lateness time.Duration
+}
+
+// TaskFinished: a handler returned (Err nil on success) after Duration. Panicked is set
+// when the handler panicked; Err then holds the panic value and stack.
+type TaskFinished struct {
+	Queue    string
+	TaskID   uuid.UUID
+	Attempt  int
+	Duration time.Duration
+	Err      error
+	Panicked bool
+}
+
+// Retried: a failed task will run again after Delay.
+type Retried struct {
+	Queue   string
+	TaskID  uuid.UUID
+	Attempt int
+	Delay   time.Duration
+	Err     error
+}
+
+// DeadLettered: a task failed its last allowed attempt and moved to the dead letters.
+type DeadLettered struct {
+	Queue   string
+	TaskID  uuid.UUID
+	Attempt int
+	Err     error
+}
+
+func (BatchAcquired) isEvent() {}
+func (LockContended) isEvent() {}
+func (Acked) isEvent()         {}
+func (LeaseLost) isEvent()     {}
+func (TaskStarted) isEvent()   {}
+func (TaskFinished) isEvent()  {}
+func (Retried) isEvent()       {}
+func (DeadLettered) isEvent()  {}
+
+// NopObserver discards events. It is every Config's default Observer.
+type NopObserver struct{}
+
+// Observe does nothing.
+func (NopObserver) Observe(context.Context, Event) {}

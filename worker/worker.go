@@ -1,0 +1,578 @@
+// Package worker runs handlers on a queue's tasks: it leases batches ahead of free
+// handlers, runs up to Concurrency handlers at once, batches acks, retries failures with
+// backoff up to MaxAttempts and then dead-letters them, and polls Cassandra sparingly when
+// there is nothing due.
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gocql/gocql"
+
+	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/consumer"
+	"github.com/shardq/shardq/internal/wakeup"
+)
+
+// Defaults for Config.
+const (
+	DefaultConcurrency     = 10
+	DefaultMaxIdleInterval = 5 * time.Second
+	DefaultMaxAttempts     = 25
+	DefaultAckInterval     = 50 * time.Millisecond
+)
+
+const (
+	ackBatch = 100
+	// errorPause is how long the fetch loop waits after AcquireTasks fails.
+	errorPause = time.Second
+	// cleanupTimeout bounds acks, retries and releases that run after a stop began.
+	cleanupTimeout = 10 * time.Second
+	// stopMargin is how long before a RunUntil deadline the worker stops its handlers, to
+	// leave time for their acks.
+	stopMargin = 250 * time.Millisecond
+	// estimateFactor is the safety factor on the average handling time that RunUntil
+	// uses to decide whether another batch fits before its deadline.
+	estimateFactor = 2
+)
+
+// Handler runs one task. Returning nil acks the task; an error retries it (or
+// dead-letters it after MaxAttempts). ctx ends when the task's lease does, or when the
+// worker is stopped hard.
+type Handler interface {
+	Handle(ctx context.Context, task *consumer.Task) error
+}
+
+// HandlerFunc adapts a function to Handler.
+type HandlerFunc func(ctx context.Context, task *consumer.Task) error
+
+// Handle calls f.
+func (f HandlerFunc) Handle(ctx context.Context, task *consumer.Task) error { return f(ctx, task) }
+
+// Config configures a Worker.
+type Config struct {
+	// Queue names the queue to work on. Required.
+	Queue string
+	// Handler runs each task. Required.
+	Handler Handler
+	// Concurrency is how many handlers run at once. Defaults to DefaultConcurrency.
+	Concurrency int
+	// Prefetch is how many tasks are leased ahead of free handlers, so handlers do not
+	// wait on Cassandra while work is due. Defaults to Concurrency.
+	Prefetch int
+	// MaxIdleInterval is the longest the worker waits between polls when nothing is
+	// due; it wakes earlier for a due time it knows of, or at once when a producer in
+	// this process schedules a task. Defaults to DefaultMaxIdleInterval.
+	MaxIdleInterval time.Duration
+	// MaxAttempts is how many deliveries a failing task gets before it is dead-lettered.
+	// Defaults to DefaultMaxAttempts.
+	MaxAttempts int
+	// Backoff gives the delay before the next delivery after a failure on attempt n.
+	// Defaults to DefaultBackoff.
+	Backoff func(attempt int) time.Duration
+	// ExtendLeases renews each running task's lease halfway through it, for handlers that
+	// may outlast the task's timeout. Defaults to false.
+	ExtendLeases bool
+	// AckInterval is the longest a finished task waits for its ack to be batched.
+	// Defaults to DefaultAckInterval.
+	AckInterval time.Duration
+	// MaxClockSkew is passed to the consumer. Defaults to consumer.DefaultMaxClockSkew.
+	MaxClockSkew time.Duration
+	// Observer receives every consumer and worker event. Defaults to shardq.NopObserver.
+	Observer shardq.Observer
+	// Logger receives errors and debug events. Defaults to a logger that discards.
+	Logger *slog.Logger
+	// Clock tells the time for due times and leases. Defaults to shardq.SystemClock.
+	Clock shardq.Clock
+}
+
+// DefaultBackoff waits 2^(attempt-1) seconds, at most an hour, with ±10% jitter. Delays
+// are capped at the queue's longest timeout.
+func DefaultBackoff(attempt int) time.Duration {
+	d := time.Hour
+	if attempt < 13 {
+		d = time.Duration(1<<max(attempt-1, 0)) * time.Second
+	}
+	return time.Duration(float64(d) * (0.9 + 0.2*rand.Float64()))
+}
+
+// Stats counts what a worker did since it was made.
+type Stats struct {
+	Acquired      uint64 // tasks leased
+	Started       uint64 // handlers started
+	Succeeded     uint64
+	Failed        uint64 // handler errors and panics
+	Panicked      uint64
+	Retried       uint64
+	DeadLettered  uint64
+	Acked         uint64
+	LeaseLost     uint64
+	LockContended uint64
+	Released      uint64 // leased but never started, given back at stop
+	Polls         uint64 // AcquireTasks calls
+	Running       int64  // handlers running now
+}
+
+// Worker runs a Handler on a queue's tasks.
+type Worker struct {
+	cfg      Config
+	consumer *consumer.Consumer
+	log      *slog.Logger
+	stats    stats
+
+	tokens chan struct{}       // one per task the worker may hold: running or prefetched
+	work   chan *consumer.Task // leased tasks waiting for a handler
+	acks   chan *consumer.Task // finished tasks waiting for their ack
+	avg    atomic.Int64        // average handling time so far, in nanoseconds
+
+	stopOnce     sync.Once
+	started      atomic.Bool
+	stopping     atomic.Bool
+	stopFetch    chan struct{}
+	fetchStopped chan struct{} // closed when the fetch loop returns
+	done         chan struct{} // closed when every goroutine has returned
+	cancelWork   context.CancelFunc
+	cleanupCtx   context.Context
+	deadline     time.Time // RunUntil's, zero otherwise
+}
+
+// New returns a Worker for cfg.Queue, reading and writing through session.
+func New(session *gocql.Session, cfg Config) (*Worker, error) {
+	if cfg.Handler == nil {
+		return nil, shardq.Invalid("Config.Handler", "is nil")
+	}
+	if cfg.Concurrency == 0 {
+		cfg.Concurrency = DefaultConcurrency
+	}
+	if cfg.Concurrency < 0 {
+		return nil, shardq.Invalid("Config.Concurrency", "%d is negative", cfg.Concurrency)
+	}
+	if cfg.Prefetch == 0 {
+		cfg.Prefetch = cfg.Concurrency
+	}
+	if cfg.Prefetch < 0 {
+		return nil, shardq.Invalid("Config.Prefetch", "%d is negative", cfg.Prefetch)
+	}
+	if cfg.MaxIdleInterval == 0 {
+		cfg.MaxIdleInterval = DefaultMaxIdleInterval
+	}
+	if cfg.MaxIdleInterval < 0 {
+		return nil, shardq.Invalid("Config.MaxIdleInterval", "%v is negative", cfg.MaxIdleInterval)
+	}
+	if cfg.MaxAttempts == 0 {
+		cfg.MaxAttempts = DefaultMaxAttempts
+	}
+	if cfg.MaxAttempts < 0 {
+		return nil, shardq.Invalid("Config.MaxAttempts", "%d is negative", cfg.MaxAttempts)
+	}
+	if cfg.Backoff == nil {
+		cfg.Backoff = DefaultBackoff
+	}
+	if cfg.AckInterval == 0 {
+		cfg.AckInterval = DefaultAckInterval
+	}
+	if cfg.AckInterval < 0 {
+		return nil, shardq.Invalid("Config.AckInterval", "%v is negative", cfg.AckInterval)
+	}
+	if cfg.Observer == nil {
+		cfg.Observer = shardq.NopObserver{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = shardq.SystemClock{}
+	}
+	w := &Worker{cfg: cfg, log: cfg.Logger, stopFetch: make(chan struct{}),
+		fetchStopped: make(chan struct{}), done: make(chan struct{})}
+	c, err := consumer.New(session, consumer.Config{Queue: cfg.Queue, MaxClockSkew: cfg.MaxClockSkew,
+		LookAhead: cfg.MaxIdleInterval, Clock: cfg.Clock, Logger: cfg.Logger,
+		Observer: shardq.ObserverFunc(w.observe)})
+	if err != nil {
+		return nil, err
+	}
+	w.consumer = c
+	return w, nil
+}
+
+// Stats returns a snapshot of the worker's counters.
+func (w *Worker) Stats() Stats { return w.stats.snapshot() }
+
+// Start begins leasing and handling tasks in the background, until Stop. Cancelling ctx
+// stops the worker hard: handlers' contexts end and nothing more is acked. Start returns
+// an error if the worker was started before.
+func (w *Worker) Start(ctx context.Context) error {
+	if !w.started.CompareAndSwap(false, true) {
+		return errors.New("worker: already started")
+	}
+	slots := w.cfg.Concurrency + w.cfg.Prefetch
+	if !w.deadline.IsZero() {
+		slots = w.cfg.Concurrency // nothing waits in line when a deadline rules
+	}
+	w.tokens = make(chan struct{}, slots)
+	for range slots {
+		w.tokens <- struct{}{}
+	}
+	w.work = make(chan *consumer.Task, slots)
+	w.acks = make(chan *consumer.Task, slots)
+	workCtx, cancel := context.WithCancel(ctx)
+	w.cancelWork = cancel
+	w.cleanupCtx = context.WithoutCancel(ctx)
+
+	var handlers sync.WaitGroup
+	for range w.cfg.Concurrency {
+		handlers.Add(1)
+		go func() {
+			defer handlers.Done()
+			w.handle(workCtx)
+		}()
+	}
+	ackerDone := make(chan struct{})
+	go func() {
+		defer close(ackerDone)
+		w.ack()
+	}()
+	go func() {
+		w.fetch(workCtx)
+		close(w.fetchStopped)
+		close(w.work)
+		handlers.Wait()
+		close(w.acks)
+		<-ackerDone
+		cancel()
+		close(w.done)
+	}()
+	return nil
+}
+
+// Stop stops leasing tasks, gives back leased tasks no handler started, lets running
+// handlers finish until ctx ends, and acks those that succeeded. When ctx ends first,
+// the remaining handlers' contexts are cancelled and their tasks left to come back after
+// their timeout; Stop then returns ctx's error. Stop may be called more than once, and
+// from several goroutines; each call waits.
+func (w *Worker) Stop(ctx context.Context) error {
+	if !w.started.Load() {
+		return errors.New("worker: not started")
+	}
+	w.stopOnce.Do(func() {
+		w.stopping.Store(true)
+		close(w.stopFetch)
+	})
+	select {
+	case <-w.done:
+		return nil
+	case <-ctx.Done():
+	}
+	w.cancelWork()
+	<-w.done // handlers whose context ended return; finished acks are flushed
+	return ctx.Err()
+}
+
+// RunUntil works until shortly before deadline, for processes that a scheduler starts
+// every so often. It stops leasing tasks when the average handling time so far, doubled,
+// would overrun the deadline, and returns before the deadline, abandoning (not acking)
+// handlers still running then. No tasks are prefetched in this mode.
+func (w *Worker) RunUntil(ctx context.Context, deadline time.Time) error {
+	w.deadline = deadline
+	if err := w.Start(ctx); err != nil {
+		return err
+	}
+	stopAt := deadline.Add(-stopMargin)
+	timer := time.NewTimer(time.Until(stopAt))
+	defer timer.Stop()
+	select {
+	case <-w.fetchStopped: // the estimate says no further batch fits
+	case <-timer.C:
+	case <-ctx.Done():
+	}
+	stopCtx, cancel := context.WithDeadline(ctx, stopAt)
+	defer cancel()
+	if err := w.Stop(stopCtx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return nil
+}
+
+// fetch leases tasks while there are free slots, and waits sparingly when none is due.
+func (w *Worker) fetch(ctx context.Context) {
+	sub := wakeup.Subscribe(w.cfg.Queue)
+	defer sub.Cancel()
+	for {
+		select { // wait for a free slot
+		case <-w.tokens:
+		case <-w.stopFetch:
+			return
+		case <-ctx.Done():
+			return
+		}
+		n := 1
+	drain:
+		for {
+			select {
+			case <-w.tokens:
+				n++
+			default:
+				break drain
+			}
+		}
+		if !w.fits() {
+			w.giveBack(n)
+			return
+		}
+		tasks, err := w.consumer.AcquireTasks(ctx, min(n, consumer.MaxAcquire))
+		w.stats.polls.Add(1)
+		w.giveBack(n - len(tasks))
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			w.log.ErrorContext(ctx, "acquiring tasks", "queue", w.cfg.Queue, "error", err)
+			if !w.wait(ctx, sub, time.Now().Add(errorPause)) {
+				return
+			}
+			continue
+		}
+		w.stats.acquired.Add(uint64(len(tasks)))
+		for _, t := range tasks {
+			w.work <- t // never blocks: work has a place for every token
+		}
+		if len(tasks) == n {
+			continue // there may be more due: fetch again once a slot frees
+		}
+		// Less than asked for: nothing more is due now. Sleep until the earliest known due
+		// time or the idle interval (jittered so workers spread out), whichever is first.
+		wake := time.Now().Add(time.Duration(float64(w.cfg.MaxIdleInterval) * (0.8 + 0.2*rand.Float64())))
+		if next := w.consumer.NextDue(); !next.IsZero() && next.Before(wake) {
+			wake = next
+		}
+		if !w.wait(ctx, sub, wake) {
+			return
+		}
+	}
+}
+
+// wait sleeps until wake, or until a producer in this process schedules a task due
+// before then. It reports false when the worker is stopping.
+func (w *Worker) wait(ctx context.Context, sub *wakeup.Sub, wake time.Time) bool {
+	timer := time.NewTimer(time.Until(wake))
+	defer timer.Stop()
+	for {
+		select {
+		case <-timer.C:
+			return true
+		case <-sub.C:
+			if due := sub.Take(); !due.IsZero() && due.Before(wake) {
+				wake = due
+				timer.Reset(time.Until(wake))
+			}
+		case <-w.stopFetch:
+			return false
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// fits reports whether another batch can finish before RunUntil's deadline.
+func (w *Worker) fits() bool {
+	if w.deadline.IsZero() {
+		return true
+	}
+	need := time.Duration(w.avg.Load()) * estimateFactor
+	return time.Now().Add(need).Before(w.deadline.Add(-stopMargin))
+}
+
+func (w *Worker) giveBack(n int) {
+	for range n {
+		w.tokens <- struct{}{}
+	}
+}
+
+// handle runs tasks from the work queue until it closes.
+func (w *Worker) handle(ctx context.Context) {
+	for t := range w.work {
+		if w.stopping.Load() {
+			w.release(t)
+		} else {
+			w.run(ctx, t)
+		}
+		w.tokens <- struct{}{}
+	}
+}
+
+// release gives back a task leased but never started, so it need not wait for its timeout.
+func (w *Worker) release(t *consumer.Task) {
+	ctx, cancel := context.WithTimeout(w.cleanupCtx, cleanupTimeout)
+	defer cancel()
+	if err := w.consumer.Retry(ctx, t, 0); err != nil {
+		w.log.WarnContext(ctx, "giving back an unstarted task", "queue", w.cfg.Queue, "task_id", t.ID, "error", err)
+		return
+	}
+	w.stats.released.Add(1)
+}
+
+func (w *Worker) run(ctx context.Context, t *consumer.Task) {
+	started := time.Now()
+	w.stats.running.Add(1)
+	defer w.stats.running.Add(-1)
+	w.observe(ctx, shardq.TaskStarted{Queue: t.Queue, TaskID: t.ID, Attempt: t.Attempt,
+		Lateness: w.cfg.Clock.Now().Sub(t.DueAt)})
+
+	lease := *t // the copy whose lease extensions move; the handler's task stays as given
+	hctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	leaseDone := make(chan struct{})
+	go func() {
+		defer close(leaseDone)
+		w.keepLease(hctx, cancel, &lease)
+	}()
+	err, panicked := w.call(hctx, t)
+	cancel()
+	<-leaseDone
+
+	took := time.Since(started)
+	w.average(took)
+	w.observe(ctx, shardq.TaskFinished{Queue: t.Queue, TaskID: t.ID, Attempt: t.Attempt,
+		Duration: took, Err: err, Panicked: panicked})
+	switch {
+	case err == nil:
+		w.acks <- &lease
+	case ctx.Err() != nil:
+		// Stopped hard mid-task: it did not finish, so it is neither acked nor retried
+		// and comes back after its timeout.
+	case t.Attempt >= w.cfg.MaxAttempts:
+		w.deadLetter(&lease, err)
+	default:
+		w.retry(&lease, err)
+	}
+}
+
+// call runs the handler, turning a panic into an error that carries its stack.
+func (w *Worker) call(ctx context.Context, t *consumer.Task) (err error, panicked bool) {
+	defer func() {
+		if p := recover(); p != nil {
+			err, panicked = fmt.Errorf("worker: handler panicked: %v\n%s", p, debug.Stack()), true
+		}
+	}()
+	return w.cfg.Handler.Handle(ctx, t), false
+}
+
+// keepLease ends the handler's context when the lease ends and, with ExtendLeases,
+// extends the lease halfway through each term.
+func (w *Worker) keepLease(ctx context.Context, cancel context.CancelFunc, t *consumer.Task) {
+	term := t.Deadline.Sub(w.cfg.Clock.Now())
+	for {
+		until := t.Deadline.Sub(w.cfg.Clock.Now())
+		next := until
+		if w.cfg.ExtendLeases {
+			next = until - term/2
+		}
+		timer := time.NewTimer(max(next, 0))
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return
+		case <-timer.C:
+		}
+		if !w.cfg.ExtendLeases || !w.cfg.Clock.Now().Before(t.Deadline) {
+			w.log.WarnContext(ctx, "task outlived its lease", "queue", t.Queue, "task_id", t.ID)
+			cancel()
+			return
+		}
+		switch err := w.consumer.Extend(ctx, t, term); {
+		case errors.Is(err, consumer.ErrLeaseLost):
+			cancel()
+			return
+		case err != nil && ctx.Err() == nil:
+			w.log.WarnContext(ctx, "extending a lease", "queue", t.Queue, "task_id", t.ID, "error", err)
+		}
+	}
+}
+
+func (w *Worker) retry(t *consumer.Task, cause error) {
+	ctx, cancel := context.WithTimeout(w.cleanupCtx, cleanupTimeout)
+	defer cancel()
+	delay := w.cfg.Backoff(t.Attempt)
+	if err := w.consumer.Retry(ctx, t, delay); err != nil {
+		// The task comes back when its lease ends instead.
+		w.log.WarnContext(ctx, "scheduling a retry", "queue", t.Queue, "task_id", t.ID, "error", err)
+		return
+	}
+	w.observe(ctx, shardq.Retried{Queue: t.Queue, TaskID: t.ID, Attempt: t.Attempt, Delay: delay, Err: cause})
+}
+
+func (w *Worker) deadLetter(t *consumer.Task, cause error) {
+	ctx, cancel := context.WithTimeout(w.cleanupCtx, cleanupTimeout)
+	defer cancel()
+	if err := w.consumer.DeadLetter(ctx, t, cause); err != nil {
+		w.log.WarnContext(ctx, "dead-lettering", "queue", t.Queue, "task_id", t.ID, "error", err)
+		return
+	}
+	w.observe(ctx, shardq.DeadLettered{Queue: t.Queue, TaskID: t.ID, Attempt: t.Attempt, Err: cause})
+}
+
+// ack batches finished tasks: a batch goes when it is full or AckInterval after its
+// first task, and whatever is left goes when the worker stops.
+func (w *Worker) ack() {
+	var batch []*consumer.Task
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	flush := func() {
+		if len(batch) == 0 {
+			return
+		}
+		ctx, cancel := context.WithTimeout(w.cleanupCtx, cleanupTimeout)
+		defer cancel()
+		if err := w.consumer.AckTasks(ctx, batch...); err != nil {
+			w.log.WarnContext(ctx, "acking tasks", "queue", w.cfg.Queue, "tasks", len(batch), "error", err)
+		}
+		batch = batch[:0]
+	}
+	for {
+		select {
+		case t, ok := <-w.acks:
+			if !ok {
+				flush()
+				return
+			}
+			if len(batch) == 0 {
+				timer.Reset(w.cfg.AckInterval)
+			}
+			batch = append(batch, t)
+			if len(batch) >= ackBatch {
+				timer.Stop()
+				flush()
+			}
+		case <-timer.C:
+			flush()
+		}
+	}
+}
+
+// average folds one handling time into the running average.
+func (w *Worker) average(d time.Duration) {
+	for {
+		old := w.avg.Load()
+		next := int64(d)
+		if old != 0 {
+			next = old + (int64(d)-old)/8
+		}
+		if w.avg.CompareAndSwap(old, next) {
+			return
+		}
+	}
+}
+
+// observe counts an event and passes it on to the configured Observer.
+func (w *Worker) observe(ctx context.Context, e shardq.Event) {
+	w.stats.count(e)
+	w.cfg.Observer.Observe(ctx, e)
+}

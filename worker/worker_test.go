@@ -1,0 +1,373 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gocql/gocql"
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/consumer"
+	"github.com/shardq/shardq/internal/cassandratest"
+	"github.com/shardq/shardq/producer"
+	"github.com/shardq/shardq/worker"
+)
+
+type env struct {
+	t  *testing.T
+	ks string
+	s  *gocql.Session
+	q  shardq.QueueConfig
+	p  *producer.Producer
+}
+
+// newEnv makes a queue with a unique name, so that in-process wake-ups of parallel
+// tests do not cross.
+func newEnv(t *testing.T, q shardq.QueueConfig) *env {
+	t.Helper()
+	ks := cassandratest.Keyspace(t)
+	s := cassandratest.SessionFor(t, ks)
+	cassandratest.ApplySchema(t, s)
+	q.Name = "q" + strings.ReplaceAll(uuid.NewString()[:8], "-", "")
+	if q.BucketCount == 0 {
+		q.BucketCount, q.BucketDuration = 60, time.Second
+	}
+	if q.DefaultTimeout == 0 {
+		q.DefaultTimeout = 10 * time.Second
+	}
+	q, err := shardq.CreateQueue(context.Background(), s, q)
+	require.NoError(t, err)
+	p, err := producer.New(s, producer.Config{})
+	require.NoError(t, err)
+	return &env{t: t, ks: ks, s: s, q: q, p: p}
+}
+
+func (e *env) schedule(n int) map[uuid.UUID]bool {
+	e.t.Helper()
+	tasks := make([]producer.Task, n)
+	for i := range tasks {
+		tasks[i] = producer.Task{Queue: e.q.Name, Payload: []byte("t")}
+	}
+	ids, err := e.p.ScheduleTasks(context.Background(), tasks)
+	require.NoError(e.t, err)
+	set := map[uuid.UUID]bool{}
+	for _, id := range ids {
+		set[id] = true
+	}
+	return set
+}
+
+func (e *env) worker(cfg worker.Config) *worker.Worker {
+	e.t.Helper()
+	cfg.Queue = e.q.Name
+	if cfg.MaxIdleInterval == 0 {
+		cfg.MaxIdleInterval = 200 * time.Millisecond
+	}
+	w, err := worker.New(e.s, cfg)
+	require.NoError(e.t, err)
+	return w
+}
+
+func stop(t *testing.T, w *worker.Worker) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.NoError(t, w.Stop(ctx))
+}
+
+// remaining counts task rows (pending or leased) left in the queue's partitions.
+func (e *env) remaining() int {
+	e.t.Helper()
+	var n int
+	require.NoError(e.t, e.s.Query(`SELECT count(*) FROM tasks WHERE kind = 1 ALLOW FILTERING`).Scan(&n))
+	return n
+}
+
+func TestConcurrencyLimit(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, shardq.QueueConfig{ShardCount: 4})
+	want := e.schedule(60)
+	var running, peak atomic.Int64
+	var mu sync.Mutex
+	seen := map[uuid.UUID]int{}
+	all := make(chan struct{})
+	w := e.worker(worker.Config{Concurrency: 3, Handler: worker.HandlerFunc(func(ctx context.Context, task *consumer.Task) error {
+		n := running.Add(1)
+		defer running.Add(-1)
+		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+		}
+		time.Sleep(5 * time.Millisecond) // the work
+		mu.Lock()
+		defer mu.Unlock()
+		if seen[task.ID]++; len(seen) == len(want) {
+			close(all)
+		}
+		return nil
+	})})
+	require.NoError(t, w.Start(context.Background()))
+	select {
+	case <-all:
+	case <-time.After(30 * time.Second):
+		t.Fatal("tasks not all handled")
+	}
+	stop(t, w)
+	require.Equal(t, int64(3), peak.Load())
+	for id, n := range seen {
+		require.True(t, want[id])
+		require.Equal(t, 1, n)
+	}
+	st := w.Stats()
+	require.Equal(t, uint64(60), st.Succeeded)
+	require.Equal(t, uint64(60), st.Acked, "every success acked, in batches")
+	require.Zero(t, e.remaining())
+}
+
+func TestPanicAndRetry(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, shardq.QueueConfig{ShardCount: 1})
+	e.schedule(1)
+	var attempts []int
+	var mu sync.Mutex
+	var finished []shardq.TaskFinished
+	done := make(chan struct{})
+	w := e.worker(worker.Config{
+		Backoff: func(int) time.Duration { return 0 },
+		Observer: shardq.ObserverFunc(func(_ context.Context, ev shardq.Event) {
+			if f, ok := ev.(shardq.TaskFinished); ok {
+				mu.Lock()
+				finished = append(finished, f)
+				mu.Unlock()
+			}
+		}),
+		Handler: worker.HandlerFunc(func(ctx context.Context, task *consumer.Task) error {
+			mu.Lock()
+			attempts = append(attempts, task.Attempt)
+			mu.Unlock()
+			switch task.Attempt {
+			case 1:
+				panic("boom")
+			case 2:
+				return errors.New("not yet")
+			}
+			close(done)
+			return nil
+		}),
+	})
+	require.NoError(t, w.Start(context.Background()))
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("third attempt never came")
+	}
+	stop(t, w)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []int{1, 2, 3}, attempts)
+	require.True(t, finished[0].Panicked)
+	require.ErrorContains(t, finished[0].Err, "boom")
+	require.ErrorContains(t, finished[0].Err, "worker_test.go", "the stack is recorded")
+	require.ErrorContains(t, finished[1].Err, "not yet")
+	require.NoError(t, finished[2].Err)
+	st := w.Stats()
+	require.Equal(t, uint64(1), st.Panicked)
+	require.Equal(t, uint64(2), st.Retried)
+	require.Equal(t, uint64(1), st.Acked)
+	require.Zero(t, e.remaining())
+}
+
+func TestDeadLetter(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, shardq.QueueConfig{ShardCount: 1})
+	id := func() uuid.UUID {
+		for id := range e.schedule(1) {
+			return id
+		}
+		return uuid.Nil
+	}()
+	dead := make(chan struct{})
+	w := e.worker(worker.Config{
+		MaxAttempts: 2,
+		Backoff:     func(int) time.Duration { return 0 },
+		Observer: shardq.ObserverFunc(func(_ context.Context, ev shardq.Event) {
+			if _, ok := ev.(shardq.DeadLettered); ok {
+				close(dead)
+			}
+		}),
+		Handler: worker.HandlerFunc(func(context.Context, *consumer.Task) error { return errors.New("always") }),
+	})
+	require.NoError(t, w.Start(context.Background()))
+	select {
+	case <-dead:
+	case <-time.After(30 * time.Second):
+		t.Fatal("never dead-lettered")
+	}
+	stop(t, w)
+	var attempt int
+	var msg string
+	require.NoError(t, e.s.Query(`SELECT attempt, error FROM dead_tasks WHERE queue = ? AND day = ? AND task_id = ?`,
+		e.q.Name, consumer.DeadLetterDay(time.Now()), gocql.UUID(id)).Scan(&attempt, &msg))
+	require.Equal(t, 2, attempt)
+	require.Equal(t, "always", msg)
+	require.Zero(t, e.remaining(), "a dead letter leaves the queue")
+	require.Equal(t, uint64(1), w.Stats().DeadLettered)
+}
+
+// TestGracefulStop stops a worker while handlers are mid-way: the ones that finish in
+// time are acked, the ones still running are abandoned and come back after their
+// timeout, leased tasks no handler started are given back at once; none is lost.
+func TestGracefulStop(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, shardq.QueueConfig{ShardCount: 2, DefaultTimeout: 3 * time.Second})
+	want := e.schedule(20)
+	started := make(chan uuid.UUID, 20)
+	quick := make(chan struct{})
+	var mu sync.Mutex
+	finished := map[uuid.UUID]bool{}
+	w := e.worker(worker.Config{Concurrency: 4, Prefetch: 8, Handler: worker.HandlerFunc(func(ctx context.Context, task *consumer.Task) error {
+		started <- task.ID
+		mu.Lock()
+		slow := len(finished) >= 2 // the first two finish when told; the rest hang on
+		mu.Unlock()
+		if !slow {
+			<-quick
+			mu.Lock()
+			finished[task.ID] = true
+			mu.Unlock()
+			return nil
+		}
+		<-ctx.Done()
+		return ctx.Err()
+	})})
+	require.NoError(t, w.Start(context.Background()))
+	for range 4 {
+		<-started // four handlers busy, eight more tasks prefetched
+	}
+	close(quick)
+	require.Eventually(t, func() bool { return w.Stats().Succeeded >= 2 }, 10*time.Second, 10*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	require.ErrorIs(t, w.Stop(ctx), context.DeadlineExceeded)
+	require.NoError(t, w.Stop(context.Background()), "Stop again returns at once")
+
+	st := w.Stats()
+	require.Equal(t, st.Succeeded, st.Acked, "exactly the finished tasks were acked")
+	require.Positive(t, st.Released, "prefetched tasks were given back")
+
+	// Everything not acked comes back: the abandoned after their timeout.
+	c, err := consumer.New(e.s, consumer.Config{Queue: e.q.Name})
+	require.NoError(t, err)
+	var back []*consumer.Task
+	require.Eventually(t, func() bool {
+		got, err := c.AcquireTasks(context.Background(), 100)
+		require.NoError(t, err)
+		back = append(back, got...)
+		return len(back)+int(st.Acked) >= len(want)
+	}, 15*time.Second, 50*time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	for _, task := range back {
+		require.False(t, finished[task.ID], "a finished task came back")
+		require.True(t, want[task.ID])
+	}
+	require.Len(t, back, len(want)-int(st.Acked))
+	require.NoError(t, c.AckTasks(context.Background(), back...))
+}
+
+func TestRunUntilExitsBeforeDeadline(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, shardq.QueueConfig{ShardCount: 4})
+	e.schedule(500)
+	w := e.worker(worker.Config{Concurrency: 4, Handler: worker.HandlerFunc(func(ctx context.Context, _ *consumer.Task) error {
+		select {
+		case <-time.After(40 * time.Millisecond): // the work
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})})
+	deadline := time.Now().Add(1500 * time.Millisecond)
+	require.NoError(t, w.RunUntil(context.Background(), deadline))
+	require.True(t, time.Now().Before(deadline), "returned %v after the deadline", time.Since(deadline))
+	st := w.Stats()
+	require.Positive(t, st.Succeeded)
+	require.Less(t, st.Succeeded, uint64(500))
+	require.Equal(t, st.Succeeded, st.Acked)
+	require.Equal(t, 500-int(st.Acked), e.remaining(), "the rest is still queued or leased, none lost")
+}
+
+// TestIdleWorkerMakesNoBurst counts every CQL request an idle worker makes: a steady
+// trickle bounded by one peek per candidate partition per idle interval, with no LWT.
+func TestIdleWorkerMakesNoBurst(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, shardq.QueueConfig{ShardCount: 20, BucketCount: 50, BucketDuration: 10 * time.Second})
+	var mu sync.Mutex
+	var at []time.Time
+	var lwts int
+	s := cassandratest.SessionFor(t, e.ks, func(c *gocql.ClusterConfig) {
+		c.QueryObserver = queryObserver(func(q gocql.ObservedQuery) {
+			mu.Lock()
+			defer mu.Unlock()
+			at = append(at, q.Start)
+			if strings.Contains(q.Statement, " IF ") {
+				lwts++
+			}
+		})
+	})
+	w, err := worker.New(s, worker.Config{Queue: e.q.Name, MaxIdleInterval: time.Second,
+		Handler: worker.HandlerFunc(func(context.Context, *consumer.Task) error { return nil })})
+	require.NoError(t, err)
+	require.NoError(t, w.Start(context.Background()))
+	defer stop(t, w)
+
+	// The first poll looks back a whole lap; count from the third second on.
+	first := time.Now()
+	require.Eventually(t, func() bool { return time.Since(first) > 5*time.Second }, 10*time.Second, 100*time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	var window []time.Time
+	for _, ts := range at {
+		if ts.After(first.Add(2 * time.Second)) {
+			window = append(window, ts)
+		}
+	}
+	span := time.Since(first.Add(2 * time.Second)).Seconds()
+	perPoll := 20 * 3 // at most three partitions a shard: a lagging, the current, the next bucket
+	require.LessOrEqual(t, float64(len(window))/span, float64(perPoll)/0.8, "requests/s over %.1fs", span)
+	require.Zero(t, lwts, "an idle worker takes no lock")
+	t.Logf("idle worker, 50 buckets x 20 shards, 1s idle interval: %.1f requests/s", float64(len(window))/span)
+}
+
+type queryObserver func(gocql.ObservedQuery)
+
+func (f queryObserver) ObserveQuery(_ context.Context, q gocql.ObservedQuery) { f(q) }
+
+// TestWakeOnLocalSchedule shows an idle worker with a long idle interval runs a task at
+// once when a producer in the same process schedules it.
+func TestWakeOnLocalSchedule(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, shardq.QueueConfig{ShardCount: 4})
+	ran := make(chan time.Time, 1)
+	w := e.worker(worker.Config{MaxIdleInterval: time.Minute, Handler: worker.HandlerFunc(func(context.Context, *consumer.Task) error {
+		ran <- time.Now()
+		return nil
+	})})
+	require.NoError(t, w.Start(context.Background()))
+	defer stop(t, w)
+	require.Eventually(t, func() bool { return w.Stats().Polls > 0 }, 10*time.Second, 20*time.Millisecond)
+
+	scheduled := time.Now()
+	e.schedule(1)
+	select {
+	case at := <-ran:
+		t.Logf("ran %v after scheduling", at.Sub(scheduled))
+	case <-time.After(20 * time.Second): // far below the minute the worker would sleep
+		t.Fatal("the worker did not wake for a local schedule")
+	}
+}
