@@ -430,9 +430,10 @@ func (w *Worker) run(ctx context.Context, t *consumer.Task) {
 	hctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	leaseDone := make(chan struct{})
+	var leaseEnded bool
 	go func() {
 		defer close(leaseDone)
-		w.keepLease(hctx, cancel, &lease)
+		leaseEnded = w.keepLease(hctx, cancel, &lease)
 	}()
 	err, panicked := w.call(hctx, t)
 	cancel()
@@ -445,9 +446,9 @@ func (w *Worker) run(ctx context.Context, t *consumer.Task) {
 	switch {
 	case err == nil:
 		w.acks <- &lease
-	case ctx.Err() != nil:
-		// Stopped hard mid-task: it did not finish, so it is neither acked nor retried
-		// and comes back after its timeout.
+	case ctx.Err() != nil || leaseEnded:
+		// Stopped hard mid-task, or its lease ran out: it did not finish in time, so it
+		// is neither acked nor retried; it comes back by its timeout, attempt + 1.
 	case t.Attempt >= w.cfg.MaxAttempts:
 		w.deadLetter(&lease, err)
 	default:
@@ -466,8 +467,9 @@ func (w *Worker) call(ctx context.Context, t *consumer.Task) (err error, panicke
 }
 
 // keepLease ends the handler's context when the lease ends and, with ExtendLeases,
-// extends the lease halfway through each term.
-func (w *Worker) keepLease(ctx context.Context, cancel context.CancelFunc, t *consumer.Task) {
+// extends the lease halfway through each term. It reports whether the lease ended (ran
+// out or was lost) before the handler returned.
+func (w *Worker) keepLease(ctx context.Context, cancel context.CancelFunc, t *consumer.Task) bool {
 	term := t.Deadline.Sub(w.cfg.Clock.Now())
 	for {
 		until := t.Deadline.Sub(w.cfg.Clock.Now())
@@ -479,18 +481,18 @@ func (w *Worker) keepLease(ctx context.Context, cancel context.CancelFunc, t *co
 		select {
 		case <-ctx.Done():
 			timer.Stop()
-			return
+			return false
 		case <-timer.C:
 		}
 		if !w.cfg.ExtendLeases || !w.cfg.Clock.Now().Before(t.Deadline) {
 			w.log.WarnContext(ctx, "task outlived its lease", "queue", t.Queue, "task_id", t.ID)
 			cancel()
-			return
+			return true
 		}
 		switch err := w.consumer.Extend(ctx, t, term); {
 		case errors.Is(err, consumer.ErrLeaseLost):
 			cancel()
-			return
+			return true
 		case err != nil && ctx.Err() == nil:
 			w.log.WarnContext(ctx, "extending a lease", "queue", t.Queue, "task_id", t.ID, "error", err)
 		}

@@ -371,3 +371,58 @@ func TestWakeOnLocalSchedule(t *testing.T) {
 		t.Fatal("the worker did not wake for a local schedule")
 	}
 }
+
+// TestLeaseExtension runs a handler for longer than its task's 2 s timeout. With
+// ExtendLeases the lease is renewed and the task acked once; without, the handler's
+// context ends when the lease does, and the task is delivered again.
+func TestLeaseExtension(t *testing.T) {
+	t.Parallel()
+	for _, extend := range []bool{true, false} {
+		t.Run(map[bool]string{true: "extended", false: "expiring"}[extend], func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, shardq.QueueConfig{ShardCount: 1, DefaultTimeout: 2 * time.Second})
+			e.schedule(1)
+			type run struct {
+				attempt int
+				err     error
+			}
+			runs := make(chan run, 4)
+			w := e.worker(worker.Config{ExtendLeases: extend, Concurrency: 1,
+				Backoff: func(int) time.Duration { return time.Minute }, // a failure would not come back soon
+				Handler: worker.HandlerFunc(func(ctx context.Context, task *consumer.Task) error {
+					select {
+					case <-time.After(3500 * time.Millisecond): // longer than the timeout
+						runs <- run{task.Attempt, nil}
+						return nil
+					case <-ctx.Done():
+						runs <- run{task.Attempt, ctx.Err()}
+						return ctx.Err()
+					}
+				})})
+			require.NoError(t, w.Start(context.Background()))
+			var first run
+			select {
+			case first = <-runs:
+			case <-time.After(20 * time.Second):
+				t.Fatal("the task never ran")
+			}
+			require.Equal(t, 1, first.attempt)
+			if extend {
+				require.NoError(t, first.err)
+				require.Eventually(t, func() bool { return w.Stats().Acked == 1 }, 5*time.Second, 20*time.Millisecond)
+				require.Zero(t, w.Stats().LeaseLost)
+				require.Zero(t, e.remaining())
+			} else {
+				require.ErrorIs(t, first.err, context.Canceled, "the context ends with the lease")
+				select {
+				case second := <-runs:
+					require.Equal(t, 2, second.attempt, "the expired lease is delivered again")
+				case <-time.After(20 * time.Second): // a retry would have waited the minute's backoff
+					t.Fatal("the task did not come back when its lease ran out")
+				}
+				require.Zero(t, w.Stats().Retried, "a task whose lease ran out is not retried as well")
+			}
+			stop(t, w)
+		})
+	}
+}
