@@ -184,22 +184,33 @@ func (c *Consumer) AcquireTasks(ctx context.Context, n int) ([]*Task, error) {
 	}
 	now := c.cfg.Clock.Now()
 	parts := c.candidates(now)
-	// Peek at every candidate partition at once: an idle queue then costs one round of
+	// Partitions whose last take was full are assumed to hold more: when they can fill
+	// the call, they are tried first without reading the others. Otherwise, or when they
+	// fall short, every candidate is peeked at once, so an idle queue costs one round of
 	// parallel reads, not one read after another.
-	if err := fanout.Each(len(parts), c.cfg.Concurrency, func(i int) error {
-		return c.peek(ctx, &parts[i], now)
-	}); err != nil {
-		return nil, err
-	}
-	c.advance(parts, now)
-
-	var due []string
+	assumed := 0
 	for _, pt := range parts {
-		if pt.due {
-			due = append(due, pt.key)
+		assumed += pt.avail
+	}
+	var out []*Task
+	var err error
+	if assumed >= n {
+		out, err = c.takeAll(ctx, parts, n, now)
+	}
+	if err == nil && len(out) < n {
+		for i := range parts {
+			parts[i].avail = 0
+		}
+		err = fanout.Each(len(parts), c.cfg.Concurrency, func(i int) error {
+			return c.peek(ctx, &parts[i], now)
+		})
+		if err == nil {
+			c.advance(parts, now)
+			var more []*Task
+			more, err = c.takeAll(ctx, parts, n-len(out), now)
+			out = append(out, more...)
 		}
 	}
-	out, err := c.takeAll(ctx, due, n, now)
 	if err != nil {
 		if len(out) == 0 {
 			return nil, err
@@ -217,28 +228,32 @@ func (c *Consumer) AcquireTasks(ctx context.Context, n int) ([]*Task, error) {
 	return out, nil
 }
 
-// takeAll takes up to n tasks from the due partitions keys, in parallel rounds: each
-// round splits what is still wanted among the next untried partitions, and a partition
-// that filled its share goes back in line, as it may hold more. Every round either
-// retires partitions or gains tasks, so the loop ends. Shards another consumer holds
-// are skipped.
-func (c *Consumer) takeAll(ctx context.Context, keys []string, n int, now time.Time) ([]*Task, error) {
+// takeAll takes up to n tasks from the partitions with rows available, in parallel
+// rounds. Each round hands out what is still wanted in scan order, each partition as
+// much as it was seen to have, so a backlogged partition fills a whole batch with one
+// lock and one swap while a trickle is gathered from many at once. A partition that gave
+// all it was asked and may hold more goes back in line. Every round either retires
+// partitions or gains tasks, so the loop ends. Shards another consumer holds are skipped.
+func (c *Consumer) takeAll(ctx context.Context, parts []part, n int, now time.Time) ([]*Task, error) {
+	var line []part
+	for _, pt := range parts {
+		if pt.avail > 0 {
+			line = append(line, pt)
+		}
+	}
 	var out []*Task
-	line := keys
 	for len(line) > 0 && len(out) < n {
-		want := n - len(out)
-		round := line[:min(len(line), want)]
-		line = line[len(round):]
-		share := func(i int) int { // want split evenly, the remainder to the first few
-			if i < want%len(round) {
-				return want/len(round) + 1
-			}
-			return want / len(round)
+		var round []part
+		var shares []int
+		for want := n - len(out); len(line) > 0 && want > 0; line = line[1:] {
+			share := min(line[0].avail, want)
+			round, shares = append(round, line[0]), append(shares, share)
+			want -= share
 		}
 		got := make([][]*Task, len(round))
 		err := fanout.Each(len(round), c.cfg.Concurrency, func(i int) error {
 			var err error
-			got[i], err = c.take(ctx, round[i], share(i), now)
+			got[i], err = c.take(ctx, round[i].key, shares[i], now)
 			if errors.Is(err, lock.ErrLockHeld) {
 				return nil
 			}
@@ -246,7 +261,7 @@ func (c *Consumer) takeAll(ctx context.Context, keys []string, n int, now time.T
 		})
 		for i, g := range got {
 			out = append(out, g...)
-			if len(g) == share(i) {
+			if len(g) == shares[i] && round[i].avail >= peekLimit {
 				line = append(line, round[i])
 			}
 		}
@@ -262,7 +277,7 @@ type part struct {
 	key      string
 	shard    int
 	bucket   int64
-	due      bool      // holds a row visible now (or was full last time: assumed to)
+	avail    int       // rows visible now, as far as seen (peekLimit: maybe more)
 	next     time.Time // earliest row seen that is not yet visible; zero if none
 	finished bool      // a past bucket with nothing of its lap left: the cursor may pass it
 }
@@ -286,7 +301,11 @@ func (c *Consumer) candidates(now time.Time) []part {
 		s := (first + i) % c.q.ShardCount
 		for b := max(c.cursors[s], bNow-int64(c.q.BucketCount)+1); b <= bLast; b++ {
 			key := c.layout.Key(b, s)
-			parts = append(parts, part{key: key, shard: s, bucket: b, due: c.hot[key]})
+			pt := part{key: key, shard: s, bucket: b}
+			if c.hot[key] {
+				pt.avail = peekLimit
+			}
+			parts = append(parts, pt)
 		}
 	}
 	return parts
@@ -297,9 +316,6 @@ func (c *Consumer) candidates(now time.Time) []part {
 // MaxClockSkew ago, whether none is left (pending tasks or leases not yet acked). Rows
 // of later laps wait in the same partition for their own lap and are not read.
 func (c *Consumer) peek(ctx context.Context, pt *part, now time.Time) error {
-	if pt.due {
-		return nil
-	}
 	lapEnd := c.layout.BucketStart(pt.bucket + int64(c.q.BucketCount))
 	iter := c.session.Query(taskrow.SelectBefore, pt.key, gocql.UUID(shard.MinID(lapEnd)), peekLimit).WithContext(ctx).Iter()
 	var id gocql.UUID
@@ -308,7 +324,7 @@ func (c *Consumer) peek(ctx context.Context, pt *part, now time.Time) error {
 		n++
 		switch at := shard.IDTime(uuid.UUID(id)); {
 		case !at.After(now):
-			pt.due = true
+			pt.avail++
 		case pt.next.IsZero() || at.Before(pt.next):
 			pt.next = at
 		}
@@ -316,13 +332,15 @@ func (c *Consumer) peek(ctx context.Context, pt *part, now time.Time) error {
 	if err := iter.Close(); err != nil {
 		return fmt.Errorf("consumer: reading %s: %w", pt.key, err)
 	}
-	if n == peekLimit && !pt.due {
-		// A full read in priority order may hide a due row of lower priority.
+	if n == peekLimit && pt.avail == 0 {
+		// A full read in priority order may hide due rows of lower priority.
 		rows, err := c.visible(ctx, pt.key, 1, now)
 		if err != nil {
 			return err
 		}
-		pt.due = len(rows) > 0
+		if len(rows) > 0 {
+			pt.avail = peekLimit
+		}
 		pt.next = now // the next due time is unknown: look again soon
 	}
 	pt.finished = n == 0 && !now.Before(c.layout.BucketStart(pt.bucket+1).Add(c.cfg.MaxClockSkew))

@@ -21,6 +21,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/shardq/shardq/internal/lwt"
+	"github.com/shardq/shardq/internal/taskrow"
 )
 
 // DefaultTTL is Config.TTL's default.
@@ -73,8 +74,7 @@ func New(session *gocql.Session, cfg Config) (*Locker, error) {
 	return &Locker{session: session, ttl: int(cfg.TTL / time.Second), log: cfg.Logger}, nil
 }
 
-// lockID is the clustering id of the lock row: a fixed, valid version 1 UUID.
-var lockID = gocql.UUID{0, 0, 0, 0, 0, 0, 0x10, 0, 0x80}
+var lockID = taskrow.LockID
 
 const (
 	where       = ` WHERE shard_key = ? AND kind = 0 AND priority = 0 AND id = ?`

@@ -26,6 +26,10 @@ type Row struct {
 	Attempt  int
 }
 
+// LockID is the clustering id of a partition's lock row (kind 0, priority 0): a fixed,
+// valid version 1 UUID.
+var LockID = gocql.UUID{0, 0, 0, 0, 0, 0, 0x10, 0, 0x80}
+
 // Insert writes a row.
 const Insert = `INSERT INTO tasks (shard_key, kind, priority, id, task_id, payload, due_at, timeout_ms, attempt)
 	VALUES (?, 1, ?, ?, ?, ?, ?, ?, ?)`

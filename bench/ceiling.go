@@ -1,0 +1,157 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/gocql/gocql"
+	"github.com/google/uuid"
+
+	"github.com/shardq/shardq/internal/fanout"
+	"github.com/shardq/shardq/internal/lwt"
+	"github.com/shardq/shardq/internal/taskrow"
+	"github.com/shardq/shardq/producer"
+	"github.com/shardq/shardq/shard"
+)
+
+// ceiling measures the Cassandra work the queue does without the queue's logic, in the
+// same run on the same machine: plain prepared inserts of the same rows at the producer's
+// concurrency, LWT acquire/release cycles on distinct partitions, and the read + swap
+// batch + ack batch a drain makes, without peeks or locks.
+func (b *bench) ceiling(ctx context.Context) error {
+	s, q, err := b.fresh(ctx, b.queueConfig("ceiling"))
+	if err != nil {
+		return err
+	}
+	n := b.o.ceilingTasks
+	l := q.Layout()
+	now := time.Now()
+	rows := make([]taskrow.Row, n)
+	for i := range rows {
+		id := gocql.UUID(shard.NewID(now))
+		rows[i] = taskrow.Row{Key: l.Key(l.Bucket(now), l.ShardFor(uuid.UUID(id))), Priority: int8(i % 10), ID: id, TaskID: id,
+			Payload: payload, DueAt: now, Timeout: q.DefaultTimeout}
+	}
+
+	// 1. Inserts, one statement each, producer.DefaultConcurrency at a time.
+	var next atomic.Int64
+	t0 := time.Now()
+	err = fanout.Each(producer.DefaultConcurrency, producer.DefaultConcurrency, func(int) error {
+		for i := next.Add(1) - 1; i < int64(n); i = next.Add(1) - 1 {
+			if err := s.Query(taskrow.Insert, rows[i].InsertArgs()...).WithContext(ctx).DefaultTimestamp(false).Exec(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	insertRate := float64(n) / time.Since(t0).Seconds()
+
+	// 2. LWT acquire + release on a partition of each goroutine's own, for five seconds.
+	lwtRate, err := lwtCycles(ctx, s, b.o.consumers, 5*time.Second)
+	if err != nil {
+		return err
+	}
+
+	// 3. The drain's own Cassandra work: consumers goroutines, each on its own partition
+	// holding n/consumers due rows, read a batch, swap it for leases in one conditional
+	// batch, and ack the leases in another.
+	drainRate, err := drainCeiling(ctx, s, now, n, b.o.consumers, b.o.batch, q.DefaultTimeout)
+	if err != nil {
+		return err
+	}
+	b.emit(result{"workload": "ceiling", "tasks": n, "consumers": b.o.consumers, "batch": b.o.batch,
+		"ceiling_insert_rows_per_s": insertRate, "ceiling_lwt_cycles_per_s": lwtRate, "ceiling_drain_tasks_per_s": drainRate})
+	return nil
+}
+
+func lwtCycles(ctx context.Context, s *gocql.Session, workers int, d time.Duration) (float64, error) {
+	const where = ` WHERE shard_key = ? AND kind = 0 AND priority = 0 AND id = ?`
+	lockID := taskrow.LockID
+	var cycles atomic.Int64
+	deadline := time.Now().Add(d)
+	err := fanout.Each(workers, workers, func(i int) error {
+		key := fmt.Sprintf("ceiling-lwt:%d:0", i)
+		for time.Now().Before(deadline) {
+			me := gocql.TimeUUID()
+			for _, q := range []*gocql.Query{
+				s.Query(`UPDATE tasks USING TTL 5 SET lock_holder = ?`+where+` IF lock_holder = null`, me, key, lockID),
+				s.Query(`UPDATE tasks SET lock_holder = null`+where+` IF lock_holder = ?`, key, lockID, me),
+			} {
+				applied, err := q.WithContext(ctx).RetryPolicy(lwt.NoRetry).MapScanCAS(map[string]any{})
+				if err != nil {
+					return err
+				}
+				if !applied {
+					return fmt.Errorf("LWT on %s not applied", key)
+				}
+			}
+			cycles.Add(1)
+		}
+		return nil
+	})
+	return float64(cycles.Load()) / d.Seconds(), err
+}
+
+func drainCeiling(ctx context.Context, s *gocql.Session, now time.Time, n, workers, batch int, timeout time.Duration) (float64, error) {
+	lockID := taskrow.LockID
+	per := n / workers
+	err := fanout.Each(workers, workers, func(w int) error {
+		key := fmt.Sprintf("ceiling-drain:%d:0", w)
+		for chunk := 0; chunk < per; chunk += 100 {
+			b := s.NewBatch(gocql.UnloggedBatch).WithContext(ctx)
+			for i := chunk; i < min(chunk+100, per); i++ {
+				id := gocql.UUID(shard.NewID(now))
+				r := taskrow.Row{Key: key, Priority: int8(i % 10), ID: id, TaskID: id, Payload: payload, DueAt: now, Timeout: timeout}
+				b.Query(taskrow.Insert, r.InsertArgs()...)
+			}
+			if err := s.ExecuteBatch(b); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	t0 := time.Now()
+	err = fanout.Each(workers, workers, func(w int) error {
+		key := fmt.Sprintf("ceiling-drain:%d:0", w)
+		for {
+			rows, err := taskrow.Scan(s.Query(taskrow.SelectVisible, key, gocql.UUID(shard.MaxID(time.Now())), batch).WithContext(ctx).Iter(), key)
+			if err != nil || len(rows) == 0 {
+				return err
+			}
+			swap := s.NewBatch(gocql.LoggedBatch).WithContext(ctx)
+			swap.RetryPolicy(lwt.NoRetry)
+			swap.Query(`UPDATE tasks SET lock_token = 0 WHERE shard_key = ? AND kind = 0 AND priority = 0 AND id = ? IF lock_holder = null`, key, lockID)
+			ack := s.NewBatch(gocql.LoggedBatch).WithContext(ctx)
+			ack.RetryPolicy(lwt.NoRetry)
+			for _, r := range rows {
+				swap.Query(taskrow.Delete, r.KeyArgs()...)
+				lease := r
+				lease.ID = gocql.UUID(shard.NewID(time.Now().Add(timeout)))
+				lease.Attempt++
+				swap.Query(taskrow.Insert, lease.InsertArgs()...)
+				ack.Query(taskrow.DeleteIfExists, lease.KeyArgs()...)
+			}
+			for _, bt := range []*gocql.Batch{swap, ack} {
+				applied, iter, err := s.ExecuteBatchCAS(bt)
+				if err == nil {
+					err = iter.Close()
+				}
+				if err != nil {
+					return err
+				}
+				if !applied {
+					return fmt.Errorf("ceiling batch on %s not applied", key)
+				}
+			}
+		}
+	})
+	return float64(per*workers) / time.Since(t0).Seconds(), err
+}

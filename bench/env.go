@@ -1,0 +1,232 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	"github.com/gocql/gocql"
+	"github.com/google/uuid"
+
+	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/internal/cqlcluster"
+)
+
+// bench holds what every workload shares: the cluster, a session whose every request
+// is counted, and the results so far (for the ceiling ratios).
+type bench struct {
+	o        options
+	hosts    []string
+	admin    *gocql.Session
+	session  *gocql.Session
+	requests atomic.Int64
+	jsonOut  io.Writer
+	closers  []func()
+	results  map[string]result
+}
+
+type result map[string]any
+
+func newBench(o options) (*bench, error) {
+	hosts := cqlcluster.EnvHosts()
+	if len(hosts) == 0 {
+		hosts = strings.Split(o.hosts, ",")
+	}
+	b := &bench{o: o, hosts: hosts, jsonOut: os.Stdout, results: map[string]result{}}
+	admin, err := cqlcluster.New(hosts...).CreateSession()
+	if err != nil {
+		return nil, fmt.Errorf("connecting to %v: %w", hosts, err)
+	}
+	b.admin = admin
+	b.closers = append(b.closers, admin.Close)
+	if o.jsonPath != "" {
+		f, err := os.OpenFile(o.jsonPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+		if err != nil {
+			return nil, err
+		}
+		b.jsonOut = f
+		b.closers = append(b.closers, func() { f.Close() })
+	}
+	return b, nil
+}
+
+func (b *bench) close() {
+	if b.session != nil {
+		b.session.Close()
+	}
+	for i := len(b.closers) - 1; i >= 0; i-- {
+		b.closers[i]()
+	}
+}
+
+// fresh drops and makes the bench keyspace, applies the schema and creates queue q,
+// and returns a session on it whose requests are counted in b.requests.
+func (b *bench) fresh(ctx context.Context, q shardq.QueueConfig) (*gocql.Session, shardq.QueueConfig, error) {
+	if b.session != nil {
+		b.session.Close()
+		b.session = nil
+	}
+	for _, stmt := range []string{
+		"DROP KEYSPACE IF EXISTS " + b.o.keyspace,
+		"CREATE KEYSPACE " + b.o.keyspace + " WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 1}",
+	} {
+		if err := b.admin.Query(stmt).WithContext(ctx).Exec(); err != nil {
+			return nil, q, err
+		}
+	}
+	c := cqlcluster.New(b.hosts...)
+	c.Keyspace = b.o.keyspace
+	c.NumConns = 4
+	c.QueryObserver = counter{&b.requests}
+	c.BatchObserver = counter{&b.requests}
+	s, err := c.CreateSession()
+	if err != nil {
+		return nil, q, err
+	}
+	b.session = s
+	if err := shardq.ApplySchema(ctx, s); err != nil {
+		return nil, q, err
+	}
+	q, err = shardq.CreateQueue(ctx, s, q)
+	return s, q, err
+}
+
+// queueConfig is the queue the flags describe.
+func (b *bench) queueConfig(name string) shardq.QueueConfig {
+	return shardq.QueueConfig{Name: name, BucketCount: b.o.buckets, BucketDuration: b.o.bucket,
+		ShardCount: b.o.shards, DefaultTimeout: b.o.timeout}
+}
+
+type counter struct{ n *atomic.Int64 }
+
+func (c counter) ObserveQuery(context.Context, gocql.ObservedQuery) { c.n.Add(1) }
+func (c counter) ObserveBatch(context.Context, gocql.ObservedBatch) { c.n.Add(1) }
+
+// tracker records deliveries, to count lost and duplicated tasks and lateness.
+type tracker struct {
+	mu        sync.Mutex
+	seen      map[uuid.UUID]int
+	lateness  []time.Duration
+	delivered atomic.Int64
+	lastAck   time.Time
+}
+
+func newTracker(n int) *tracker { return &tracker{seen: make(map[uuid.UUID]int, n)} }
+
+// record notes a delivered task, late by lateness.
+func (t *tracker) record(id uuid.UUID, lateness time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.seen[id]++; t.seen[id] == 1 {
+		t.delivered.Add(1)
+	}
+	t.lateness = append(t.lateness, lateness)
+}
+
+func (t *tracker) acked(at time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if at.After(t.lastAck) {
+		t.lastAck = at
+	}
+}
+
+// lostAndDuplicates compares deliveries with the scheduled IDs.
+func (t *tracker) lostAndDuplicates(scheduled []uuid.UUID) (lost, dups int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, id := range scheduled {
+		switch n := t.seen[id]; {
+		case n == 0:
+			lost++
+		case n > 1:
+			dups += n - 1
+		}
+	}
+	return lost, dups
+}
+
+// percentiles returns p50, p99 and max of ds in milliseconds.
+func percentiles(ds []time.Duration) (p50, p99, maxMs float64) {
+	if len(ds) == 0 {
+		return 0, 0, 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	at := func(p float64) float64 { return ms(s[int(p*float64(len(s)-1))]) }
+	return at(0.5), at(0.99), ms(s[len(s)-1])
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// progress prints done/total, rate and ETA every two seconds until stop is closed.
+func progress(name string, total int, done func() int, stop <-chan struct{}) {
+	start := time.Now()
+	tick := time.NewTicker(2 * time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			fmt.Fprintf(os.Stderr, "\r%-80s\r", "")
+			return
+		case <-tick.C:
+			n := done()
+			rate := float64(n) / time.Since(start).Seconds()
+			eta := "?"
+			if rate > 0 {
+				eta = (time.Duration(float64(total-n)/rate) * time.Second / time.Second).Round(time.Second).String()
+			}
+			fmt.Fprintf(os.Stderr, "\r%s: %d/%d tasks, %.0f/s, ETA %s   ", name, n, total, rate, eta)
+		}
+	}
+}
+
+// emit prints r as a table and as one JSON line, and keeps it for the ratios.
+func (b *bench) emit(r result) {
+	name := r["workload"].(string)
+	b.results[name] = r
+	keys := make([]string, 0, len(r))
+	for k := range r {
+		if k != "workload" {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	fmt.Printf("\n== %s\n", name)
+	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	for _, k := range keys {
+		v := r[k]
+		if f, ok := v.(float64); ok {
+			v = fmt.Sprintf("%.1f", f)
+		}
+		fmt.Fprintf(tw, "%s\t%v\n", k, v)
+	}
+	tw.Flush()
+	line, _ := json.Marshal(r)
+	fmt.Fprintln(b.jsonOut, string(line))
+}
+
+// ratios prints each queue figure as a share of its ceiling, when both ran.
+func (b *bench) ratios() {
+	c, ok := b.results["ceiling"]
+	if !ok {
+		return
+	}
+	r := result{"workload": "ratios"}
+	if burst, ok := b.results["burst"]; ok {
+		r["schedule_vs_insert_ceiling"] = burst["schedule_tasks_per_s"].(float64) / c["ceiling_insert_rows_per_s"].(float64)
+		r["drain_vs_drain_ceiling"] = burst["drain_tasks_per_s"].(float64) / c["ceiling_drain_tasks_per_s"].(float64)
+	}
+	if len(r) > 1 {
+		b.emit(r)
+	}
+}

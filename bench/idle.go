@@ -1,0 +1,90 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/consumer"
+	"github.com/shardq/shardq/worker"
+)
+
+// idle runs a worker with default settings on an empty queue and counts its CQL requests
+// and, for a local node, the server's CPU seconds over the window.
+func (b *bench) idle(ctx context.Context) error {
+	cfg := shardq.QueueConfig{Name: "idle", BucketCount: b.o.idleBuckets, ShardCount: b.o.idleShards}
+	s, q, err := b.fresh(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	w, err := worker.New(s, worker.Config{Queue: q.Name, MaxIdleInterval: b.o.idleInterval,
+		Handler: worker.HandlerFunc(func(context.Context, *consumer.Task) error { return nil })})
+	if err != nil {
+		return err
+	}
+	if err := w.Start(ctx); err != nil {
+		return err
+	}
+	defer w.Stop(ctx) //nolint:errcheck // stopping an idle worker cannot lose work
+	// The first poll looks back a whole lap; measure the steady state after it.
+	for w.Stats().Polls == 0 {
+		time.Sleep(50 * time.Millisecond)
+	}
+	pid := b.cassandraPID()
+	cpu0, cpuErr := cpuSeconds(pid)
+	req0, t0 := b.requests.Load(), time.Now()
+	fmt.Fprintf(os.Stderr, "idle: counting requests for %v\n", b.o.idleFor)
+	time.Sleep(b.o.idleFor)
+	reqs, span := b.requests.Load()-req0, time.Since(t0)
+	r := result{"workload": "idle", "buckets": q.BucketCount, "bucket_s": q.BucketDuration.Seconds(), "shards": q.ShardCount,
+		"window_s": span.Seconds(), "idle_requests_per_s": float64(reqs) / span.Seconds(), "polls": w.Stats().Polls}
+	if cpu1, err := cpuSeconds(pid); cpuErr == nil && err == nil {
+		r["server_cpu_s"] = cpu1 - cpu0
+	}
+	b.emit(r)
+	return nil
+}
+
+// cassandraPID finds a local node: the PID file scripts/cassandra writes, else a process
+// running CassandraDaemon. Zero when there is none.
+func (b *bench) cassandraPID() int {
+	if raw, err := os.ReadFile(b.o.cassandraPIDFile); err == nil {
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(raw))); err == nil {
+			return pid
+		}
+	}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if cmd, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil && strings.Contains(string(cmd), "CassandraDaemon") {
+			return pid
+		}
+	}
+	return 0
+}
+
+// cpuSeconds reads a process's user+system CPU time from /proc (clock ticks of 1/100 s).
+func cpuSeconds(pid int) (float64, error) {
+	if pid == 0 {
+		return 0, fmt.Errorf("no local node")
+	}
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// Fields after the command name, which is in parentheses and may hold spaces.
+	fields := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+2:]))
+	utime, err1 := strconv.ParseFloat(fields[11], 64)
+	stime, err2 := strconv.ParseFloat(fields[12], 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("parsing /proc/%d/stat", pid)
+	}
+	return (utime + stime) / 100, nil
+}

@@ -1,0 +1,122 @@
+// Command bench measures shardq against a Cassandra cluster: how fast tasks are
+// scheduled and drained, how late they run, what an idle worker costs, how reads hold
+// up over a long run, how shard counts and batch sizes trade off, and what the same
+// Cassandra work costs without the queue's logic (the ceiling every figure is a ratio to).
+//
+//	go run ./bench -workload burst,spread,idle,ceiling -json results.jsonl
+//
+// Each workload prints a table, and one JSON object per line (to -json, or stdout).
+// Each runs in a fresh keyspace (-keyspace, dropped and made again).
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+)
+
+type options struct {
+	hosts     string
+	keyspace  string
+	workloads string
+	jsonPath  string
+	chartPath string
+
+	shards, buckets int
+	bucket, timeout time.Duration
+	consumers       int
+	batch           int
+
+	burstTasks int
+
+	spreadTasks int
+	spreadOver  time.Duration
+
+	idleFor          time.Duration
+	idleBuckets      int
+	idleShards       int
+	idleInterval     time.Duration
+	cassandraPIDFile string
+
+	soakTasks int
+	soakRate  int
+
+	sweepTasks                 int
+	sweepShards, sweepBuckets  string
+	sweepConsumers, sweepBatch string
+
+	ceilingTasks int
+}
+
+func main() {
+	var o options
+	flag.StringVar(&o.hosts, "hosts", "127.0.0.1", "comma-separated Cassandra hosts (SHARDQ_CASSANDRA_HOSTS wins when set)")
+	flag.StringVar(&o.keyspace, "keyspace", "shardq_bench", "keyspace each workload drops and makes again")
+	flag.StringVar(&o.workloads, "workload", "burst", "comma-separated workloads: burst, spread, idle, soak, sweep, ceiling, or all")
+	flag.StringVar(&o.jsonPath, "json", "", "append JSON lines to this file (default: print them on stdout)")
+	flag.StringVar(&o.chartPath, "chart", "sweep.png", "PNG file for the sweep's chart")
+
+	flag.IntVar(&o.shards, "shards", 8, "queue concurrency shards (burst, spread, soak, ceiling)")
+	flag.IntVar(&o.buckets, "buckets", 60, "queue time buckets per lap")
+	flag.DurationVar(&o.bucket, "bucket", time.Second, "queue bucket duration")
+	flag.DurationVar(&o.timeout, "timeout", 30*time.Second, "task timeout (kept longer than any drain, so no lease expires)")
+	flag.IntVar(&o.consumers, "consumers", 8, "consumers (burst, soak, ceiling) or worker handlers (spread)")
+	flag.IntVar(&o.batch, "batch", 100, "tasks per AcquireTasks call")
+
+	flag.IntVar(&o.burstTasks, "burst-tasks", 100_000, "burst: tasks scheduled due at once")
+
+	flag.IntVar(&o.spreadTasks, "spread-tasks", 50_000, "spread: tasks scheduled while workers run")
+	flag.DurationVar(&o.spreadOver, "spread-over", 20*time.Second, "spread: due times uniform over this long")
+
+	flag.DurationVar(&o.idleFor, "idle-for", 20*time.Second, "idle: how long to count requests")
+	flag.IntVar(&o.idleBuckets, "idle-buckets", 50, "idle: queue time buckets")
+	flag.IntVar(&o.idleShards, "idle-shards", 20, "idle: queue concurrency shards")
+	flag.DurationVar(&o.idleInterval, "idle-interval", 0, "idle: worker MaxIdleInterval (0: the worker's default)")
+	flag.StringVar(&o.cassandraPIDFile, "cassandra-pid", ".run/cassandra/node1/pid", "idle: PID file of a local node, for its CPU seconds")
+
+	flag.IntVar(&o.soakTasks, "soak-tasks", 1_000_000, "soak: tasks pushed through")
+	flag.IntVar(&o.soakRate, "soak-rate", 4000, "soak: tasks scheduled per second")
+
+	flag.IntVar(&o.sweepTasks, "sweep-tasks", 10_000, "sweep: tasks per grid point")
+	flag.StringVar(&o.sweepShards, "sweep-shards", "4,16", "sweep: shard counts")
+	flag.StringVar(&o.sweepBuckets, "sweep-bucket", "1s,10s", "sweep: bucket durations")
+	flag.StringVar(&o.sweepConsumers, "sweep-consumers", "4,8", "sweep: consumer counts")
+	flag.StringVar(&o.sweepBatch, "sweep-batch", "50,200", "sweep: batch sizes")
+
+	flag.IntVar(&o.ceilingTasks, "ceiling-tasks", 50_000, "ceiling: rows per measurement")
+	flag.Parse()
+
+	if err := run(context.Background(), o); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, o options) error {
+	names := strings.Split(o.workloads, ",")
+	if o.workloads == "all" {
+		names = []string{"burst", "ceiling", "spread", "idle", "sweep", "soak"}
+	}
+	b, err := newBench(o)
+	if err != nil {
+		return err
+	}
+	defer b.close()
+	workloads := map[string]func(context.Context) error{
+		"burst": b.burst, "spread": b.spread, "idle": b.idle, "soak": b.soak, "sweep": b.sweep, "ceiling": b.ceiling,
+	}
+	for _, name := range names {
+		w, ok := workloads[strings.TrimSpace(name)]
+		if !ok {
+			return fmt.Errorf("unknown workload %q", name)
+		}
+		if err := w(ctx); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	b.ratios()
+	return nil
+}

@@ -1,0 +1,70 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/shardq/shardq/consumer"
+	"github.com/shardq/shardq/worker"
+)
+
+// spread starts workers, then schedules N tasks due uniformly over the next T, and
+// measures lateness as handler start minus due time.
+func (b *bench) spread(ctx context.Context) error {
+	s, q, err := b.fresh(ctx, b.queueConfig("spread"))
+	if err != nil {
+		return err
+	}
+	n := b.o.spreadTasks
+	tr := newTracker(n)
+	all := make(chan struct{})
+	var once sync.Once
+	w, err := worker.New(s, worker.Config{Queue: q.Name, Concurrency: b.o.consumers,
+		Handler: worker.HandlerFunc(func(_ context.Context, t *consumer.Task) error {
+			tr.record(t.ID, time.Since(t.DueAt))
+			if tr.delivered.Load() == int64(n) {
+				once.Do(func() { close(all) })
+			}
+			return nil
+		})})
+	if err != nil {
+		return err
+	}
+	if err := w.Start(ctx); err != nil {
+		return err
+	}
+	start := time.Now().Add(time.Second)
+	span := int64(b.o.spreadOver)
+	ids, _, err := scheduleAll(ctx, s, q.Name, n, func(int) time.Time {
+		return start.Add(time.Duration(rand.Int64N(span + 1)))
+	})
+	if err != nil {
+		return err
+	}
+	stop := make(chan struct{})
+	go progress("spread", n, func() int { return int(tr.delivered.Load()) }, stop)
+	var waitErr error
+	select {
+	case <-all:
+	case <-time.After(b.o.spreadOver + 2*time.Minute):
+		waitErr = fmt.Errorf("only %d of %d tasks ran", tr.delivered.Load(), n)
+	}
+	close(stop)
+	stopCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := w.Stop(stopCtx); err != nil {
+		return err
+	}
+	if waitErr != nil {
+		return waitErr
+	}
+	lost, dups := tr.lostAndDuplicates(ids)
+	p50, p99, mx := percentiles(tr.lateness)
+	b.emit(result{"workload": "spread", "tasks": n, "over_s": b.o.spreadOver.Seconds(), "handlers": b.o.consumers,
+		"shards": q.ShardCount, "lateness_p50_ms": p50, "lateness_p99_ms": p99, "lateness_max_ms": mx,
+		"lost": lost, "duplicates": dups})
+	return nil
+}
