@@ -5,7 +5,7 @@ STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 FUZZTIME ?= 10s
 
-.PHONY: test demo lint cassandra-start cassandra-stop cassandra-status
+.PHONY: test demo bench lint cassandra-start cassandra-stop cassandra-status
 
 # Vet, every test with the race detector, then a short run of each fuzz target.
 test:
@@ -16,6 +16,13 @@ test:
 # 10,000 tasks due over 10 s, drained by 4 consumers: throughput, lateness, lost/duplicates.
 demo:
 	scripts/with-cassandra $(GO) run ./cmd/demo
+
+# The standard benchmark set (about 8 minutes here): every workload at its default size.
+# Results go to bench/results/: JSON lines, and the sweep's chart.
+bench:
+	mkdir -p bench/results
+	scripts/with-cassandra $(GO) run ./bench -workload all \
+		-json bench/results/$$(date +%Y%m%d-%H%M%S).jsonl -chart bench/results/sweep.png
 
 lint:
 	$(GO) vet ./...

@@ -32,8 +32,9 @@ type options struct {
 
 	burstTasks int
 
-	spreadTasks int
-	spreadOver  time.Duration
+	spreadTasks    int
+	spreadOver     time.Duration
+	spreadHandlers int
 
 	idleFor          time.Duration
 	idleBuckets      int
@@ -63,13 +64,14 @@ func main() {
 	flag.IntVar(&o.buckets, "buckets", 60, "queue time buckets per lap")
 	flag.DurationVar(&o.bucket, "bucket", time.Second, "queue bucket duration")
 	flag.DurationVar(&o.timeout, "timeout", 30*time.Second, "task timeout (kept longer than any drain, so no lease expires)")
-	flag.IntVar(&o.consumers, "consumers", 8, "consumers (burst, soak, ceiling) or worker handlers (spread)")
+	flag.IntVar(&o.consumers, "consumers", 8, "consumers (burst, soak, ceiling)")
 	flag.IntVar(&o.batch, "batch", 100, "tasks per AcquireTasks call")
 
 	flag.IntVar(&o.burstTasks, "burst-tasks", 100_000, "burst: tasks scheduled due at once")
 
 	flag.IntVar(&o.spreadTasks, "spread-tasks", 50_000, "spread: tasks scheduled while workers run")
 	flag.DurationVar(&o.spreadOver, "spread-over", 20*time.Second, "spread: due times uniform over this long")
+	flag.IntVar(&o.spreadHandlers, "handlers", 64, "spread: worker Concurrency (a fetch takes at most Concurrency+Prefetch tasks)")
 
 	flag.DurationVar(&o.idleFor, "idle-for", 20*time.Second, "idle: how long to count requests")
 	flag.IntVar(&o.idleBuckets, "idle-buckets", 50, "idle: queue time buckets")

@@ -22,7 +22,7 @@ func (b *bench) spread(ctx context.Context) error {
 	tr := newTracker(n)
 	all := make(chan struct{})
 	var once sync.Once
-	w, err := worker.New(s, worker.Config{Queue: q.Name, Concurrency: b.o.consumers,
+	w, err := worker.New(s, worker.Config{Queue: q.Name, Concurrency: b.o.spreadHandlers,
 		Handler: worker.HandlerFunc(func(_ context.Context, t *consumer.Task) error {
 			tr.record(t.ID, time.Since(t.DueAt))
 			if tr.delivered.Load() == int64(n) {
@@ -63,7 +63,7 @@ func (b *bench) spread(ctx context.Context) error {
 	}
 	lost, dups := tr.lostAndDuplicates(ids)
 	p50, p99, mx := percentiles(tr.lateness)
-	b.emit(result{"workload": "spread", "tasks": n, "over_s": b.o.spreadOver.Seconds(), "handlers": b.o.consumers,
+	b.emit(result{"workload": "spread", "tasks": n, "over_s": b.o.spreadOver.Seconds(), "handlers": b.o.spreadHandlers,
 		"shards": q.ShardCount, "lateness_p50_ms": p50, "lateness_p99_ms": p99, "lateness_max_ms": mx,
 		"lost": lost, "duplicates": dups})
 	return nil

@@ -33,7 +33,7 @@ import (
 // Defaults and limits for Config and calls.
 const (
 	DefaultMaxClockSkew = 2 * time.Second
-	DefaultConcurrency  = 8
+	DefaultConcurrency  = 16
 	DefaultLookAhead    = 5 * time.Second
 	// MaxAcquire is the most tasks one AcquireTasks call may ask for; their leases are
 	// written in one batch per partition.
@@ -201,9 +201,7 @@ func (c *Consumer) AcquireTasks(ctx context.Context, n int) ([]*Task, error) {
 		for i := range parts {
 			parts[i].avail = 0
 		}
-		err = fanout.Each(len(parts), c.cfg.Concurrency, func(i int) error {
-			return c.peek(ctx, &parts[i], now)
-		})
+		err = c.peekAll(ctx, parts, n-len(out), now)
 		if err == nil {
 			c.advance(parts, now)
 			var more []*Task
@@ -344,6 +342,36 @@ func (c *Consumer) peek(ctx context.Context, pt *part, now time.Time) error {
 		pt.next = now // the next due time is unknown: look again soon
 	}
 	pt.finished = n == 0 && !now.Before(c.layout.BucketStart(pt.bucket+1).Add(c.cfg.MaxClockSkew))
+	return nil
+}
+
+// peekAll peeks at the partitions of buckets up to now, and at the look-ahead buckets
+// only when those hold fewer than want visible rows: rows coming due later matter for
+// NextDue, which matters only to a consumer that is about to go idle.
+func (c *Consumer) peekAll(ctx context.Context, parts []part, want int, now time.Time) error {
+	bNow := c.layout.Bucket(now)
+	var current, ahead []int
+	for i, pt := range parts {
+		if pt.bucket <= bNow {
+			current = append(current, i)
+		} else {
+			ahead = append(ahead, i)
+		}
+	}
+	avail := 0
+	for _, idx := range [][]int{current, ahead} {
+		if avail >= want {
+			break
+		}
+		if err := fanout.Each(len(idx), c.cfg.Concurrency, func(i int) error {
+			return c.peek(ctx, &parts[idx[i]], now)
+		}); err != nil {
+			return err
+		}
+		for _, i := range idx {
+			avail += parts[i].avail
+		}
+	}
 	return nil
 }
 

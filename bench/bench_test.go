@@ -1,0 +1,69 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/shardq/shardq/internal/cassandratest"
+	"github.com/shardq/shardq/internal/cqlcluster"
+)
+
+// TestWorkloadsSmall runs every workload at a tiny size against the real cluster and
+// checks each writes its JSON line with the documented fields, no task lost or
+// duplicated, and the sweep's chart as a PNG.
+func TestWorkloadsSmall(t *testing.T) {
+	dir := t.TempDir()
+	o := options{
+		hosts: strings.Join(cassandratest.Hosts(t), ","), keyspace: cassandratest.Keyspace(t),
+		workloads: "all", jsonPath: filepath.Join(dir, "out.jsonl"), chartPath: filepath.Join(dir, "sweep.png"),
+		shards: 4, buckets: 60, bucket: time.Second, timeout: 30 * time.Second, consumers: 4, batch: 50,
+		burstTasks: 600, spreadTasks: 300, spreadOver: 2 * time.Second, spreadHandlers: 16,
+		idleFor: 2 * time.Second, idleBuckets: 50, idleShards: 20, cassandraPIDFile: "/nonexistent",
+		soakTasks: 1500, soakRate: 1000,
+		sweepTasks: 300, sweepShards: "2", sweepBuckets: "1s", sweepConsumers: "2", sweepBatch: "20,50",
+		ceilingTasks: 600,
+	}
+	t.Setenv(cqlcluster.HostsEnv, "") // o.hosts says where the cluster is
+	require.NoError(t, run(context.Background(), o))
+
+	f, err := os.Open(o.jsonPath)
+	require.NoError(t, err)
+	defer f.Close()
+	byWorkload := map[string]map[string]any{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var r map[string]any
+		require.NoError(t, json.Unmarshal(sc.Bytes(), &r))
+		byWorkload[r["workload"].(string)] = r
+		if lost, ok := r["lost"]; ok {
+			require.Zero(t, lost, r["workload"])
+			require.Zero(t, r["duplicates"], r["workload"])
+		}
+	}
+	want := map[string][]string{
+		"burst":   {"schedule_tasks_per_s", "drain_tasks_per_s", "lateness_p50_ms", "lateness_p99_ms", "lateness_max_ms"},
+		"spread":  {"lateness_p50_ms", "lateness_p99_ms", "lateness_max_ms"},
+		"idle":    {"idle_requests_per_s"},
+		"soak":    {"acquire_p50_ms", "acquire_p99_ms", "tombstones_per_read", "drain_tasks_per_s"},
+		"sweep":   {"drain_tasks_per_s", "lateness_p99_ms"},
+		"ceiling": {"ceiling_insert_rows_per_s", "ceiling_drain_tasks_per_s", "ceiling_lwt_cycles_per_s"},
+		"ratios":  {"schedule_vs_insert_ceiling", "drain_vs_drain_ceiling"},
+	}
+	for w, fields := range want {
+		require.Contains(t, byWorkload, w)
+		for _, field := range fields {
+			require.Contains(t, byWorkload[w], field, w)
+		}
+	}
+	png, err := os.ReadFile(o.chartPath)
+	require.NoError(t, err)
+	require.True(t, strings.HasPrefix(string(png), "\x89PNG"), "the chart is a PNG")
+}
