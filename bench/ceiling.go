@@ -60,12 +60,15 @@ func (b *bench) ceiling(ctx context.Context) error {
 	// 3. The drain's own Cassandra work: consumers goroutines, each on its own partition
 	// holding n/consumers due rows, read a batch, swap it for leases in one conditional
 	// batch, and ack the leases in another.
+	req0 := b.requests.Load()
 	drainRate, err := drainCeiling(ctx, s, now, n, b.o.consumers, b.o.batch, q.DefaultTimeout)
 	if err != nil {
 		return err
 	}
+	drainRequests := float64(b.requests.Load()-req0) / float64(n)
 	b.emit(result{"workload": "ceiling", "tasks": n, "consumers": b.o.consumers, "batch": b.o.batch,
-		"ceiling_insert_rows_per_s": insertRate, "ceiling_lwt_cycles_per_s": lwtRate, "ceiling_drain_tasks_per_s": drainRate})
+		"ceiling_insert_rows_per_s": insertRate, "ceiling_lwt_cycles_per_s": lwtRate, "ceiling_drain_tasks_per_s": drainRate,
+		"ceiling_drain_requests_per_task": drainRequests})
 	return nil
 }
 

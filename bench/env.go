@@ -183,7 +183,7 @@ func progress(name string, total int, done func() int, stop <-chan struct{}) {
 			rate := float64(n) / time.Since(start).Seconds()
 			eta := "?"
 			if rate > 0 {
-				eta = (time.Duration(float64(total-n)/rate) * time.Second / time.Second).Round(time.Second).String()
+				eta = time.Duration(float64(total-n) / rate * float64(time.Second)).Round(time.Second).String()
 			}
 			fmt.Fprintf(os.Stderr, "\r%s: %d/%d tasks, %.0f/s, ETA %s   ", name, n, total, rate, eta)
 		}

@@ -60,9 +60,11 @@ func main() {
 	flag.StringVar(&o.jsonPath, "json", "", "append JSON lines to this file (default: print them on stdout)")
 	flag.StringVar(&o.chartPath, "chart", "sweep.png", "PNG file for the sweep's chart")
 
-	flag.IntVar(&o.shards, "shards", 8, "queue concurrency shards (burst, spread, soak, ceiling)")
-	flag.IntVar(&o.buckets, "buckets", 60, "queue time buckets per lap")
-	flag.DurationVar(&o.bucket, "bucket", time.Second, "queue bucket duration")
+	// A lap (buckets × bucket) longer than the schema's gc_grace_seconds (600 s), so that
+	// tombstones can be purged before consumers come back to a partition.
+	flag.IntVar(&o.shards, "shards", 16, "queue concurrency shards (burst, spread, soak, ceiling)")
+	flag.IntVar(&o.buckets, "buckets", 150, "queue time buckets per lap")
+	flag.DurationVar(&o.bucket, "bucket", 5*time.Second, "queue bucket duration")
 	flag.DurationVar(&o.timeout, "timeout", 30*time.Second, "task timeout (kept longer than any drain, so no lease expires)")
 	flag.IntVar(&o.consumers, "consumers", 8, "consumers (burst, soak, ceiling)")
 	flag.IntVar(&o.batch, "batch", 100, "tasks per AcquireTasks call")
