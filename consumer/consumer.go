@@ -23,6 +23,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/internal/defaults"
 	"github.com/shardq/shardq/internal/fanout"
 	"github.com/shardq/shardq/internal/lwt"
 	"github.com/shardq/shardq/internal/taskrow"
@@ -115,23 +116,14 @@ func New(session *gocql.Session, cfg Config) (*Consumer, error) {
 	if !shard.ValidQueueName(cfg.Queue) {
 		return nil, shardq.Invalid("Config.Queue", "%q is not a valid queue name", cfg.Queue)
 	}
-	if cfg.MaxClockSkew == 0 {
-		cfg.MaxClockSkew = DefaultMaxClockSkew
-	}
-	if cfg.MaxClockSkew < 0 {
-		return nil, shardq.Invalid("Config.MaxClockSkew", "%v is negative", cfg.MaxClockSkew)
-	}
-	if cfg.Concurrency == 0 {
-		cfg.Concurrency = DefaultConcurrency
-	}
-	if cfg.Concurrency < 0 {
-		return nil, shardq.Invalid("Config.Concurrency", "%d is negative", cfg.Concurrency)
-	}
-	if cfg.LookAhead == 0 {
-		cfg.LookAhead = DefaultLookAhead
-	}
-	if cfg.LookAhead < 0 {
-		return nil, shardq.Invalid("Config.LookAhead", "%v is negative", cfg.LookAhead)
+	for _, err := range []error{
+		defaults.NonNegative(&cfg.MaxClockSkew, DefaultMaxClockSkew, "Config.MaxClockSkew"),
+		defaults.NonNegative(&cfg.Concurrency, DefaultConcurrency, "Config.Concurrency"),
+		defaults.NonNegative(&cfg.LookAhead, DefaultLookAhead, "Config.LookAhead"),
+	} {
+		if err != nil {
+			return nil, err
+		}
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = shardq.SystemClock{}

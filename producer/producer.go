@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/internal/defaults"
 	"github.com/shardq/shardq/internal/fanout"
 	"github.com/shardq/shardq/internal/taskrow"
 	"github.com/shardq/shardq/internal/wakeup"
@@ -87,11 +88,8 @@ func New(session *gocql.Session, cfg Config) (*Producer, error) {
 	if cfg.MaxPayloadBytes < 0 || cfg.MaxPayloadBytes > MaxPayloadLimit {
 		return nil, shardq.Invalid("Config.MaxPayloadBytes", "%d is not in [1, %d]", cfg.MaxPayloadBytes, MaxPayloadLimit)
 	}
-	if cfg.Concurrency == 0 {
-		cfg.Concurrency = DefaultConcurrency
-	}
-	if cfg.Concurrency < 0 {
-		return nil, shardq.Invalid("Config.Concurrency", "%d is negative", cfg.Concurrency)
+	if err := defaults.NonNegative(&cfg.Concurrency, DefaultConcurrency, "Config.Concurrency"); err != nil {
+		return nil, err
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = shardq.SystemClock{}

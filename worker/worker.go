@@ -19,6 +19,7 @@ import (
 
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/consumer"
+	"github.com/shardq/shardq/internal/defaults"
 	"github.com/shardq/shardq/internal/wakeup"
 )
 
@@ -149,38 +150,21 @@ func New(session *gocql.Session, cfg Config) (*Worker, error) {
 	if cfg.Handler == nil {
 		return nil, shardq.Invalid("Config.Handler", "is nil")
 	}
-	if cfg.Concurrency == 0 {
-		cfg.Concurrency = DefaultConcurrency
+	if err := defaults.NonNegative(&cfg.Concurrency, DefaultConcurrency, "Config.Concurrency"); err != nil {
+		return nil, err
 	}
-	if cfg.Concurrency < 0 {
-		return nil, shardq.Invalid("Config.Concurrency", "%d is negative", cfg.Concurrency)
-	}
-	if cfg.Prefetch == 0 {
-		cfg.Prefetch = cfg.Concurrency
-	}
-	if cfg.Prefetch < 0 {
-		return nil, shardq.Invalid("Config.Prefetch", "%d is negative", cfg.Prefetch)
-	}
-	if cfg.MaxIdleInterval == 0 {
-		cfg.MaxIdleInterval = DefaultMaxIdleInterval
-	}
-	if cfg.MaxIdleInterval < 0 {
-		return nil, shardq.Invalid("Config.MaxIdleInterval", "%v is negative", cfg.MaxIdleInterval)
-	}
-	if cfg.MaxAttempts == 0 {
-		cfg.MaxAttempts = DefaultMaxAttempts
-	}
-	if cfg.MaxAttempts < 0 {
-		return nil, shardq.Invalid("Config.MaxAttempts", "%d is negative", cfg.MaxAttempts)
+	for _, err := range []error{
+		defaults.NonNegative(&cfg.Prefetch, cfg.Concurrency, "Config.Prefetch"),
+		defaults.NonNegative(&cfg.MaxIdleInterval, DefaultMaxIdleInterval, "Config.MaxIdleInterval"),
+		defaults.NonNegative(&cfg.MaxAttempts, DefaultMaxAttempts, "Config.MaxAttempts"),
+		defaults.NonNegative(&cfg.AckInterval, DefaultAckInterval, "Config.AckInterval"),
+	} {
+		if err != nil {
+			return nil, err
+		}
 	}
 	if cfg.Backoff == nil {
 		cfg.Backoff = DefaultBackoff
-	}
-	if cfg.AckInterval == 0 {
-		cfg.AckInterval = DefaultAckInterval
-	}
-	if cfg.AckInterval < 0 {
-		return nil, shardq.Invalid("Config.AckInterval", "%v is negative", cfg.AckInterval)
 	}
 	if cfg.Observer == nil {
 		cfg.Observer = shardq.NopObserver{}

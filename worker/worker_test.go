@@ -426,3 +426,27 @@ func TestLeaseExtension(t *testing.T) {
 		})
 	}
 }
+
+func TestBadConfig(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, shardq.QueueConfig{ShardCount: 1})
+	h := worker.HandlerFunc(func(context.Context, *consumer.Task) error { return nil })
+	for field, cfg := range map[string]worker.Config{
+		"Config.Handler":         {Queue: e.q.Name},
+		"Config.Concurrency":     {Queue: e.q.Name, Handler: h, Concurrency: -1},
+		"Config.Prefetch":        {Queue: e.q.Name, Handler: h, Prefetch: -1},
+		"Config.MaxIdleInterval": {Queue: e.q.Name, Handler: h, MaxIdleInterval: -time.Second},
+		"Config.MaxAttempts":     {Queue: e.q.Name, Handler: h, MaxAttempts: -1},
+		"Config.AckInterval":     {Queue: e.q.Name, Handler: h, AckInterval: -time.Second},
+		"Config.Queue":           {Queue: "Not Valid", Handler: h},
+	} {
+		_, err := worker.New(e.s, cfg)
+		require.ErrorIs(t, err, shardq.ErrInvalid, field)
+		require.ErrorContains(t, err, field)
+	}
+	w := e.worker(worker.Config{Handler: h})
+	require.Error(t, w.Stop(context.Background()), "stopping a worker never started")
+	require.NoError(t, w.Start(context.Background()))
+	require.Error(t, w.Start(context.Background()), "starting twice")
+	stop(t, w)
+}
