@@ -101,7 +101,7 @@ type Consumer struct {
 
 	mu      sync.Mutex      // guards the fields below, and the three above while init sets them
 	cursors []int64         // per concurrency shard: the oldest bucket that may hold work
-	hot     map[string]bool // partitions whose last read was full: skip the pre-read
+	hot     map[string]bool // partitions whose last take was full: tried before any peek
 	next    int             // the concurrency shard the next scan starts at
 	nextDue time.Time       // earliest upcoming row the last scan saw; zero if none
 

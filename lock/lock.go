@@ -74,8 +74,6 @@ func New(session *gocql.Session, cfg Config) (*Locker, error) {
 	return &Locker{session: session, ttl: int(cfg.TTL / time.Second), log: cfg.Logger}, nil
 }
 
-var lockID = taskrow.LockID
-
 const (
 	where       = ` WHERE shard_key = ? AND kind = 0 AND priority = 0 AND id = ?`
 	takeStmt    = `UPDATE tasks USING TTL ? SET lock_holder = ?` + where + ` IF lock_holder = null AND lock_token = ?`
@@ -122,8 +120,8 @@ func (l *Locker) Acquire(ctx context.Context, key string) (*Lease, error) {
 		}
 		le := &Lease{l: l, key: key, holder: gocql.TimeUUID(), token: next}
 		b := l.session.NewBatch(gocql.LoggedBatch).WithContext(ctx)
-		b.Query(takeStmt, l.ttl, le.holder, key, lockID, expected)
-		b.Query(tokenStmt, next, key, lockID)
+		b.Query(takeStmt, l.ttl, le.holder, key, taskrow.LockID, expected)
+		b.Query(tokenStmt, next, key, taskrow.LockID)
 		b.RetryPolicy(lwt.NoRetry)
 		row := map[string]any{}
 		applied, iter, err := l.session.MapExecuteBatchCAS(b, row)
@@ -191,7 +189,7 @@ func (l *Locker) settle(ctx context.Context, key string, expected *int64, cause 
 	rctx, cancel := lwt.ResolveContext(ctx)
 	defer cancel()
 	row := map[string]any{}
-	applied, err := l.session.Query(bumpStmt, next, key, lockID, expected).
+	applied, err := l.session.Query(bumpStmt, next, key, taskrow.LockID, expected).
 		WithContext(rctx).RetryPolicy(lwt.NoRetry).MapScanCAS(row)
 	switch {
 	case err != nil:
@@ -212,7 +210,7 @@ func (l *Locker) resolve(ctx context.Context, key string, cause error) (state, e
 	rctx, cancel := lwt.ResolveContext(ctx)
 	defer cancel()
 	row := map[string]any{}
-	err := l.session.Query(readStmt, key, lockID).WithContext(rctx).Consistency(lwt.Serial).MapScan(row)
+	err := l.session.Query(readStmt, key, taskrow.LockID).WithContext(rctx).Consistency(lwt.Serial).MapScan(row)
 	if err != nil && !errors.Is(err, gocql.ErrNotFound) {
 		return state{}, fmt.Errorf("%w: %w (reading back: %w)", ErrOutcomeUnknown, cause, err)
 	}
@@ -221,14 +219,14 @@ func (l *Locker) resolve(ctx context.Context, key string, cause error) (state, e
 
 // Renew restarts the lease's TTL, or returns ErrLockLost if it is no longer the holder.
 func (le *Lease) Renew(ctx context.Context) error {
-	return le.change(ctx, "renew", le.l.session.Query(renewStmt, le.l.ttl, le.holder, le.key, lockID, le.holder, le.token))
+	return le.change(ctx, "renew", le.l.session.Query(renewStmt, le.l.ttl, le.holder, le.key, taskrow.LockID, le.holder, le.token))
 }
 
 // Release frees the lock, or returns ErrLockLost if the lease is no longer the holder
 // (it expired and another holder took the lock). Releasing an expired lease that nobody
 // took since returns nil.
 func (le *Lease) Release(ctx context.Context) error {
-	return le.change(ctx, "release", le.l.session.Query(releaseStmt, le.key, lockID, le.holder, le.token))
+	return le.change(ctx, "release", le.l.session.Query(releaseStmt, le.key, taskrow.LockID, le.holder, le.token))
 }
 
 // change runs a renew or release conditioned on the lease still holding the lock.
@@ -260,13 +258,13 @@ func (le *Lease) change(ctx context.Context, what string, q *gocql.Query) error 
 // lease holds it. Put it in a conditional batch on the same partition to fence the
 // batch's other writes: the batch applies only if the lease still holds.
 func (le *Lease) ReleaseStatement() (string, []any) {
-	return releaseStmt, []any{le.key, lockID, le.holder, le.token}
+	return releaseStmt, []any{le.key, taskrow.LockID, le.holder, le.token}
 }
 
 // Held reads at SERIAL whether the lease still holds the lock.
 func (le *Lease) Held(ctx context.Context) (bool, error) {
 	row := map[string]any{}
-	err := le.l.session.Query(readStmt, le.key, lockID).WithContext(ctx).Consistency(lwt.Serial).MapScan(row)
+	err := le.l.session.Query(readStmt, le.key, taskrow.LockID).WithContext(ctx).Consistency(lwt.Serial).MapScan(row)
 	if errors.Is(err, gocql.ErrNotFound) {
 		return false, nil
 	}

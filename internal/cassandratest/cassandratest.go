@@ -96,16 +96,8 @@ func Keyspace(t testing.TB) string {
 	t.Helper()
 	s := adminSession(t)
 	name := keyspaceName(t.Name())
-	rf := 1
-	if v := os.Getenv(RFEnv); v != "" {
-		var err error
-		if rf, err = strconv.Atoi(v); err != nil || rf < 1 {
-			t.Fatalf("%s=%q: want a positive number", RFEnv, v)
-		}
-	}
-	stmt := fmt.Sprintf(`CREATE KEYSPACE %s WITH replication = {'class': 'SimpleStrategy', 'replication_factor': %d}`, name, rf)
-	if err := s.Query(stmt).Exec(); err != nil {
-		t.Fatalf("creating keyspace %s: %v", name, err)
+	if err := createKeyspace(s, name); err != nil {
+		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		if err := s.Query("DROP KEYSPACE IF EXISTS " + name).Exec(); err != nil {
@@ -113,6 +105,37 @@ func Keyspace(t testing.TB) string {
 		}
 	})
 	return name
+}
+
+// createKeyspace makes keyspace name with the replication factor RFEnv asks for.
+func createKeyspace(admin *gocql.Session, name string) error {
+	rf := 1
+	if v := os.Getenv(RFEnv); v != "" {
+		var err error
+		if rf, err = strconv.Atoi(v); err != nil || rf < 1 {
+			return fmt.Errorf("%s=%q: want a positive number", RFEnv, v)
+		}
+	}
+	stmt := fmt.Sprintf(`CREATE KEYSPACE %s WITH replication = {'class': 'SimpleStrategy', 'replication_factor': %d}`, name, rf)
+	if err := admin.Query(stmt).Exec(); err != nil {
+		return fmt.Errorf("creating keyspace %s: %w", name, err)
+	}
+	return nil
+}
+
+// connect opens a session bound to keyspace; each configure func may change the
+// cluster config first.
+func connect(keyspace string, configure ...func(*gocql.ClusterConfig)) (*gocql.Session, error) {
+	c := cqlcluster.New(hosts...)
+	c.Keyspace = keyspace
+	for _, f := range configure {
+		f(c)
+	}
+	s, err := c.CreateSession()
+	if err != nil {
+		return nil, fmt.Errorf("connecting to keyspace %s: %w", keyspace, err)
+	}
+	return s, nil
 }
 
 // Session returns a session bound to a fresh keyspace of this test's own, closed and
@@ -144,14 +167,10 @@ func ApplySchema(t testing.TB, session *gocql.Session) {
 // configure func may change the cluster config first (to add an observer, say).
 func SessionFor(t testing.TB, keyspace string, configure ...func(*gocql.ClusterConfig)) *gocql.Session {
 	t.Helper()
-	c := cqlcluster.New(Hosts(t)...)
-	c.Keyspace = keyspace
-	for _, f := range configure {
-		f(c)
-	}
-	s, err := c.CreateSession()
+	Hosts(t)
+	s, err := connect(keyspace, configure...)
 	if err != nil {
-		t.Fatalf("connecting to keyspace %s: %v", keyspace, err)
+		t.Fatal(err)
 	}
 	t.Cleanup(s.Close)
 	return s
@@ -161,27 +180,27 @@ func SessionFor(t testing.TB, keyspace string, configure ...func(*gocql.ClusterC
 // test would fail, and the returned func drops the keyspace.
 func ExampleSession(name string) (*gocql.Session, func()) {
 	findOnce.Do(func() { hosts, findErr = find() })
-	if findErr != nil {
-		panic(findErr)
-	}
-	admin, err := cqlcluster.New(hosts...).CreateSession()
-	if err != nil {
-		panic(err)
+	adminOnce.Do(func() {
+		if findErr == nil {
+			admin, adminErr = cqlcluster.New(hosts...).CreateSession()
+		}
+	})
+	for _, err := range []error{findErr, adminErr} {
+		if err != nil {
+			panic(err)
+		}
 	}
 	ks := keyspaceName(name)
-	if err := admin.Query(`CREATE KEYSPACE ` + ks + ` WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 1}`).Exec(); err != nil {
+	if err := createKeyspace(admin, ks); err != nil {
 		panic(err)
 	}
-	c := cqlcluster.New(hosts...)
-	c.Keyspace = ks
-	s, err := c.CreateSession()
+	s, err := connect(ks)
 	if err != nil {
 		panic(err)
 	}
 	return s, func() {
 		s.Close()
 		_ = admin.Query("DROP KEYSPACE IF EXISTS " + ks).Exec()
-		admin.Close()
 	}
 }
 
