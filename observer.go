@@ -100,3 +100,15 @@ type NopObserver struct{}
 
 // Observe does nothing.
 func (NopObserver) Observe(context.Context, Event) {}
+
+// PartitionFailed: reading or writing one partition failed (Op is "peek", "floors",
+// "take" or "markers"). The call went on with the other partitions; this one is tried
+// again on the next call.
+type PartitionFailed struct {
+	Queue    string
+	ShardKey string
+	Op       string
+	Err      error
+}
+
+func (PartitionFailed) isEvent() {}

@@ -9,6 +9,7 @@ import (
 	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 
+	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/internal/fanout"
 	"github.com/shardq/shardq/internal/lwt"
 	"github.com/shardq/shardq/internal/taskrow"
@@ -40,7 +41,7 @@ func (b *bench) ceiling(ctx context.Context) error {
 	t0 := time.Now()
 	err = fanout.Each(producer.DefaultConcurrency, producer.DefaultConcurrency, func(int) error {
 		for i := next.Add(1) - 1; i < int64(n); i = next.Add(1) - 1 {
-			if err := s.Query(taskrow.Insert, rows[i].InsertArgs()...).WithContext(ctx).DefaultTimestamp(false).Exec(); err != nil {
+			if err := s.Query(taskrow.Insert, rows[i].InsertArgs(taskrow.Timestamp())...).WithContext(ctx).Exec(); err != nil {
 				return err
 			}
 		}
@@ -110,7 +111,7 @@ func drainCeiling(ctx context.Context, s *gocql.Session, now time.Time, n, worke
 			for i := chunk; i < min(chunk+100, per); i++ {
 				id := gocql.UUID(shard.NewID(now))
 				r := taskrow.Row{Key: key, Priority: int8(i % 10), ID: id, TaskID: id, Payload: payload, DueAt: now, Timeout: timeout}
-				b.Query(taskrow.Insert, r.InsertArgs()...)
+				b.Query(taskrow.Insert, r.InsertArgs(taskrow.Timestamp())...)
 			}
 			if err := s.ExecuteBatch(b); err != nil {
 				return err
@@ -125,10 +126,14 @@ func drainCeiling(ctx context.Context, s *gocql.Session, now time.Time, n, worke
 	err = fanout.Each(workers, workers, func(w int) error {
 		key := fmt.Sprintf("ceiling-drain:%d:0", w)
 		for {
-			rows, err := taskrow.Scan(s.Query(taskrow.SelectVisible, key, gocql.UUID(shard.MaxID(time.Now())), batch).WithContext(ctx).Iter(), key)
+			rows, _, err := taskrow.Scan(s.Query(taskrow.SelectRange, key, allPriorities, gocql.UUID(shard.MinID(now.Add(-time.Minute))),
+				gocql.UUID(shard.MaxID(time.Now())), batch).WithContext(ctx).Iter(), key, consumer.MaxTakeBytes)
 			if err != nil || len(rows) == 0 {
 				return err
 			}
+			// The queue's shape: markers written plainly into another partition, then one
+			// conditional batch that deletes the rows read, then a conditional ack batch.
+			markers := s.NewBatch(gocql.UnloggedBatch).WithContext(ctx)
 			swap := s.NewBatch(gocql.LoggedBatch).WithContext(ctx)
 			swap.RetryPolicy(lwt.NoRetry)
 			swap.Query(`UPDATE tasks SET lock_token = 0 WHERE shard_key = ? AND kind = 0 AND priority = 0 AND id = ? IF lock_holder = null`, key, lockID)
@@ -137,10 +142,14 @@ func drainCeiling(ctx context.Context, s *gocql.Session, now time.Time, n, worke
 			for _, r := range rows {
 				swap.Query(taskrow.Delete, r.KeyArgs()...)
 				lease := r
+				lease.Key = fmt.Sprintf("ceiling-drain:%d:1", w)
 				lease.ID = gocql.UUID(shard.NewID(time.Now().Add(timeout)))
 				lease.Attempt++
-				swap.Query(taskrow.Insert, lease.InsertArgs()...)
+				markers.Query(taskrow.Insert, lease.InsertArgs(taskrow.Timestamp())...)
 				ack.Query(taskrow.DeleteIfExists, lease.KeyArgs()...)
+			}
+			if err := s.ExecuteBatch(markers); err != nil {
+				return err
 			}
 			for _, bt := range []*gocql.Batch{swap, ack} {
 				applied, iter, err := s.ExecuteBatchCAS(bt)

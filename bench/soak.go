@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/internal/taskrow"
 	"github.com/shardq/shardq/producer"
 	"github.com/shardq/shardq/shard"
@@ -111,9 +113,14 @@ func tombstonesPerRead(ctx context.Context, s *gocql.Session, q shardq.QueueConf
 	total, reads := 0, 0
 	for sh := range q.ShardCount {
 		var trace bytes.Buffer
-		iter := s.Query(taskrow.SelectVisible, l.Key(l.Bucket(now), sh), gocql.UUID(shard.MaxID(now)), 100).
+		key := l.Key(l.Bucket(now), sh)
+		floor, err := lowestFloor(ctx, s, key, l.BucketStart(l.Bucket(now)-int64(q.BucketCount)))
+		if err != nil {
+			return 0, err
+		}
+		iter := s.Query(taskrow.SelectRange, key, allPriorities, floor, gocql.UUID(shard.MaxID(now)), 100).
 			WithContext(ctx).Trace(gocql.NewTraceWriter(s, &trace)).Iter()
-		if _, err := taskrow.Scan(iter, ""); err != nil {
+		if _, _, err := taskrow.Scan(iter, key, consumer.MaxTakeBytes); err != nil {
 			return 0, err
 		}
 		for _, m := range tombstoneCells.FindAllStringSubmatch(trace.String(), -1) {
@@ -123,4 +130,29 @@ func tombstonesPerRead(ctx context.Context, s *gocql.Session, q shardq.QueueConf
 		reads++
 	}
 	return float64(total) / float64(reads), nil
+}
+
+// allPriorities lists every priority, highest first, for reads of whole partitions.
+var allPriorities = []int8{9, 8, 7, 6, 5, 4, 3, 2, 1, 0}
+
+// lowestFloor returns the lowest read floor the last swap recorded in a partition's lock
+// row: where a consumer's read of it starts. With none recorded, it is the start of the
+// previous lap, as for a consumer.
+func lowestFloor(ctx context.Context, s *gocql.Session, key string, prevLap time.Time) (gocql.UUID, error) {
+	var floors map[int8]gocql.UUID
+	err := s.Query(`SELECT floors FROM tasks WHERE shard_key = ? AND kind = 0 AND priority = 0 AND id = ?`, key, taskrow.LockID).
+		WithContext(ctx).Scan(&floors)
+	if err != nil && !errors.Is(err, gocql.ErrNotFound) {
+		return gocql.UUID{}, err
+	}
+	if len(floors) == 0 {
+		return gocql.UUID(shard.MinID(prevLap)), nil
+	}
+	var low *gocql.UUID
+	for _, f := range floors {
+		if low == nil || shard.CompareIDs(uuid.UUID(f), uuid.UUID(*low)) < 0 {
+			low = &f
+		}
+	}
+	return *low, nil
 }

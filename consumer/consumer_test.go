@@ -82,16 +82,15 @@ func ids(tasks []*consumer.Task) []uuid.UUID {
 func TestPriorityThenDueTime(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 10, BucketDuration: time.Second})
-	now := base.Add(30 * time.Second)
-	e.clock.Add(30 * time.Second)
-	// Scheduled out of order; all due.
+	// Scheduled out of order, all coming due within the bucket; then the clock moves past.
 	want := e.schedule(
-		producer.Task{Payload: []byte("p0 early"), Priority: 0, DueAt: now.Add(-3 * time.Second)},
-		producer.Task{Payload: []byte("p9 late"), Priority: 9, DueAt: now.Add(-1 * time.Second)},
-		producer.Task{Payload: []byte("p5"), Priority: 5, DueAt: now.Add(-2 * time.Second)},
-		producer.Task{Payload: []byte("p9 early"), Priority: 9, DueAt: now.Add(-5 * time.Second)},
-		producer.Task{Payload: []byte("p0 late"), Priority: 0},
+		producer.Task{Payload: []byte("p0 early"), Priority: 0, DueAt: base.Add(300 * time.Millisecond)},
+		producer.Task{Payload: []byte("p9 late"), Priority: 9, DueAt: base.Add(500 * time.Millisecond)},
+		producer.Task{Payload: []byte("p5"), Priority: 5, DueAt: base.Add(400 * time.Millisecond)},
+		producer.Task{Payload: []byte("p9 early"), Priority: 9, DueAt: base.Add(100 * time.Millisecond)},
+		producer.Task{Payload: []byte("p0 late"), Priority: 0, DueAt: base.Add(600 * time.Millisecond)},
 	)
+	e.clock.Add(700 * time.Millisecond)
 	c := e.consumer()
 	var got []*consumer.Task
 	for range 5 {
@@ -103,9 +102,23 @@ func TestPriorityThenDueTime(t *testing.T) {
 	require.Equal(t, "p9 early", string(got[0].Payload))
 	require.Equal(t, 9, got[0].Priority)
 	require.Equal(t, 1, got[0].Attempt)
-	require.True(t, got[0].DueAt.Equal(now.Add(-5*time.Second).Truncate(time.Millisecond)))
+	require.True(t, got[0].DueAt.Equal(base.Add(100*time.Millisecond)))
 	require.Empty(t, e.acquire(c, 10))
 	require.NoError(t, c.AckTasks(context.Background(), got...))
+}
+
+// A task due in the past is due now: delivered at once, ordered among due tasks by when
+// it was scheduled, with DueAt as asked.
+func TestPastDueIsDueNow(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 10, BucketDuration: time.Second})
+	e.clock.Add(30 * time.Second)
+	old := e.schedule(producer.Task{Payload: []byte("an hour ago"), DueAt: base.Add(-time.Hour)})
+	e.clock.Add(100 * time.Millisecond)
+	later := e.schedule(producer.Task{Payload: []byte("a day ago"), DueAt: base.Add(-24 * time.Hour)})
+	got := e.acquire(e.consumer(), 10)
+	require.Equal(t, []uuid.UUID{old[0], later[0]}, ids(got))
+	require.True(t, got[1].DueAt.Equal(base.Add(-24*time.Hour)))
 }
 
 func TestNeverEarly(t *testing.T) {

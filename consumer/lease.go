@@ -11,7 +11,6 @@ import (
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/internal/lwt"
 	"github.com/shardq/shardq/internal/taskrow"
-	"github.com/shardq/shardq/shard"
 )
 
 // Retry gives a task back to the queue to be delivered again after delay (zero: at
@@ -47,27 +46,46 @@ func (c *Consumer) Extend(ctx context.Context, t *Task, d time.Duration) error {
 	return nil
 }
 
-// relocate replaces a task's lease row with one visible at at, in one conditional batch
-// on the lease's partition that applies only while the lease exists.
+// relocate replaces a task's marker with one visible at at. When both lie in the same
+// partition, one conditional batch does it. Otherwise the new marker is written first and
+// the old one deleted conditionally; if the old one was gone, the new one is deleted
+// again. A crash or an unsettled outcome in between leaves both: a duplicate, never a
+// loss.
 func (c *Consumer) relocate(ctx context.Context, t *Task, at time.Time) (taskrow.Row, error) {
-	next := t.lease
-	next.ID = gocql.UUID(shard.NewID(at))
-	b := c.session.NewBatch(gocql.LoggedBatch).WithContext(ctx)
-	b.RetryPolicy(lwt.NoRetry)
-	b.Query(taskrow.DeleteIfExists, t.lease.KeyArgs()...)
-	b.Query(taskrow.Insert, next.InsertArgs()...)
-	applied, iter, err := c.session.ExecuteBatchCAS(b)
-	if err == nil {
-		err = iter.Close()
+	next := c.marker(t.lease, at)
+	if next.Key == t.lease.Key {
+		b := c.session.NewBatch(gocql.LoggedBatch).WithContext(ctx)
+		b.RetryPolicy(lwt.NoRetry)
+		b.Query(taskrow.DeleteIfExists, t.lease.KeyArgs()...)
+		b.Query(taskrow.Insert, next.InsertArgs(taskrow.Timestamp())...)
+		applied, iter, err := c.session.ExecuteBatchCAS(b)
+		if err == nil {
+			err = iter.Close()
+		}
+		return c.settleRelocate(ctx, t, next, applied, err)
 	}
+	if err := c.writeMarkers(ctx, []taskrow.Row{next}); err != nil {
+		c.dropMarkers(ctx, []taskrow.Row{next})
+		return t.lease, fmt.Errorf("consumer: moving the lease of %s: %w", t.ID, err)
+	}
+	applied, err := c.session.Query(taskrow.DeleteIfExists, t.lease.KeyArgs()...).
+		WithContext(ctx).RetryPolicy(lwt.NoRetry).MapScanCAS(map[string]any{})
+	if err == nil && !applied {
+		c.dropMarkers(ctx, []taskrow.Row{next})
+	}
+	return c.settleRelocate(ctx, t, next, applied, err)
+}
+
+// settleRelocate turns the outcome of a relocation's conditional write into its result.
+// On an unknown outcome a SERIAL read of the old marker settles it: gone before its
+// deadline means only this holder can have removed it.
+func (c *Consumer) settleRelocate(ctx context.Context, t *Task, next taskrow.Row, applied bool, err error) (taskrow.Row, error) {
 	switch {
 	case err != nil:
-		// Unknown: if the new row is there, it applied. If not, a straggler may still
-		// apply; either way the task stays leased and comes back when its row is due.
 		rctx, cancel := lwt.ResolveContext(ctx)
 		defer cancel()
-		rerr := c.session.Query(taskrow.SelectOne, next.KeyArgs()...).WithContext(rctx).Consistency(lwt.Serial).Scan(new(gocql.UUID))
-		if rerr == nil {
+		rerr := c.session.Query(taskrow.SelectOne, t.lease.KeyArgs()...).WithContext(rctx).Consistency(lwt.Serial).Scan(new(gocql.UUID))
+		if errors.Is(rerr, gocql.ErrNotFound) && c.cfg.Clock.Now().Before(t.Deadline) {
 			return next, nil
 		}
 		return t.lease, fmt.Errorf("%w: moving the lease of %s: %w", ErrOutcomeUnknown, t.ID, err)
@@ -79,7 +97,7 @@ func (c *Consumer) relocate(ctx context.Context, t *Task, at time.Time) (taskrow
 }
 
 // DeadLetter moves a task that should not run again to the dead_tasks table, with
-// cause as its recorded error, and deletes its lease. The dead letter is written first,
+// cause as its recorded error, and deletes its marker. The dead letter is written first,
 // so a failure in between leaves a duplicate, never a lost task. It returns
 // ErrLeaseLost (after writing the dead letter) if the lease was already gone.
 func (c *Consumer) DeadLetter(ctx context.Context, t *Task, cause error) error {

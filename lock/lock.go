@@ -261,6 +261,14 @@ func (le *Lease) ReleaseStatement() (string, []any) {
 	return releaseStmt, []any{le.key, taskrow.LockID, le.holder, le.token}
 }
 
+// ReleaseStatementSetting is ReleaseStatement that also sets other columns of the lock
+// row (assignments such as "a = ?, b = b + ?", bound to args), so what a fenced batch
+// leaves behind is recorded by the same lightweight transaction.
+func (le *Lease) ReleaseStatementSetting(assignments string, args ...any) (string, []any) {
+	stmt := `UPDATE tasks SET lock_holder = null, ` + assignments + where + ` IF lock_holder = ? AND lock_token = ?`
+	return stmt, append(args, le.key, taskrow.LockID, le.holder, le.token)
+}
+
 // Held reads at SERIAL whether the lease still holds the lock.
 func (le *Lease) Held(ctx context.Context) (bool, error) {
 	row := map[string]any{}

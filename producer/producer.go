@@ -16,6 +16,7 @@ import (
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/internal/defaults"
 	"github.com/shardq/shardq/internal/fanout"
+	"github.com/shardq/shardq/internal/signal"
 	"github.com/shardq/shardq/internal/taskrow"
 	"github.com/shardq/shardq/internal/wakeup"
 	"github.com/shardq/shardq/shard"
@@ -26,12 +27,6 @@ const (
 	DefaultMaxPayloadBytes = 64 << 10
 	MaxPayloadLimit        = 1 << 20
 	DefaultConcurrency     = 8
-)
-
-// Batches to one partition stay under these, well inside Cassandra's mutation limits.
-const (
-	maxBatchRows  = 100
-	maxBatchBytes = 512 << 10
 )
 
 // ErrPayloadTooLarge is matched, with shardq.ErrInvalid, by a task whose payload is over
@@ -59,8 +54,8 @@ type Task struct {
 	Queue string
 	// Payload is handed to the consumer as is.
 	Payload []byte
-	// DueAt is when the task may run; zero means now. A past time means now too, but
-	// keeps its place in due-time order.
+	// DueAt is when the task may run; zero means now. A past time means now too: the
+	// task is ordered among due tasks by the time it was scheduled.
 	DueAt time.Time
 	// Priority in [shardq.MinPriority, shardq.MaxPriority]; higher runs first among
 	// due tasks of a shard.
@@ -75,6 +70,7 @@ type Producer struct {
 	session *gocql.Session
 	cfg     Config
 	queues  sync.Map // name -> shardq.QueueConfig; settings never change once created
+	signals *signal.Toucher
 }
 
 // New returns a Producer writing through session, whose keyspace holds shardq's tables.
@@ -97,7 +93,7 @@ func New(session *gocql.Session, cfg Config) (*Producer, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Producer{session: session, cfg: cfg}, nil
+	return &Producer{session: session, cfg: cfg, signals: signal.NewToucher(session, cfg.Logger)}, nil
 }
 
 // ScheduleTask writes one task and returns its ID.
@@ -134,30 +130,35 @@ func (p *Producer) ScheduleTasks(ctx context.Context, tasks []Task) ([]uuid.UUID
 	if len(tasks) == 0 {
 		return nil, nil
 	}
-	now := p.cfg.Clock.Now()
-	rows := make([]taskrow.Row, len(tasks))
-	ids := make([]uuid.UUID, len(tasks))
+	queues := make([]shardq.QueueConfig, len(tasks))
 	for i, t := range tasks {
 		q, err := p.queue(ctx, t.Queue)
 		if err != nil {
 			return nil, fmt.Errorf("tasks[%d]: %w", i, err)
 		}
-		if rows[i], err = p.row(q, t, now, fmt.Sprintf("tasks[%d]", i)); err != nil {
+		queues[i] = q
+	}
+	// "Now" is taken once the settings are loaded, right before the write: a row's ID is
+	// never earlier than the time it is written, which consumers' read floors rest on.
+	now := p.cfg.Clock.Now()
+	rows := make([]taskrow.Row, len(tasks))
+	ids := make([]uuid.UUID, len(tasks))
+	for i, t := range tasks {
+		var err error
+		if rows[i], err = p.row(queues[i], t, now, fmt.Sprintf("tasks[%d]", i)); err != nil {
 			return nil, err
 		}
 		ids[i] = uuid.UUID(rows[i].TaskID)
 	}
 
-	batches := group(rows)
+	batches := taskrow.Group(rows)
 	failed := make([][]int, len(batches))
+	ts := taskrow.Timestamp()
 	err := fanout.Each(len(batches), p.cfg.Concurrency, func(i int) error {
 		b := p.session.NewBatch(gocql.UnloggedBatch).WithContext(ctx)
 		for _, idx := range batches[i] {
-			b.Query(taskrow.Insert, rows[idx].InsertArgs()...)
+			b.Query(taskrow.Insert, rows[idx].InsertArgs(ts)...)
 		}
-		// Server-side timestamps: consumers delete these rows with LWTs, which carry the
-		// coordinator's Paxos ballot time, so both sides must use server clocks.
-		b.DefaultTimestamp(false)
 		if err := p.session.ExecuteBatch(b); err != nil {
 			failed[i] = batches[i]
 			return fmt.Errorf("writing %d task(s) to %s: %w", len(batches[i]), rows[batches[i][0]].Key, err)
@@ -171,43 +172,43 @@ func (p *Producer) ScheduleTasks(ctx context.Context, tasks []Task) ([]uuid.UUID
 		}
 		return ids, perr
 	}
-	p.notify(tasks, rows)
+	p.notify(ctx, tasks, rows, queues, now)
 	p.cfg.Logger.DebugContext(ctx, "scheduled tasks", "tasks", len(tasks), "batches", len(batches))
 	return ids, nil
 }
 
-// notify wakes idle workers of this process on each queue with the earliest due time.
-func (p *Producer) notify(tasks []Task, rows []taskrow.Row) {
+// signalHorizon bounds the due times whose writes touch wake-up signals: idle workers
+// read only the signals of buckets coming due soon, and find later tasks by polling.
+const signalHorizon = time.Hour
+
+// notify wakes idle workers: those of this process through the in-process bus, the
+// others through the signal cells of the partitions written.
+func (p *Producer) notify(ctx context.Context, tasks []Task, rows []taskrow.Row, queues []shardq.QueueConfig, now time.Time) {
 	earliest := map[string]time.Time{}
+	seen := map[signal.Cell]bool{}
+	var cells []signal.Cell
 	for i, t := range tasks {
 		if e, ok := earliest[t.Queue]; !ok || rows[i].DueAt.Before(e) {
 			earliest[t.Queue] = rows[i].DueAt
+		}
+		at := shard.IDTime(uuid.UUID(rows[i].ID))
+		if at.After(now.Add(signalHorizon)) {
+			continue
+		}
+		l := queues[i].Layout()
+		c := signal.Cell{Queue: t.Queue, Bucket: l.Bucket(at), Shard: l.ShardFor(uuid.UUID(rows[i].TaskID))}
+		if !seen[c] {
+			seen[c] = true
+			cells = append(cells, c)
 		}
 	}
 	for q, due := range earliest {
 		wakeup.Notify(q, due)
 	}
-}
-
-// group splits row indexes into per-partition batches within the batch limits.
-func group(rows []taskrow.Row) [][]int {
-	type open struct{ idx, bytes int }
-	var batches [][]int
-	current := map[string]open{}
-	for i, r := range rows {
-		o, ok := current[r.Key]
-		if ok && (len(batches[o.idx]) >= maxBatchRows || o.bytes+len(r.Payload) > maxBatchBytes) {
-			ok = false
-		}
-		if !ok {
-			batches = append(batches, nil)
-			o = open{idx: len(batches) - 1}
-		}
-		batches[o.idx] = append(batches[o.idx], i)
-		o.bytes += len(r.Payload)
-		current[r.Key] = o
+	if err := p.signals.Touch(ctx, cells); err != nil {
+		// The tasks are written; workers in other processes find them at their next poll.
+		p.cfg.Logger.WarnContext(ctx, "touching wake-up signals", "error", err)
 	}
-	return batches
 }
 
 // row validates t and places it.
@@ -233,13 +234,14 @@ func (p *Producer) row(q shardq.QueueConfig, t Task, now time.Time, name string)
 		return taskrow.Row{}, err
 	}
 	l := q.Layout()
-	id := shard.NewID(due)
-	// A task already due goes to the current bucket, which consumers are reading, while
-	// its ID keeps the real due time for ordering.
+	// A task due in the past is due now: its row becomes visible at the time it is
+	// written, in the bucket consumers are reading, and takes its place among due tasks
+	// by that time. DueAt keeps the time asked for.
 	place := due
 	if place.Before(now) {
 		place = now
 	}
+	id := shard.NewID(place)
 	gid := gocql.UUID(id)
 	return taskrow.Row{
 		Key: l.Key(l.Bucket(place), l.ShardFor(id)), Priority: int8(t.Priority), ID: gid, TaskID: gid,

@@ -132,3 +132,23 @@ func IDTime(id uuid.UUID) time.Time {
 }
 
 func ticks(t time.Time) int64 { return t.UnixNano()/100 + uuidEpoch }
+
+// CompareIDs orders two IDs the way Cassandra orders timeuuids: by time, then by their
+// last eight bytes compared as signed bytes. It returns -1, 0 or 1.
+func CompareIDs(a, b uuid.UUID) int {
+	if ta, tb := a.Time(), b.Time(); ta != tb {
+		if ta < tb {
+			return -1
+		}
+		return 1
+	}
+	for i := 8; i < 16; i++ {
+		if x, y := int8(a[i]), int8(b[i]); x != y {
+			if x < y {
+				return -1
+			}
+			return 1
+		}
+	}
+	return 0
+}

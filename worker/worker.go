@@ -20,7 +20,9 @@ import (
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/internal/defaults"
+	"github.com/shardq/shardq/internal/signal"
 	"github.com/shardq/shardq/internal/wakeup"
+	"github.com/shardq/shardq/shard"
 )
 
 // Defaults for Config.
@@ -29,6 +31,7 @@ const (
 	DefaultMaxIdleInterval = 5 * time.Second
 	DefaultMaxAttempts     = 25
 	DefaultAckInterval     = 50 * time.Millisecond
+	DefaultSignalInterval  = 250 * time.Millisecond
 )
 
 const (
@@ -85,6 +88,11 @@ type Config struct {
 	// AckInterval is the longest a finished task waits for its ack to be batched.
 	// Defaults to DefaultAckInterval.
 	AckInterval time.Duration
+	// SignalInterval is how often an idle worker reads the queue's wake-up signals,
+	// which producers in any process touch when they schedule tasks: one small read, so
+	// a task scheduled for now elsewhere starts within about this long.
+	// Defaults to DefaultSignalInterval.
+	SignalInterval time.Duration
 	// MaxClockSkew is passed to the consumer. Defaults to consumer.DefaultMaxClockSkew.
 	MaxClockSkew time.Duration
 	// Observer receives every consumer and worker event. Defaults to shardq.NopObserver.
@@ -125,7 +133,10 @@ type Stats struct {
 // Worker runs a Handler on a queue's tasks.
 type Worker struct {
 	cfg      Config
+	session  *gocql.Session
 	consumer *consumer.Consumer
+	signals  *signal.Watcher
+	layout   shard.Layout // loaded by the fetch loop
 	log      *slog.Logger
 	stats    stats
 
@@ -158,6 +169,8 @@ func New(session *gocql.Session, cfg Config) (*Worker, error) {
 		defaults.NonNegative(&cfg.MaxIdleInterval, DefaultMaxIdleInterval, "Config.MaxIdleInterval"),
 		defaults.NonNegative(&cfg.MaxAttempts, DefaultMaxAttempts, "Config.MaxAttempts"),
 		defaults.NonNegative(&cfg.AckInterval, DefaultAckInterval, "Config.AckInterval"),
+		defaults.NonNegative(&cfg.SignalInterval, DefaultSignalInterval, "Config.SignalInterval"),
+		defaults.NonNegative(&cfg.MaxClockSkew, consumer.DefaultMaxClockSkew, "Config.MaxClockSkew"),
 	} {
 		if err != nil {
 			return nil, err
@@ -175,7 +188,7 @@ func New(session *gocql.Session, cfg Config) (*Worker, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = shardq.SystemClock{}
 	}
-	w := &Worker{cfg: cfg, log: cfg.Logger, stopFetch: make(chan struct{}),
+	w := &Worker{cfg: cfg, session: session, signals: signal.NewWatcher(session, cfg.Queue), log: cfg.Logger, stopFetch: make(chan struct{}),
 		fetchStopped: make(chan struct{}), done: make(chan struct{})}
 	c, err := consumer.New(session, consumer.Config{Queue: cfg.Queue, MaxClockSkew: cfg.MaxClockSkew,
 		LookAhead: cfg.MaxIdleInterval, Clock: cfg.Clock, Logger: cfg.Logger,
@@ -311,6 +324,7 @@ func (w *Worker) fetch(ctx context.Context) {
 			w.giveBack(n)
 			return
 		}
+		looked := time.Now()
 		tasks, err := w.consumer.AcquireTasks(ctx, min(n, consumer.MaxAcquire))
 		w.stats.polls.Add(1)
 		w.giveBack(n - len(tasks))
@@ -319,7 +333,7 @@ func (w *Worker) fetch(ctx context.Context) {
 				return
 			}
 			w.log.ErrorContext(ctx, "acquiring tasks", "queue", w.cfg.Queue, "error", err)
-			if !w.wait(ctx, sub, time.Now().Add(errorPause)) {
+			if !w.wait(ctx, sub, time.Now().Add(errorPause), looked) {
 				return
 			}
 			continue
@@ -337,21 +351,29 @@ func (w *Worker) fetch(ctx context.Context) {
 		if next := w.consumer.NextDue(); !next.IsZero() && next.Before(wake) {
 			wake = next
 		}
-		if !w.wait(ctx, sub, wake) {
+		if !w.wait(ctx, sub, wake, looked) {
 			return
 		}
 	}
 }
 
-// wait sleeps until wake, or until a producer in this process schedules a task due
-// before then. It reports false when the worker is stopping.
-func (w *Worker) wait(ctx context.Context, sub *wakeup.Sub, wake time.Time) bool {
+// wait sleeps until wake, or until a task due before then is scheduled: by a producer
+// in this process (the in-process bus), or in another (the queue's wake-up signals,
+// read every SignalInterval; touches before looked, less the allowed clock skew, concern
+// tasks the last fetch already looked for). It reports false when the worker is stopping.
+func (w *Worker) wait(ctx context.Context, sub *wakeup.Sub, wake, looked time.Time) bool {
 	timer := time.NewTimer(time.Until(wake))
 	defer timer.Stop()
+	tick := time.NewTicker(w.cfg.SignalInterval)
+	defer tick.Stop()
 	for {
 		select {
 		case <-timer.C:
 			return true
+		case <-tick.C:
+			if w.signalled(ctx, wake, looked) {
+				return true
+			}
 		case <-sub.C:
 			if due := sub.Take(); !due.IsZero() && due.Before(wake) {
 				wake = due
@@ -363,6 +385,25 @@ func (w *Worker) wait(ctx context.Context, sub *wakeup.Sub, wake time.Time) bool
 			return false
 		}
 	}
+}
+
+// signalled reads the wake-up signals of the buckets from just before now to wake.
+func (w *Worker) signalled(ctx context.Context, wake, looked time.Time) bool {
+	if w.layout.Queue == "" {
+		q, err := shardq.LoadQueue(ctx, w.session, w.cfg.Queue)
+		if err != nil {
+			w.log.WarnContext(ctx, "loading the queue's settings", "queue", w.cfg.Queue, "error", err)
+			return false
+		}
+		w.layout = q.Layout()
+	}
+	now := w.cfg.Clock.Now()
+	from, to := w.layout.Bucket(now.Add(-w.cfg.MaxClockSkew)), w.layout.Bucket(now.Add(time.Until(wake)))
+	changed, err := w.signals.Changed(ctx, from, max(from, to), looked.Add(-w.cfg.MaxClockSkew))
+	if err != nil && ctx.Err() == nil {
+		w.log.WarnContext(ctx, "reading wake-up signals", "queue", w.cfg.Queue, "error", err)
+	}
+	return changed
 }
 
 // fits reports whether another batch can finish before RunUntil's deadline.

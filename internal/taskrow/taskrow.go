@@ -1,15 +1,12 @@
 // Package taskrow is the one place that spells a task row of the tasks table (kind 1),
-// for the producer that writes fresh rows and the consumer that swaps them for leases.
+// for the producer that writes fresh rows and the consumer that swaps them for timeout
+// markers, and the statements both send.
 package taskrow
 
 import (
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/gocql/gocql"
-
-	"github.com/shardq/shardq"
 )
 
 // Row is one task row. ID's time is when the row becomes visible: the due time of a
@@ -30,13 +27,24 @@ type Row struct {
 // valid version 1 UUID.
 var LockID = gocql.UUID{0, 0, 0, 0, 0, 0, 0x10, 0, 0x80}
 
-// Insert writes a row.
-const Insert = `INSERT INTO tasks (shard_key, kind, priority, id, task_id, payload, due_at, timeout_ms, attempt)
-	VALUES (?, 1, ?, ?, ?, ?, ?, ?, ?)`
+// TimestampLag is how far before the wall clock plain writes of task rows are stamped.
+// Rows are deleted by lightweight transactions, whose timestamps come from a
+// coordinator's clock at the time of the delete: a lag keeps every delete later than the
+// insert it removes even when clocks differ by less than this, so a delete is never
+// shadowed, and a driver's late retry of an insert cannot bring a consumed row back.
+const TimestampLag = time.Second
 
-// InsertArgs binds r to Insert.
-func (r Row) InsertArgs() []any {
-	return []any{r.Key, r.Priority, r.ID, r.TaskID, r.Payload, r.DueAt, r.Timeout.Milliseconds(), r.Attempt}
+// Timestamp is the write timestamp of a plain insert made now: the system clock (not an
+// injected one: storage order must follow real time) less TimestampLag, in microseconds.
+func Timestamp() int64 { return time.Now().Add(-TimestampLag).UnixMicro() }
+
+// Insert writes a row; bind InsertArgs.
+const Insert = `INSERT INTO tasks (shard_key, kind, priority, id, task_id, payload, due_at, timeout_ms, attempt)
+	VALUES (?, 1, ?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?`
+
+// InsertArgs binds r to Insert with write timestamp ts (see Timestamp).
+func (r Row) InsertArgs(ts int64) []any {
+	return []any{r.Key, r.Priority, r.ID, r.TaskID, r.Payload, r.DueAt, r.Timeout.Milliseconds(), r.Attempt, ts}
 }
 
 // Delete removes a row; DeleteIfExists removes it only if it is there, so its
@@ -49,40 +57,64 @@ const (
 // KeyArgs binds r's primary key to Delete and DeleteIfExists.
 func (r Row) KeyArgs() []any { return []any{r.Key, r.Priority, r.ID} }
 
-// priorities lists every priority, highest first: the table's clustering order, so one
-// read with this IN list returns rows highest priority first, then by ID time.
-var priorities = func() string {
-	var p []string
-	for i := shardq.MaxPriority; i >= shardq.MinPriority; i-- {
-		p = append(p, strconv.Itoa(i))
-	}
-	return strings.Join(p, ",")
-}()
+// SelectRange reads up to LIMIT rows of the given priorities (bind a []int8) whose IDs
+// lie in (floor, upper], highest priority first, then earliest. Bind the floor as an
+// exact ID or shard.MinID(t), and the upper bound as shard.MaxID(t).
+const SelectRange = `SELECT priority, id, task_id, payload, due_at, timeout_ms, attempt FROM tasks
+	WHERE shard_key = ? AND kind = 1 AND priority IN ? AND id > ? AND id <= ? LIMIT ?`
 
-// SelectVisible reads up to LIMIT rows of a partition whose ID time is at most the bound
-// (bind shard.MaxID(now)): due pending tasks and expired leases, highest priority first,
-// then earliest. Rows due later never count toward the limit.
-var SelectVisible = `SELECT priority, id, task_id, payload, due_at, timeout_ms, attempt FROM tasks
-	WHERE shard_key = ? AND kind = 1 AND priority IN (` + priorities + `) AND id <= ? LIMIT ?`
-
-// SelectBefore reads the IDs of up to LIMIT rows whose ID time is before the bound (bind
-// shard.MinID(t)), visible or not, highest priority first.
-var SelectBefore = `SELECT id FROM tasks
-	WHERE shard_key = ? AND kind = 1 AND priority IN (` + priorities + `) AND id < ? LIMIT ?`
+// SelectRangeIDs is SelectRange reading only priorities and IDs.
+const SelectRangeIDs = `SELECT priority, id FROM tasks
+	WHERE shard_key = ? AND kind = 1 AND priority IN ? AND id > ? AND id <= ? LIMIT ?`
 
 // SelectOne reads one row's ID by primary key.
 const SelectOne = `SELECT id FROM tasks WHERE shard_key = ? AND kind = 1 AND priority = ? AND id = ?`
 
-// Scan reads the rows of a SelectVisible query of partition key.
-func Scan(iter *gocql.Iter, key string) ([]Row, error) {
-	var rows []Row
+// Scan reads the rows of a SelectRange query of partition key, stopping once the rows
+// read hold maxBytes of payload or more (the row that crosses it is kept). It reports
+// whether it stopped early.
+func Scan(iter *gocql.Iter, key string, maxBytes int) (rows []Row, cut bool, err error) {
 	var r Row
 	var timeoutMs int64
+	bytes := 0
 	for iter.Scan(&r.Priority, &r.ID, &r.TaskID, &r.Payload, &r.DueAt, &timeoutMs, &r.Attempt) {
 		r.Key = key
 		r.Timeout = time.Duration(timeoutMs) * time.Millisecond
 		rows = append(rows, r)
+		bytes += len(r.Payload)
 		r = Row{}
+		if bytes >= maxBytes {
+			cut = true
+			break
+		}
 	}
-	return rows, iter.Close()
+	return rows, cut, iter.Close()
+}
+
+// Batches to one partition stay under these, well inside Cassandra's mutation limits.
+const (
+	MaxBatchRows  = 100
+	MaxBatchBytes = 512 << 10
+)
+
+// Group splits row indexes into per-partition batches of at most MaxBatchRows rows and
+// MaxBatchBytes of payload (a single larger row gets a batch of its own).
+func Group(rows []Row) [][]int {
+	type open struct{ idx, bytes int }
+	var batches [][]int
+	current := map[string]open{}
+	for i, r := range rows {
+		o, ok := current[r.Key]
+		if ok && (len(batches[o.idx]) >= MaxBatchRows || o.bytes+len(r.Payload) > MaxBatchBytes) {
+			ok = false
+		}
+		if !ok {
+			batches = append(batches, nil)
+			o = open{idx: len(batches) - 1}
+		}
+		batches[o.idx] = append(batches[o.idx], i)
+		o.bytes += len(r.Payload)
+		current[r.Key] = o
+	}
+	return batches
 }

@@ -1,0 +1,136 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/gocql/gocql"
+	"github.com/google/uuid"
+
+	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/internal/fanout"
+	"github.com/shardq/shardq/internal/lwt"
+	"github.com/shardq/shardq/internal/taskrow"
+)
+
+// AckError lists the tasks whose ack failed. It matches ErrLeaseLost when any lease was
+// lost, and the errors of acks that failed otherwise.
+type AckError struct {
+	Lost   []uuid.UUID
+	Failed map[uuid.UUID]error
+}
+
+func (e *AckError) Error() string {
+	return fmt.Sprintf("consumer: %d ack(s) lost their lease, %d failed", len(e.Lost), len(e.Failed))
+}
+
+func (e *AckError) Unwrap() []error {
+	var errs []error
+	if len(e.Lost) > 0 {
+		errs = append(errs, ErrLeaseLost)
+	}
+	for _, err := range e.Failed {
+		errs = append(errs, err)
+	}
+	return errs
+}
+
+// AckTasks marks tasks done by deleting their timeout markers: one conditional batch per
+// partition. A task whose lease was lost is listed in an *AckError (ErrLeaseLost); the
+// others are acked all the same.
+func (c *Consumer) AckTasks(ctx context.Context, tasks ...*Task) error {
+	groups := map[string][]*Task{}
+	var keys []string
+	for i, t := range tasks {
+		if err := c.checkOwn(ctx, t, fmt.Sprintf("tasks[%d]", i)); err != nil {
+			return err
+		}
+		if _, ok := groups[t.lease.Key]; !ok {
+			keys = append(keys, t.lease.Key)
+		}
+		groups[t.lease.Key] = append(groups[t.lease.Key], t)
+	}
+	var mu sync.Mutex
+	ackErr := &AckError{Failed: map[uuid.UUID]error{}}
+	_ = fanout.Each(len(keys), c.cfg.Concurrency, func(i int) error {
+		lost, failed := c.ackGroup(ctx, groups[keys[i]])
+		mu.Lock()
+		defer mu.Unlock()
+		ackErr.Lost = append(ackErr.Lost, lost...)
+		for id, err := range failed {
+			ackErr.Failed[id] = err
+		}
+		return nil
+	})
+	if acked := len(tasks) - len(ackErr.Lost) - len(ackErr.Failed); acked > 0 {
+		c.cfg.Observer.Observe(ctx, shardq.Acked{Queue: c.q.Name, Count: acked})
+	}
+	for _, id := range ackErr.Lost {
+		c.cfg.Observer.Observe(ctx, shardq.LeaseLost{Queue: c.q.Name, TaskID: id})
+	}
+	if len(ackErr.Lost) == 0 && len(ackErr.Failed) == 0 {
+		return nil
+	}
+	return ackErr
+}
+
+// ackGroup acks tasks of one partition. When the batch fails a condition, at least one
+// lease is gone; acking one by one tells which.
+func (c *Consumer) ackGroup(ctx context.Context, tasks []*Task) (lost []uuid.UUID, failed map[uuid.UUID]error) {
+	failed = map[uuid.UUID]error{}
+	if len(tasks) > 1 {
+		b := c.session.NewBatch(gocql.LoggedBatch).WithContext(ctx)
+		b.RetryPolicy(lwt.NoRetry)
+		for _, t := range tasks {
+			b.Query(taskrow.DeleteIfExists, t.lease.KeyArgs()...)
+		}
+		applied, iter, err := c.session.ExecuteBatchCAS(b)
+		if err == nil {
+			err = iter.Close()
+		}
+		if err == nil && applied {
+			return nil, nil
+		}
+		// Not applied, or unknown: each single ack below settles its own task.
+	}
+	for _, t := range tasks {
+		switch err := c.ackOne(ctx, t); {
+		case errors.Is(err, ErrLeaseLost):
+			lost = append(lost, t.ID)
+		case err != nil:
+			failed[t.ID] = err
+		}
+	}
+	return lost, failed
+}
+
+func (c *Consumer) ackOne(ctx context.Context, t *Task) error {
+	for range 2 {
+		applied, err := c.session.Query(taskrow.DeleteIfExists, t.lease.KeyArgs()...).
+			WithContext(ctx).RetryPolicy(lwt.NoRetry).MapScanCAS(map[string]any{})
+		if err == nil {
+			if !applied {
+				return ErrLeaseLost
+			}
+			return nil
+		}
+		// Unknown outcome. A straggling delete can only remove this very marker, so
+		// reading it back at SERIAL settles the ack.
+		rctx, cancel := lwt.ResolveContext(ctx)
+		rerr := c.session.Query(taskrow.SelectOne, t.lease.KeyArgs()...).
+			WithContext(rctx).Consistency(lwt.Serial).Scan(new(gocql.UUID))
+		cancel()
+		switch {
+		case errors.Is(rerr, gocql.ErrNotFound) && c.cfg.Clock.Now().Before(t.Deadline):
+			return nil // gone before its deadline: no one else could have taken it
+		case errors.Is(rerr, gocql.ErrNotFound):
+			return fmt.Errorf("%w: ack of %s after its deadline: %w", ErrOutcomeUnknown, t.ID, err)
+		case rerr != nil:
+			return fmt.Errorf("%w: ack of %s: %w (reading back: %w)", ErrOutcomeUnknown, t.ID, err, rerr)
+		}
+		// Still there: the delete did not apply, and trying once more is a new decision.
+	}
+	return fmt.Errorf("%w: ack of %s failed twice", ErrOutcomeUnknown, t.ID)
+}

@@ -1,0 +1,260 @@
+package consumer_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/consumer"
+	"github.com/shardq/shardq/internal/cassandratest"
+	"github.com/shardq/shardq/internal/testclock"
+	"github.com/shardq/shardq/producer"
+)
+
+// offsetClock is a clock that trails (or leads) another by a fixed amount.
+type offsetClock struct {
+	c *testclock.Clock
+	d time.Duration
+}
+
+func (o offsetClock) Now() time.Time { return o.c.Now().Add(o.d) }
+
+// The read floors never hide a row: tasks due now, past due, a little ahead, written by
+// a producer whose clock trails by 1.5 s, retried, and left to expire, over all
+// priorities, are each delivered by the first drain after they become visible, never
+// before, until every one is acked.
+func TestFloorsHideNothing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, shardq.QueueConfig{ShardCount: 2, BucketCount: 30, BucketDuration: time.Second})
+	trailing, err := producer.New(e.s, producer.Config{Clock: offsetClock{e.clock, -1500 * time.Millisecond}})
+	require.NoError(t, err)
+	c := e.consumer()
+	ctx := context.Background()
+
+	type state struct {
+		visible time.Time      // when it may be delivered next
+		held    *consumer.Task // the lease we hold, if any
+		done    bool
+	}
+	model := map[uuid.UUID]*state{}
+	rng := rand.New(rand.NewPCG(1, 2))
+	schedule := func(p *producer.Producer, pnow time.Time, due time.Time) {
+		id, err := p.ScheduleTask(ctx, producer.Task{Queue: e.q.Name, DueAt: due, Priority: rng.IntN(10)})
+		require.NoError(t, err)
+		vis := due
+		if due.IsZero() || due.Before(pnow) {
+			vis = pnow
+		}
+		model[id] = &state{visible: vis}
+	}
+	for step := range 80 {
+		now := e.clock.Now()
+		if step < 60 {
+			schedule(e.p, now, time.Time{})
+			schedule(trailing, now.Add(-1500*time.Millisecond), time.Time{})
+			schedule(e.p, now, now.Add(-time.Duration(rng.IntN(5000))*time.Millisecond))
+			schedule(trailing, now.Add(-1500*time.Millisecond), now.Add(-time.Duration(rng.IntN(3000))*time.Millisecond))
+			schedule(e.p, now, now.Add(time.Duration(rng.IntN(3000))*time.Millisecond))
+		}
+		for {
+			got, err := c.AcquireTasks(ctx, 7) // small batches: reads stop mid-priority
+			require.NoError(t, err)
+			if len(got) == 0 {
+				break
+			}
+			for _, task := range got {
+				st := model[task.ID]
+				require.NotNil(t, st, "unknown task %s", task.ID)
+				require.False(t, st.done, "task %s delivered after its ack", task.ID)
+				require.False(t, st.visible.After(now), "task %s delivered early: visible at %v, now %v", task.ID, st.visible, now)
+				st.held = task
+				switch r := rng.IntN(10); {
+				case r < 6:
+					require.NoError(t, c.AckTasks(ctx, task))
+					st.done, st.held = true, nil
+				case r < 8:
+					delay := time.Duration(rng.IntN(1500)) * time.Millisecond
+					require.NoError(t, c.Retry(ctx, task, delay))
+					st.visible, st.held = now.Add(delay), nil
+				default: // left to expire: visible again at its deadline
+					st.visible = task.Deadline
+				}
+			}
+		}
+		for id, st := range model {
+			if !st.done && !st.visible.After(now) {
+				require.Failf(t, "task missed", "task %s visible since %v is not delivered at %v (held: %v)", id, st.visible, now, st.held != nil)
+			}
+		}
+		e.clock.Add(250 * time.Millisecond)
+	}
+	e.clock.Add(10 * time.Second)
+	for {
+		got, err := c.AcquireTasks(ctx, 100)
+		require.NoError(t, err)
+		if len(got) == 0 {
+			break
+		}
+		require.NoError(t, c.AckTasks(ctx, got...))
+		for _, task := range got {
+			model[task.ID].done = true
+		}
+	}
+	for id, st := range model {
+		require.True(t, st.done, "task %s never acked", id)
+	}
+}
+
+// A partition whose reads fail does not stop the others; its failure reaches the
+// observer, and the call fails only when nothing could be read.
+func TestFailingPartitionIsolated(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, shardq.QueueConfig{ShardCount: 4, BucketCount: 10, BucketDuration: time.Second})
+	var tasks []producer.Task
+	for range 80 {
+		tasks = append(tasks, producer.Task{})
+	}
+	e.schedule(tasks...)
+	var failures sync.Map
+	c, err := consumer.New(e.s, consumer.Config{Queue: e.q.Name, Clock: e.clock,
+		Observer: shardq.ObserverFunc(func(_ context.Context, ev shardq.Event) {
+			if f, ok := ev.(shardq.PartitionFailed); ok {
+				failures.Store(f.ShardKey, f.Op)
+			}
+		})})
+	require.NoError(t, err)
+	bad := e.q.Layout().Key(e.q.Layout().Bucket(e.clock.Now()), 0)
+	broken := errors.New("test: partition unreadable")
+	consumer.SetFailRead(c, func(key string) error {
+		if key == bad {
+			return broken
+		}
+		return nil
+	})
+	ctx := context.Background()
+	var got []*consumer.Task
+	for {
+		more, err := c.AcquireTasks(ctx, 50)
+		require.NoError(t, err)
+		if len(more) == 0 {
+			break
+		}
+		got = append(got, more...)
+	}
+	require.NotEmpty(t, got)
+	require.Less(t, len(got), 80, "shard 0 of 4 held none of 80 tasks")
+	op, ok := failures.Load(bad)
+	require.True(t, ok, "the failure reached the observer")
+	require.Equal(t, "peek", op)
+
+	consumer.SetFailRead(c, func(string) error { return broken })
+	_, err = c.AcquireTasks(ctx, 50)
+	require.ErrorIs(t, err, broken, "nothing could be read at all")
+
+	consumer.SetFailRead(c, nil)
+	rest := e.acquire(c, 100)
+	require.Len(t, rest, 80-len(got))
+	require.NoError(t, c.AckTasks(ctx, append(got, rest...)...))
+}
+
+// Tasks of 1 MiB are leased within Cassandra's mutation limits: 24 of them in one
+// partition are all delivered.
+func TestLargePayloads(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 10, BucketDuration: time.Second})
+	p, err := producer.New(e.s, producer.Config{Clock: e.clock, MaxPayloadBytes: producer.MaxPayloadLimit})
+	require.NoError(t, err)
+	ctx := context.Background()
+	want := map[uuid.UUID]bool{}
+	for i := range 24 {
+		body := make([]byte, producer.MaxPayloadLimit)
+		body[0] = byte(i)
+		id, err := p.ScheduleTask(ctx, producer.Task{Queue: e.q.Name, Payload: body})
+		require.NoError(t, err)
+		want[id] = true
+	}
+	c := e.consumer()
+	got := map[uuid.UUID]bool{}
+	for range 10 {
+		tasks := e.acquire(c, 24)
+		for _, task := range tasks {
+			require.Len(t, task.Payload, producer.MaxPayloadLimit)
+			got[task.ID] = true
+		}
+		require.NoError(t, c.AckTasks(ctx, tasks...))
+		if len(got) == len(want) {
+			break
+		}
+	}
+	require.Equal(t, want, got)
+}
+
+// 300,000 tasks due at once in one partition drain completely, with the tombstone
+// failure threshold at its default: no read ever walks the rows already consumed.
+func TestBacklogInOnePartition(t *testing.T) {
+	const n = 300_000
+	s := cassandratest.SchemaSession(t)
+	ctx := context.Background()
+	q, err := shardq.CreateQueue(ctx, s, shardq.QueueConfig{Name: "backlog", ShardCount: 1})
+	require.NoError(t, err)
+	p, err := producer.New(s, producer.Config{})
+	require.NoError(t, err)
+	chunks := make(chan []producer.Task)
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for chunk := range chunks {
+				_, err := p.ScheduleTasks(ctx, chunk)
+				require.NoError(t, err)
+			}
+		}()
+	}
+	for i := 0; i < n; i += 1000 {
+		chunk := make([]producer.Task, 1000)
+		for j := range chunk {
+			chunk[j] = producer.Task{Queue: q.Name, Payload: []byte(fmt.Sprint(i + j))}
+		}
+		chunks <- chunk
+	}
+	close(chunks)
+	wg.Wait()
+
+	var failed atomic.Int64
+	c, err := consumer.New(s, consumer.Config{Queue: q.Name, Observer: shardq.ObserverFunc(func(_ context.Context, ev shardq.Event) {
+		if f, ok := ev.(shardq.PartitionFailed); ok {
+			failed.Add(1)
+			t.Errorf("partition %s failed (%s): %v", f.ShardKey, f.Op, f.Err)
+		}
+	})})
+	require.NoError(t, err)
+	seen := make([]bool, n)
+	delivered := 0
+	deadline := time.Now().Add(10 * time.Minute)
+	for delivered < n && time.Now().Before(deadline) && failed.Load() == 0 {
+		got, err := c.AcquireTasks(ctx, consumer.MaxAcquire)
+		require.NoError(t, err)
+		for _, task := range got {
+			var i int
+			_, err := fmt.Sscan(string(task.Payload), &i)
+			require.NoError(t, err)
+			require.False(t, seen[i], "task %d delivered twice", i)
+			seen[i] = true
+		}
+		delivered += len(got)
+		require.NoError(t, c.AckTasks(ctx, got...))
+	}
+	require.Equal(t, n, delivered)
+	require.Equal(t, -1, slices.Index(seen, false))
+}

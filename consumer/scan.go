@@ -1,0 +1,366 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/gocql/gocql"
+	"github.com/google/uuid"
+
+	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/internal/fanout"
+	"github.com/shardq/shardq/internal/taskrow"
+	"github.com/shardq/shardq/shard"
+)
+
+// Read floors: why reads cost the same however much a partition has drained.
+//
+// Every row is written with an ID time no earlier than its writer's clock at the time of
+// the write: a pending task's due time, clamped up to when it was scheduled; a marker's
+// lease deadline; a retry's next due time. So once a consumer read a partition at time T
+// and found the rows of a priority up to some point consumed or absent, no row can later
+// appear in that priority below min(that point, T - MaxClockSkew) as long as clocks and
+// write latency stay within MaxClockSkew. That bound is the priority's floor, and reads
+// start above it with `id > floor`: Cassandra seeks past every tombstone beneath it.
+//
+// Floors are kept per partition and lap in memory, and written into the partition's lock
+// row by every swap, in the same fenced transaction, so that another consumer (or this
+// one after a restart) starts from them. A partition with no floor for the current lap
+// is read from the start of the previous lap, so a row written late in the previous lap
+// is still found.
+
+// nPriorities is how many priorities there are; floors are indexed by priority.
+const nPriorities = shardq.MaxPriority - shardq.MinPriority + 1
+
+// floors holds, per priority, an exclusive lower bound on the IDs of the live rows of a
+// partition's lap.
+type floors [nPriorities]gocql.UUID
+
+type pkey struct {
+	key    string
+	bucket int64
+}
+
+// peekLimit bounds the rows one peek reads.
+const peekLimit = 100
+
+// Locked reads start with pages of this many rows and shrink them once large payloads
+// are seen, so a page stays near MaxTakeBytes.
+const initialPageRows = MaxAcquire
+
+const (
+	selectFloors = `SELECT floor_bucket, floors FROM tasks WHERE shard_key = ? AND kind = 0 AND priority = 0 AND id = ?`
+	// floorAssignments records a swap in the lock row; see lock.Lease.ReleaseStatementSetting.
+	floorAssignments = `swap_holder = ?, floor_bucket = ?, floors = floors + ?`
+)
+
+// span is what one read of a partition covered, to move its floors.
+type span struct {
+	readAt   time.Time         // the clock before the read was sent
+	full     [nPriorities]bool // priorities read up to the upper bound
+	cut      bool              // the read stopped inside priority cutPrio, at row cutID
+	cutPrio  int8
+	cutID    gocql.UUID
+	first    [nPriorities]gocql.UUID // first row read per priority; zero if none
+	consumed bool                    // every row read was deleted (a swap that applied)
+}
+
+// note records row (prio, id) as read, in clustering order.
+func (s *span) note(prio int8, id gocql.UUID) {
+	if s.first[prio] == (gocql.UUID{}) {
+		s.first[prio] = id
+	}
+	s.cutPrio, s.cutID = prio, id
+}
+
+// cover records that group g was read: in full, or, when the read stopped at its limit,
+// up to the last row noted (priorities of g above that row's were read in full).
+func (s *span) cover(g group, stopped bool) {
+	s.cut = stopped
+	for _, p := range g.prios {
+		if !stopped || p > s.cutPrio {
+			s.full[p] = true
+		}
+	}
+}
+
+// raise moves f up by what s saw. A priority read in full rests at the earliest row left
+// in it, or at readAt less the skew when it held none; the priority a read stopped in
+// rests at its last row consumed, or its first row left.
+func (f *floors) raise(s span, skew time.Duration) {
+	settled := gocql.UUID(shard.MinID(s.readAt.Add(-skew)))
+	below := func(id gocql.UUID) gocql.UUID {
+		return gocql.UUID(shard.MinID(shard.IDTime(uuid.UUID(id)).Add(-100 * time.Nanosecond)))
+	}
+	for p := range nPriorities {
+		var cand gocql.UUID
+		switch {
+		case s.full[p] && (s.consumed || s.first[p] == (gocql.UUID{})):
+			cand = settled
+		case s.full[p]:
+			cand = minID(below(s.first[p]), settled)
+		case s.cut && int(s.cutPrio) == p && s.consumed:
+			cand = minID(s.cutID, settled)
+		case s.cut && int(s.cutPrio) == p:
+			cand = minID(below(s.first[p]), settled)
+		default:
+			continue
+		}
+		if shard.CompareIDs(uuid.UUID(cand), uuid.UUID(f[p])) > 0 {
+			f[p] = cand
+		}
+	}
+}
+
+func minID(a, b gocql.UUID) gocql.UUID {
+	if shard.CompareIDs(uuid.UUID(a), uuid.UUID(b)) <= 0 {
+		return a
+	}
+	return b
+}
+
+// group is a run of priorities, highest first, read by one query from one floor.
+type group struct {
+	prios []int8
+	floor gocql.UUID
+}
+
+// plan splits the priorities into runs whose floors lie within MaxClockSkew of each
+// other, each read from its lowest floor. Usually that is one run; a priority drained
+// far behind the others (a backlog) gets its own, so the others' tombstones between its
+// floor and theirs are not scanned.
+func (c *Consumer) plan(f *floors) []group {
+	var groups []group
+	var lo, hi time.Time
+	for p := shardq.MaxPriority; p >= shardq.MinPriority; p-- {
+		t := shard.IDTime(uuid.UUID(f[p]))
+		if n := len(groups); n > 0 && t.Sub(lo) <= c.cfg.MaxClockSkew && hi.Sub(t) <= c.cfg.MaxClockSkew {
+			g := &groups[n-1]
+			g.prios = append(g.prios, int8(p))
+			g.floor = minID(g.floor, f[p])
+			lo, hi = minTime(lo, t), maxTime(hi, t)
+			continue
+		}
+		groups = append(groups, group{prios: []int8{int8(p)}, floor: f[p]})
+		lo, hi = t, t
+	}
+	return groups
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// floorsOf returns a copy of the floors of pt's lap, or false when none are known.
+func (c *Consumer) floorsOf(pt *part) (floors, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	f, ok := c.floors[pkey{pt.key, pt.bucket}]
+	if !ok {
+		return floors{}, false
+	}
+	return *f, true
+}
+
+// raiseFloors folds a read of pt into its floors.
+func (c *Consumer) raiseFloors(pt *part, s span) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if f, ok := c.floors[pkey{pt.key, pt.bucket}]; ok {
+		f.raise(s, c.cfg.MaxClockSkew)
+	}
+}
+
+// loadFloors reads the floors the last swap of pt recorded, for a partition this
+// consumer has none for. Floors recorded in an earlier lap, or none, give the start of
+// the previous lap.
+func (c *Consumer) loadFloors(ctx context.Context, pt *part) error {
+	if _, ok := c.floorsOf(pt); ok {
+		return nil
+	}
+	var bucket int64
+	var stored map[int8]gocql.UUID
+	err := c.session.Query(selectFloors, pt.key, taskrow.LockID).WithContext(ctx).Scan(&bucket, &stored)
+	if err != nil && !errors.Is(err, gocql.ErrNotFound) {
+		return wrapErr("reading the floors of", pt.key, err)
+	}
+	var f floors
+	start := gocql.UUID(shard.MinID(c.layout.BucketStart(pt.bucket - int64(c.q.BucketCount))))
+	for p := range f {
+		f[p] = start
+		if v, ok := stored[int8(p)]; ok && bucket == pt.bucket {
+			f[p] = v
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.floors[pkey{pt.key, pt.bucket}]; !ok {
+		c.floors[pkey{pt.key, pt.bucket}] = &f
+	}
+	return nil
+}
+
+// peek reads the IDs of pt's rows from its floors up to upper (now, or now plus the
+// look-ahead): how many are visible now, when the next one becomes visible, and, for a
+// bucket that ended more than MaxClockSkew ago, whether nothing of its lap is left.
+// Look-ahead buckets are read from their own start and move no floor.
+func (c *Consumer) peek(ctx context.Context, pt *part, now, upper time.Time) error {
+	if c.failRead != nil {
+		if err := c.failRead(pt.key); err != nil {
+			return err
+		}
+	}
+	var groups []group
+	f, ok := c.floorsOf(pt)
+	if ok {
+		groups = c.plan(&f)
+	} else {
+		groups = []group{{prios: allPriorities, floor: gocql.UUID(shard.MinID(c.layout.BucketStart(pt.bucket)))}}
+	}
+	s := span{readAt: now}
+	read := 0
+	for _, g := range groups {
+		want := peekLimit - read
+		iter := c.session.Query(taskrow.SelectRangeIDs, pt.key, g.prios, g.floor, gocql.UUID(shard.MaxID(upper)), want).
+			WithContext(ctx).Iter()
+		var prio int8
+		var id gocql.UUID
+		got := 0
+		for iter.Scan(&prio, &id) {
+			got++
+			s.note(prio, id)
+			switch at := shard.IDTime(uuid.UUID(id)); {
+			case !at.After(now):
+				pt.avail++
+			case pt.next.IsZero() || at.Before(pt.next):
+				pt.next = at
+			}
+		}
+		if err := iter.Close(); err != nil {
+			return wrapErr("reading", pt.key, err)
+		}
+		read += got
+		s.cover(g, got == want)
+		if s.cut {
+			break
+		}
+	}
+	if s.cut && pt.avail == 0 {
+		// The rows beyond the limit are unknown: they may be due, so look again soon.
+		pt.next = now
+	}
+	if ok {
+		c.raiseFloors(pt, s)
+	}
+	pt.finished = !s.cut && pt.avail == 0 && !pt.ahead &&
+		!now.Before(c.layout.BucketStart(pt.bucket+1).Add(c.cfg.MaxClockSkew))
+	return nil
+}
+
+var allPriorities = func() []int8 {
+	var p []int8
+	for i := shardq.MaxPriority; i >= shardq.MinPriority; i-- {
+		p = append(p, int8(i))
+	}
+	return p
+}()
+
+// peekAll peeks at the partitions of buckets up to now. A consumer whose last call came
+// up short reads up to LookAhead past now at once, and the look-ahead buckets with them;
+// one that was busy reads due rows only, and looks ahead only if those fall short of
+// want: rows coming due later matter for NextDue, which matters only to a consumer that
+// is about to go idle. A partition that fails is skipped; the error returned is the
+// joined failures when every partition failed.
+func (c *Consumer) peekAll(ctx context.Context, parts []part, want int, now time.Time, idle bool) error {
+	var current, ahead []int
+	for i, pt := range parts {
+		if pt.ahead {
+			ahead = append(ahead, i)
+		} else {
+			current = append(current, i)
+		}
+	}
+	upper := now
+	if idle {
+		upper = now.Add(c.cfg.LookAhead)
+		current = append(current, ahead...)
+		ahead = nil
+	}
+	var errs []error
+	failed := 0
+	_ = fanout.Each(len(current), c.cfg.Concurrency, func(i int) error {
+		pt := &parts[current[i]]
+		var err error
+		op := "floors"
+		if !pt.ahead {
+			err = c.loadFloors(ctx, pt)
+		}
+		if err == nil {
+			op = "peek"
+			err = c.peek(ctx, pt, now, upper)
+		}
+		if err != nil {
+			pt.err, pt.avail, pt.finished = err, 0, false
+			c.observeFailure(ctx, pt.key, op, err)
+		}
+		return nil
+	})
+	avail := 0
+	for _, i := range current {
+		if parts[i].err != nil {
+			errs = append(errs, parts[i].err)
+			failed++
+		}
+		avail += parts[i].avail
+	}
+	if !idle && avail < want {
+		c.lookAhead(ctx, parts, ahead, now)
+	}
+	if failed > 0 && failed == len(current) {
+		return errors.Join(errs...)
+	}
+	return nil
+}
+
+// lookAhead finds when the next row becomes visible in the current buckets' partitions
+// and in the look-ahead buckets, for NextDue.
+func (c *Consumer) lookAhead(ctx context.Context, parts []part, ahead []int, now time.Time) {
+	var idx []int
+	for i, pt := range parts {
+		if pt.err == nil && !pt.ahead && c.layout.Bucket(now) == pt.bucket {
+			idx = append(idx, i)
+		}
+	}
+	idx = append(idx, ahead...)
+	upper := gocql.UUID(shard.MaxID(now.Add(c.cfg.LookAhead)))
+	_ = fanout.Each(len(idx), c.cfg.Concurrency, func(i int) error {
+		pt := &parts[idx[i]]
+		from := gocql.UUID(shard.MaxID(now))
+		if pt.ahead {
+			from = gocql.UUID(shard.MinID(c.layout.BucketStart(pt.bucket)))
+		}
+		var prio int8
+		var id gocql.UUID
+		iter := c.session.Query(taskrow.SelectRangeIDs, pt.key, allPriorities, from, upper, peekLimit).WithContext(ctx).Iter()
+		for iter.Scan(&prio, &id) {
+			if at := shard.IDTime(uuid.UUID(id)); at.After(now) && (pt.next.IsZero() || at.Before(pt.next)) {
+				pt.next = at
+			}
+		}
+		if err := iter.Close(); err != nil {
+			c.observeFailure(ctx, pt.key, "peek", wrapErr("looking ahead in", pt.key, err))
+		}
+		return nil
+	})
+}

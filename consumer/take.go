@@ -1,0 +1,289 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/gocql/gocql"
+	"github.com/google/uuid"
+
+	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/internal/fanout"
+	"github.com/shardq/shardq/internal/lwt"
+	"github.com/shardq/shardq/internal/taskrow"
+	"github.com/shardq/shardq/lock"
+	"github.com/shardq/shardq/shard"
+)
+
+// takeAll takes up to n tasks from the partitions with rows available, in parallel
+// rounds. Each round hands out what is still wanted in scan order, each partition as
+// much as it was seen to have, so a backlogged partition fills a whole batch with one
+// lock and one swap while a trickle is gathered from many at once. A partition that gave
+// all it was asked and may hold more goes back in line. Every round either retires
+// partitions or gains tasks, so the loop ends. Shards another consumer holds are
+// skipped, and a partition that fails is reported and skipped.
+func (c *Consumer) takeAll(ctx context.Context, parts []part, n int, now time.Time) []*Task {
+	var line []part
+	for _, pt := range parts {
+		if pt.avail > 0 && pt.err == nil {
+			line = append(line, pt)
+		}
+	}
+	var out []*Task
+	for len(line) > 0 && len(out) < n {
+		var round []part
+		var shares []int
+		for want := n - len(out); len(line) > 0 && want > 0; line = line[1:] {
+			share := min(line[0].avail, want)
+			round, shares = append(round, line[0]), append(shares, share)
+			want -= share
+		}
+		got := make([][]*Task, len(round))
+		full := make([]bool, len(round))
+		_ = fanout.Each(len(round), c.cfg.Concurrency, func(i int) error {
+			var err error
+			got[i], full[i], err = c.take(ctx, &round[i], shares[i], now)
+			if err != nil && !errors.Is(err, lock.ErrLockHeld) {
+				c.observeFailure(ctx, round[i].key, "take", err)
+			}
+			return nil
+		})
+		for i, g := range got {
+			out = append(out, g...)
+			if full[i] && round[i].avail >= peekLimit {
+				line = append(line, round[i])
+			}
+		}
+	}
+	return out
+}
+
+// take leases up to want due rows of one partition. It reports whether it found as many
+// rows as it read for (the partition may hold more).
+func (c *Consumer) take(ctx context.Context, pt *part, want int, now time.Time) ([]*Task, bool, error) {
+	if err := c.loadFloors(ctx, pt); err != nil {
+		return nil, false, err
+	}
+	t0 := time.Now()
+	lease, err := c.locker.Acquire(ctx, pt.key)
+	if errors.Is(err, lock.ErrLockHeld) {
+		c.cfg.Observer.Observe(ctx, shardq.LockContended{Queue: c.q.Name, ShardKey: pt.key})
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	lockWait := time.Since(t0)
+	rows, s, err := c.lockedRead(ctx, pt, want, now)
+	full := err == nil && s.cut
+	c.mu.Lock()
+	if full {
+		c.hot[pt.key] = true
+	} else {
+		delete(c.hot, pt.key)
+	}
+	c.mu.Unlock()
+	if err != nil || len(rows) == 0 {
+		if err == nil {
+			c.raiseFloors(pt, s)
+		}
+		return nil, false, errors.Join(err, c.release(ctx, lease))
+	}
+	if c.beforeSwap != nil {
+		c.beforeSwap()
+	}
+	tasks, err := c.swap(ctx, pt, lease, rows, s, now)
+	if len(tasks) > 0 {
+		c.cfg.Observer.Observe(ctx, shardq.BatchAcquired{Queue: c.q.Name, ShardKey: pt.key, Size: len(tasks), LockWait: lockWait})
+	}
+	return tasks, full, err
+}
+
+// lockedRead reads up to want visible rows of pt above its floors, and at most
+// MaxTakeBytes of payload, highest priority first. The span reports cut when it stopped
+// at either limit.
+func (c *Consumer) lockedRead(ctx context.Context, pt *part, want int, now time.Time) ([]taskrow.Row, span, error) {
+	s := span{readAt: now}
+	if c.failRead != nil {
+		if err := c.failRead(pt.key); err != nil {
+			return nil, s, err
+		}
+	}
+	f, _ := c.floorsOf(pt)
+	c.mu.Lock()
+	pageRows := c.pageRows
+	c.mu.Unlock()
+	var rows []taskrow.Row
+	bytes := 0
+	for _, g := range c.plan(&f) {
+		rest := want - len(rows)
+		iter := c.session.Query(taskrow.SelectRange, pt.key, g.prios, g.floor, gocql.UUID(shard.MaxID(now)), rest).
+			WithContext(ctx).PageSize(min(rest, pageRows)).Iter()
+		got, cut, err := taskrow.Scan(iter, pt.key, MaxTakeBytes-bytes)
+		if err != nil {
+			return nil, s, wrapErr("reading", pt.key, err)
+		}
+		for _, r := range got {
+			s.note(r.Priority, r.ID)
+			bytes += len(r.Payload)
+			c.sawPayload(len(r.Payload))
+		}
+		rows = append(rows, got...)
+		s.cover(g, cut || len(got) == rest)
+		if s.cut {
+			break
+		}
+	}
+	return rows, s, nil
+}
+
+// sawPayload shrinks locked reads' pages once large payloads appear, so one page stays
+// near MaxTakeBytes.
+func (c *Consumer) sawPayload(n int) {
+	if n == 0 {
+		return
+	}
+	rows := max(1, min(MaxAcquire, MaxTakeBytes/n))
+	c.mu.Lock()
+	c.pageRows = min(c.pageRows, rows)
+	c.mu.Unlock()
+}
+
+// swap leases rows: it writes a timeout marker per task into the partition of its
+// deadline, then deletes the rows and releases the lock in one conditional batch that
+// applies only while lease holds the lock and every expired marker among rows still
+// exists (its holder may be acking it right now). The batch also records the partition's
+// new floors and who swapped last. Markers of a swap that did not apply are deleted.
+func (c *Consumer) swap(ctx context.Context, pt *part, lease *lock.Lease, rows []taskrow.Row, s span, now time.Time) ([]*Task, error) {
+	tasks := make([]*Task, len(rows))
+	markers := make([]taskrow.Row, len(rows))
+	for i, r := range rows {
+		deadline := now.Add(r.Timeout)
+		markers[i] = c.marker(r, deadline)
+		markers[i].Attempt++
+		tasks[i] = &Task{ID: uuid.UUID(r.TaskID), Queue: c.q.Name, Payload: r.Payload, DueAt: r.DueAt,
+			Priority: int(r.Priority), Attempt: markers[i].Attempt, Deadline: deadline, lease: markers[i],
+			visible: shard.IDTime(uuid.UUID(r.ID))}
+	}
+	if err := c.writeMarkers(ctx, markers); err != nil {
+		c.dropMarkers(ctx, markers)
+		return nil, errors.Join(wrapErr("writing markers for", pt.key, err), c.release(ctx, lease))
+	}
+
+	f, _ := c.floorsOf(pt)
+	s.consumed = true
+	f.raise(s, c.cfg.MaxClockSkew)
+	stored := make(map[int8]gocql.UUID, nPriorities)
+	for p, id := range f {
+		stored[int8(p)] = id
+	}
+	b := c.session.NewBatch(gocql.LoggedBatch).WithContext(ctx)
+	b.RetryPolicy(lwt.NoRetry)
+	stmt, args := lease.ReleaseStatementSetting(floorAssignments, gocql.UUID(lease.Holder()), pt.bucket, stored)
+	b.Query(stmt, args...)
+	for _, r := range rows {
+		if r.Attempt == 0 {
+			b.Query(taskrow.Delete, r.KeyArgs()...)
+		} else {
+			b.Query(taskrow.DeleteIfExists, r.KeyArgs()...)
+		}
+	}
+	applied, iter, err := c.session.ExecuteBatchCAS(b)
+	if err == nil {
+		err = iter.Close()
+	}
+	switch {
+	case err != nil && definite(err):
+		c.dropMarkers(ctx, markers)
+		return nil, errors.Join(wrapErr("swapping in", pt.key, err), c.release(ctx, lease))
+	case err != nil:
+		applied, err = c.settleSwap(ctx, lease, err)
+		if err != nil {
+			// Unsettled: the markers stay, so the tasks come back at their deadline if
+			// the swap applied; if it did not, they are also still pending. A duplicate,
+			// never a loss.
+			return nil, err
+		}
+	}
+	if !applied {
+		// The lock expired under us, or a marker we meant to redeliver was acked first.
+		// Nothing changed; the partition is read afresh next time.
+		c.log.DebugContext(ctx, "swap not applied", "shard_key", pt.key)
+		c.dropMarkers(ctx, markers)
+		return nil, c.release(ctx, lease)
+	}
+	c.mu.Lock()
+	if cur, ok := c.floors[pkey{pt.key, pt.bucket}]; ok {
+		cur.raise(s, c.cfg.MaxClockSkew)
+	}
+	c.mu.Unlock()
+	c.log.DebugContext(ctx, "leased tasks", "shard_key", pt.key, "tasks", len(tasks), "fencing_token", lease.Token())
+	return tasks, nil
+}
+
+// marker returns r's timeout marker visible at at: a copy of the row in the partition of
+// at's bucket, in the same concurrency shard.
+func (c *Consumer) marker(r taskrow.Row, at time.Time) taskrow.Row {
+	m := r
+	m.ID = gocql.UUID(shard.NewID(at))
+	m.Key = c.layout.Key(c.layout.Bucket(at), c.layout.ShardFor(uuid.UUID(r.TaskID)))
+	return m
+}
+
+// writeMarkers writes rows with plain batches, one partition and a bounded size each.
+func (c *Consumer) writeMarkers(ctx context.Context, rows []taskrow.Row) error {
+	batches := taskrow.Group(rows)
+	ts := taskrow.Timestamp()
+	return fanout.Each(len(batches), c.cfg.Concurrency, func(i int) error {
+		b := c.session.NewBatch(gocql.UnloggedBatch).WithContext(ctx)
+		for _, idx := range batches[i] {
+			b.Query(taskrow.Insert, rows[idx].InsertArgs(ts)...)
+		}
+		return c.session.ExecuteBatch(b)
+	})
+}
+
+// dropMarkers deletes markers of a swap that did not apply. Their IDs are new, so the
+// deletes touch nothing else. One that cannot be deleted delivers its task once more
+// at its deadline: a duplicate, never a loss.
+func (c *Consumer) dropMarkers(ctx context.Context, rows []taskrow.Row) {
+	rctx, cancel := lwt.ResolveContext(ctx)
+	defer cancel()
+	batches := taskrow.Group(rows)
+	if err := fanout.Each(len(batches), c.cfg.Concurrency, func(i int) error {
+		b := c.session.NewBatch(gocql.UnloggedBatch).WithContext(rctx)
+		for _, idx := range batches[i] {
+			b.Query(taskrow.Delete, rows[idx].KeyArgs()...)
+		}
+		return c.session.ExecuteBatch(b)
+	}); err != nil {
+		c.log.WarnContext(ctx, "deleting the markers of a swap that did not apply; their tasks may run twice", "queue", c.q.Name, "error", err)
+	}
+}
+
+func (c *Consumer) release(ctx context.Context, lease *lock.Lease) error {
+	if err := lease.Release(ctx); err != nil && !errors.Is(err, lock.ErrLockLost) {
+		return wrapErr("releasing", lease.Key(), err)
+	}
+	return nil
+}
+
+// settleSwap decides a swap whose outcome is unknown. Releasing the lock first, as a new
+// LWT, voids a straggling swap (it is conditioned on our holding the lock); after that a
+// SERIAL read of the lock row tells whether our swap was the last one applied.
+func (c *Consumer) settleSwap(ctx context.Context, lease *lock.Lease, cause error) (bool, error) {
+	c.log.WarnContext(ctx, "swap outcome unknown, settling", "shard_key", lease.Key(), "error", cause)
+	rctx, cancel := lwt.ResolveContext(ctx)
+	defer cancel()
+	if err := c.release(rctx, lease); err != nil {
+		return false, fmt.Errorf("%w: swap in %s: %w (%w)", ErrOutcomeUnknown, lease.Key(), cause, err)
+	}
+	var last gocql.UUID
+	err := c.session.Query(`SELECT swap_holder FROM tasks WHERE shard_key = ? AND kind = 0 AND priority = 0 AND id = ?`,
+		lease.Key(), taskrow.LockID).WithContext(rctx).Consistency(lwt.Serial).Scan(&last)
+	if err != nil && !errors.Is(err, gocql.ErrNotFound) {
+		return false, fmt.Errorf("%w: swap in %s: %w (reading back: %w)", ErrOutcomeUnknown, lease.Key(), cause, err)
+	}
+	return last == gocql.UUID(lease.Holder()), nil
+}
