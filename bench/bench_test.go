@@ -16,6 +16,12 @@ import (
 	"github.com/shardq/shardq/internal/cqlcluster"
 )
 
+// TestMain lets trickle run this test binary again as its producer and worker processes.
+func TestMain(m *testing.M) {
+	runChildIfAsked()
+	os.Exit(m.Run())
+}
+
 // TestWorkloadsSmall runs every workload at a tiny size against the real cluster and
 // checks each writes its JSON line with the documented fields, no task lost or
 // duplicated, and the sweep's chart as a PNG.
@@ -25,7 +31,9 @@ func TestWorkloadsSmall(t *testing.T) {
 		hosts: strings.Join(cassandratest.Hosts(t), ","), keyspace: cassandratest.Keyspace(t),
 		workloads: "all", jsonPath: filepath.Join(dir, "out.jsonl"), chartPath: filepath.Join(dir, "sweep.png"),
 		shards: 4, buckets: 60, bucket: time.Second, timeout: 30 * time.Second, consumers: 4, batch: 50,
-		burstTasks: 600, spreadTasks: 300, spreadOver: 2 * time.Second, spreadHandlers: 16,
+		burstTasks: 600, burstWorkerTasks: 2000, burstWorkerHandlers: 64,
+		spreadTasks: 300, spreadOver: 2 * time.Second, spreadHandlers: 16,
+		trickleRate: 20, trickleDuration: 2 * time.Second,
 		idleFor: 2 * time.Second, idleBuckets: 50, idleShards: 20, cassandraPIDFile: "/nonexistent",
 		soakTasks: 1500, soakRate: 1000,
 		sweepTasks: 300, sweepShards: "2", sweepBuckets: "1s", sweepConsumers: "2", sweepBatch: "20,50",
@@ -49,13 +57,15 @@ func TestWorkloadsSmall(t *testing.T) {
 		}
 	}
 	want := map[string][]string{
-		"burst":   {"schedule_tasks_per_s", "drain_tasks_per_s", "lateness_p50_ms", "lateness_p99_ms", "lateness_max_ms"},
-		"spread":  {"lateness_p50_ms", "lateness_p99_ms", "lateness_max_ms"},
-		"idle":    {"idle_requests_per_s"},
-		"soak":    {"acquire_p50_ms", "acquire_p99_ms", "tombstones_per_read", "drain_tasks_per_s"},
-		"sweep":   {"drain_tasks_per_s", "lateness_p99_ms"},
-		"ceiling": {"ceiling_insert_rows_per_s", "ceiling_drain_tasks_per_s", "ceiling_lwt_cycles_per_s"},
-		"ratios":  {"schedule_vs_insert_ceiling", "drain_vs_drain_ceiling"},
+		"burst":        {"schedule_tasks_per_s", "drain_tasks_per_s", "lateness_p50_ms", "lateness_p99_ms", "lateness_max_ms"},
+		"burst-worker": {"tasks", "handlers", "drain_tasks_per_s", "requests_per_task", "schedule_tasks_per_s", "lost", "duplicates"},
+		"spread":       {"lateness_p50_ms", "lateness_p99_ms", "lateness_max_ms"},
+		"trickle":      {"rate", "duration_s", "tasks", "lateness_p50_ms", "lateness_p99_ms", "lateness_max_ms", "lost", "duplicates"},
+		"idle":         {"idle_requests_per_s"},
+		"soak":         {"acquire_p50_ms", "acquire_p99_ms", "tombstones_per_read", "drain_tasks_per_s"},
+		"sweep":        {"drain_tasks_per_s", "lateness_p99_ms"},
+		"ceiling":      {"ceiling_insert_rows_per_s", "ceiling_drain_tasks_per_s", "ceiling_lwt_cycles_per_s"},
+		"ratios":       {"schedule_vs_insert_ceiling", "drain_vs_drain_ceiling"},
 	}
 	for w, fields := range want {
 		require.Contains(t, byWorkload, w)

@@ -126,10 +126,22 @@ func newTracker(n int) *tracker { return &tracker{seen: make(map[uuid.UUID]int, 
 func (t *tracker) record(id uuid.UUID, lateness time.Duration) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.count(id)
+	t.lateness = append(t.lateness, lateness)
+}
+
+// deliver notes a delivered task without keeping its lateness, for runs too large to
+// keep one figure per delivery.
+func (t *tracker) deliver(id uuid.UUID) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.count(id)
+}
+
+func (t *tracker) count(id uuid.UUID) {
 	if t.seen[id]++; t.seen[id] == 1 {
 		t.delivered.Add(1)
 	}
-	t.lateness = append(t.lateness, lateness)
 }
 
 func (t *tracker) acked(at time.Time) {

@@ -32,9 +32,15 @@ type options struct {
 
 	burstTasks int
 
+	burstWorkerTasks    int
+	burstWorkerHandlers int
+
 	spreadTasks    int
 	spreadOver     time.Duration
 	spreadHandlers int
+
+	trickleRate     int
+	trickleDuration time.Duration
 
 	idleFor          time.Duration
 	idleBuckets      int
@@ -53,10 +59,11 @@ type options struct {
 }
 
 func main() {
+	runChildIfAsked() // trickle's producer and worker processes are this binary too
 	var o options
 	flag.StringVar(&o.hosts, "hosts", "127.0.0.1", "comma-separated Cassandra hosts (SHARDQ_CASSANDRA_HOSTS wins when set)")
 	flag.StringVar(&o.keyspace, "keyspace", "shardq_bench", "keyspace each workload drops and makes again")
-	flag.StringVar(&o.workloads, "workload", "burst", "comma-separated workloads: burst, spread, idle, soak, sweep, ceiling, or all")
+	flag.StringVar(&o.workloads, "workload", "burst", "comma-separated workloads: burst, burst-worker, spread, trickle, idle, soak, sweep, ceiling, or all")
 	flag.StringVar(&o.jsonPath, "json", "", "append JSON lines to this file (default: print them on stdout)")
 	flag.StringVar(&o.chartPath, "chart", "sweep.png", "PNG file for the sweep's chart")
 
@@ -71,9 +78,15 @@ func main() {
 
 	flag.IntVar(&o.burstTasks, "burst-tasks", 100_000, "burst: tasks scheduled due at once")
 
+	flag.IntVar(&o.burstWorkerTasks, "burst-worker-tasks", 100_000, "burst-worker: tasks scheduled due at once, on a queue with default settings")
+	flag.IntVar(&o.burstWorkerHandlers, "burst-worker-handlers", 64, "burst-worker: Concurrency of the one worker that drains them")
+
 	flag.IntVar(&o.spreadTasks, "spread-tasks", 50_000, "spread: tasks scheduled while workers run")
 	flag.DurationVar(&o.spreadOver, "spread-over", 20*time.Second, "spread: due times uniform over this long")
 	flag.IntVar(&o.spreadHandlers, "handlers", 64, "spread: worker Concurrency (a fetch takes at most Concurrency+Prefetch tasks)")
+
+	flag.IntVar(&o.trickleRate, "trickle-rate", 10, "trickle: tasks scheduled per second, one per call, by a producer process")
+	flag.DurationVar(&o.trickleDuration, "trickle-duration", 20*time.Second, "trickle: how long the producer process schedules")
 
 	flag.DurationVar(&o.idleFor, "idle-for", 20*time.Second, "idle: how long to count requests")
 	flag.IntVar(&o.idleBuckets, "idle-buckets", 50, "idle: queue time buckets")
@@ -102,7 +115,7 @@ func main() {
 func run(ctx context.Context, o options) error {
 	names := strings.Split(o.workloads, ",")
 	if o.workloads == "all" {
-		names = []string{"burst", "ceiling", "spread", "idle", "sweep", "soak"}
+		names = []string{"burst", "burst-worker", "ceiling", "spread", "trickle", "idle", "sweep", "soak"}
 	}
 	b, err := newBench(o)
 	if err != nil {
@@ -110,7 +123,8 @@ func run(ctx context.Context, o options) error {
 	}
 	defer b.close()
 	workloads := map[string]func(context.Context) error{
-		"burst": b.burst, "spread": b.spread, "idle": b.idle, "soak": b.soak, "sweep": b.sweep, "ceiling": b.ceiling,
+		"burst": b.burst, "burst-worker": b.burstWorker, "spread": b.spread, "trickle": b.trickle,
+		"idle": b.idle, "soak": b.soak, "sweep": b.sweep, "ceiling": b.ceiling,
 	}
 	for _, name := range names {
 		w, ok := workloads[strings.TrimSpace(name)]

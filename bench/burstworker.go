@@ -1,0 +1,81 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/consumer"
+	"github.com/shardq/shardq/worker"
+)
+
+// burstWorker schedules N tasks due at once on a queue with default settings, then
+// drains them with one worker (Concurrency H, every other setting at its default), and
+// measures the drain and, for a local node, the server's CPU seconds spent on it.
+func (b *bench) burstWorker(ctx context.Context) error {
+	s, q, err := b.fresh(ctx, shardq.QueueConfig{Name: "burstworker"})
+	if err != nil {
+		return err
+	}
+	n := b.o.burstWorkerTasks
+	ids, schedTime, err := scheduleAll(ctx, s, q.Name, n, func(int) time.Time { return time.Time{} })
+	if err != nil {
+		return err
+	}
+	tr := newTracker(n)
+	w, err := worker.New(s, worker.Config{Queue: q.Name, Concurrency: b.o.burstWorkerHandlers,
+		Handler: worker.HandlerFunc(func(_ context.Context, t *consumer.Task) error {
+			tr.deliver(t.ID) // lateness is burst's figure; a million of them is not needed here
+			return nil
+		})})
+	if err != nil {
+		return err
+	}
+	stop := make(chan struct{})
+	go progress("burst-worker drain", n, func() int { return int(w.Stats().Acked) }, stop)
+	pid := b.cassandraPID()
+	cpu0, cpuErr := cpuSeconds(pid)
+	req0, start := b.requests.Load(), time.Now() // every task is due by now
+	if err := w.Start(ctx); err != nil {
+		close(stop)
+		return err
+	}
+	var waitErr error
+	limit := time.After(30 * time.Minute)
+	poll := time.NewTicker(10 * time.Millisecond)
+wait:
+	for w.Stats().Acked < uint64(n) {
+		select {
+		case <-poll.C:
+		case <-limit:
+			waitErr = fmt.Errorf("only %d of %d tasks acked within 30m", w.Stats().Acked, n)
+			break wait
+		}
+	}
+	end := time.Now()
+	cpu1, cpuErr1 := cpuSeconds(pid)
+	reqs := b.requests.Load() - req0
+	poll.Stop()
+	close(stop)
+	stopCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := w.Stop(stopCtx); err != nil {
+		return err
+	}
+	if waitErr != nil {
+		return waitErr
+	}
+	lost, dups := tr.lostAndDuplicates(ids)
+	r := result{"workload": "burst-worker", "tasks": n, "handlers": b.o.burstWorkerHandlers,
+		"schedule_tasks_per_s": float64(n) / schedTime.Seconds(),
+		"drain_tasks_per_s":    float64(n) / end.Sub(start).Seconds(),
+		"requests_per_task":    float64(reqs) / float64(n),
+		"lost":                 lost, "duplicates": dups}
+	if cpuErr == nil && cpuErr1 == nil {
+		r["server_cpu_s"] = cpu1 - cpu0
+		r["server_cpu_ms_per_1k_tasks"] = (cpu1 - cpu0) * 1000 / (float64(n) / 1000)
+	}
+	b.emit(r)
+	return nil
+}

@@ -1,0 +1,362 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/gocql/gocql"
+	"github.com/google/uuid"
+
+	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/consumer"
+	"github.com/shardq/shardq/internal/cqlcluster"
+	"github.com/shardq/shardq/producer"
+	"github.com/shardq/shardq/worker"
+)
+
+// The environment through which trickle hands its child processes their part: roleEnv
+// names the part, the others what it works on.
+const (
+	roleEnv     = "SHARDQ_BENCH_ROLE"
+	hostsEnv    = "SHARDQ_BENCH_HOSTS"
+	keyspaceEnv = "SHARDQ_BENCH_KEYSPACE"
+	queueEnv    = "SHARDQ_BENCH_QUEUE"
+	rateEnv     = "SHARDQ_BENCH_RATE"
+	durationEnv = "SHARDQ_BENCH_DURATION"
+
+	roleTrickleProducer = "trickle-producer"
+	roleTrickleWorker   = "trickle-worker"
+
+	trickleWorkerConcurrency = 16
+	trickleInFlight          = 64
+)
+
+// trickle runs a producer and a worker in two processes of their own, as a service and
+// its workers would be deployed, so that no wake-up inside one process helps: the producer
+// schedules tasks due now, one ScheduleTask call each, at R tasks/s for T, and lateness
+// is handler start (in the worker's process) minus due time.
+func (b *bench) trickle(ctx context.Context) error {
+	_, q, err := b.fresh(ctx, shardq.QueueConfig{Name: "trickle"})
+	if err != nil {
+		return err
+	}
+	rate, over := b.o.trickleRate, b.o.trickleDuration
+	if rate <= 0 || over <= 0 {
+		return fmt.Errorf("-trickle-rate and -trickle-duration must be positive")
+	}
+	env := append(os.Environ(), hostsEnv+"="+strings.Join(b.hosts, ","), keyspaceEnv+"="+b.o.keyspace,
+		queueEnv+"="+q.Name, rateEnv+"="+strconv.Itoa(rate), durationEnv+"="+over.String())
+	n := int(float64(rate) * over.Seconds())
+	tr := newTracker(n)
+
+	// The worker first, and only once it has polled: its first poll looks back a whole lap.
+	ready := make(chan struct{})
+	wk, err := startChild(roleTrickleWorker, env, func(line string) error {
+		if line == "ready" {
+			close(ready)
+			return nil
+		}
+		id, lateUs, ok := strings.Cut(line, " ")
+		u, err1 := uuid.Parse(id)
+		late, err2 := strconv.ParseInt(lateUs, 10, 64)
+		if !ok || err1 != nil || err2 != nil {
+			return fmt.Errorf("unexpected line %q", line)
+		}
+		tr.record(u, time.Duration(late)*time.Microsecond)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	defer wk.stop(5 * time.Second) //nolint:errcheck // only reached first on an error path
+	select {
+	case <-ready:
+	case <-wk.read:
+		return fmt.Errorf("%s exited before it was ready: %v", roleTrickleWorker, wk.stop(5*time.Second))
+	case <-time.After(2 * time.Minute):
+		return fmt.Errorf("%s not ready within 2m", roleTrickleWorker)
+	}
+
+	var idsMu sync.Mutex
+	ids := make([]uuid.UUID, 0, n)
+	pr, err := startChild(roleTrickleProducer, env, func(line string) error {
+		u, err := uuid.Parse(line)
+		if err != nil {
+			return fmt.Errorf("unexpected line %q", line)
+		}
+		idsMu.Lock()
+		ids = append(ids, u)
+		idsMu.Unlock()
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	defer pr.stop(5 * time.Second) //nolint:errcheck // only reached first on an error path
+	stop := make(chan struct{})
+	go progress("trickle", n, func() int { return int(tr.delivered.Load()) }, stop)
+
+	// Until the producer is done and every task it scheduled ran, or the bound passes.
+	limit := time.After(over + time.Minute)
+	poll := time.NewTicker(20 * time.Millisecond)
+	defer poll.Stop()
+	timedOut := false
+wait:
+	for {
+		select {
+		case <-poll.C:
+		case <-limit:
+			timedOut = true
+			break wait
+		case <-wk.read:
+			close(stop)
+			return fmt.Errorf("%s exited early: %v", roleTrickleWorker, wk.stop(5*time.Second))
+		}
+		select {
+		case <-pr.read:
+			idsMu.Lock()
+			produced := len(ids)
+			idsMu.Unlock()
+			if tr.delivered.Load() >= int64(produced) {
+				break wait
+			}
+		default:
+		}
+	}
+	close(stop)
+	prErr := pr.stop(30 * time.Second)
+	wkErr := wk.stop(time.Minute) // the worker stops gracefully: running handlers finish, acks flush
+	if prErr != nil {
+		return fmt.Errorf("%s: %w", roleTrickleProducer, prErr)
+	}
+	if wkErr != nil {
+		return fmt.Errorf("%s: %w", roleTrickleWorker, wkErr)
+	}
+	idsMu.Lock()
+	defer idsMu.Unlock()
+	lost, dups := tr.lostAndDuplicates(ids)
+	if timedOut {
+		fmt.Fprintf(os.Stderr, "trickle: %d of %d tasks did not run within %v\n", lost, len(ids), over+time.Minute)
+	}
+	p50, p99, mx := percentiles(tr.lateness)
+	b.emit(result{"workload": "trickle", "rate": rate, "duration_s": over.Seconds(), "tasks": len(ids),
+		"lateness_p50_ms": p50, "lateness_p99_ms": p99, "lateness_max_ms": mx, "lost": lost, "duplicates": dups})
+	return nil
+}
+
+// child is a child process of this binary in a role; its stdout lines go to a callback.
+type child struct {
+	role     string
+	cmd      *exec.Cmd
+	stdin    io.Closer
+	read     chan struct{} // closed once its stdout is read to the end
+	readErr  error
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// startChild runs this binary again in role with env; onLine gets each line it prints.
+// An error from onLine ends the reading, and the child, and is what stop returns.
+func startChild(role string, env []string, onLine func(string) error) (*child, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	c := &child{role: role, cmd: exec.Command(exe), read: make(chan struct{})}
+	c.cmd.Env = append(env, roleEnv+"="+role)
+	c.cmd.Stderr = os.Stderr
+	if c.stdin, err = c.cmd.StdinPipe(); err != nil {
+		return nil, err
+	}
+	stdout, err := c.cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := c.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting %s: %w", role, err)
+	}
+	go func() {
+		defer close(c.read)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if err := onLine(sc.Text()); err != nil {
+				c.readErr = err
+				c.cmd.Process.Kill()        //nolint:errcheck // it may have exited
+				io.Copy(io.Discard, stdout) //nolint:errcheck // until it has
+				return
+			}
+		}
+		c.readErr = sc.Err()
+	}()
+	return c, nil
+}
+
+// stop closes the child's stdin, which tells it to stop, reads its stdout to the end and
+// waits for it to exit, killing it if that takes longer than grace. Later calls return
+// the first one's result.
+func (c *child) stop(grace time.Duration) error {
+	c.stopOnce.Do(func() {
+		c.stdin.Close()
+		select {
+		case <-c.read:
+		case <-time.After(grace):
+			c.cmd.Process.Kill() //nolint:errcheck // it may have exited just now
+			<-c.read
+			c.stopErr = fmt.Errorf("did not stop within %v", grace)
+		}
+		if err := c.cmd.Wait(); err != nil && c.stopErr == nil {
+			c.stopErr = err
+		}
+		if c.readErr != nil {
+			c.stopErr = c.readErr
+		}
+	})
+	return c.stopErr
+}
+
+// runChildIfAsked runs this process as a workload's child, and exits, when roleEnv names
+// a role. main and TestMain call it first thing.
+func runChildIfAsked() {
+	role := os.Getenv(roleEnv)
+	if role == "" {
+		return
+	}
+	// Stop on SIGTERM or SIGINT, or when the parent closes stdin (or dies).
+	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	go func() {
+		io.Copy(io.Discard, os.Stdin) //nolint:errcheck // any end of stdin means stop
+		cancel()
+	}()
+	var err error
+	switch role {
+	case roleTrickleProducer:
+		err = trickleProducer(ctx)
+	case roleTrickleWorker:
+		err = trickleWorker(ctx)
+	default:
+		err = fmt.Errorf("unknown role")
+	}
+	cancel()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "bench %s: %v\n", role, err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+// childSession connects to the keyspace and queue the parent named.
+func childSession() (*gocql.Session, string, error) {
+	c := cqlcluster.New(strings.Split(os.Getenv(hostsEnv), ",")...)
+	c.Keyspace = os.Getenv(keyspaceEnv)
+	s, err := c.CreateSession()
+	return s, os.Getenv(queueEnv), err
+}
+
+// trickleProducer schedules rate×duration tasks due now, one ScheduleTask call per
+// task, the i-th sent i/rate s after it starts, as a service's requests would each
+// schedule one; it prints each task's ID as soon as it is scheduled. At most
+// trickleInFlight calls wait at once, so that a rate above what one caller at a time
+// reaches holds; when even that falls behind, calls go out as soon as one returns.
+func trickleProducer(ctx context.Context) error {
+	rate, err := strconv.Atoi(os.Getenv(rateEnv))
+	if err != nil {
+		return err
+	}
+	over, err := time.ParseDuration(os.Getenv(durationEnv))
+	if err != nil {
+		return err
+	}
+	s, queue, err := childSession()
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	p, err := producer.New(s, producer.Config{})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	slots := make(chan struct{}, trickleInFlight)
+	var wg sync.WaitGroup
+	n := int(float64(rate) * over.Seconds())
+	start := time.Now()
+send:
+	for i := range n {
+		if wait := time.Until(start.Add(time.Duration(i) * time.Second / time.Duration(rate))); wait > 0 {
+			select {
+			case <-ctx.Done():
+				break send
+			case <-time.After(wait):
+			}
+		}
+		select {
+		case <-ctx.Done():
+			break send
+		case slots <- struct{}{}:
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-slots }()
+			id, err := p.ScheduleTask(ctx, producer.Task{Queue: queue, Payload: payload, Priority: i % 10})
+			if err == nil {
+				_, err = fmt.Fprintln(os.Stdout, id)
+			}
+			if err != nil {
+				cancel(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if err := context.Cause(ctx); err != nil && err != context.Canceled {
+		return err // a failed call, not the parent telling it to stop
+	}
+	if took := time.Since(start); took > over+over/10 {
+		fmt.Fprintf(os.Stderr, "trickle: the producer took %v to schedule %d tasks meant to take %v\n",
+			took.Round(time.Millisecond), n, over)
+	}
+	return nil
+}
+
+// trickleWorker runs a worker with Concurrency 16 and otherwise default settings until
+// told to stop, then stops it gracefully. It prints "ready" once the worker has polled,
+// then "<task ID> <lateness in µs>" as each handler starts.
+func trickleWorker(ctx context.Context) error {
+	s, queue, err := childSession()
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	w, err := worker.New(s, worker.Config{Queue: queue, Concurrency: trickleWorkerConcurrency,
+		Handler: worker.HandlerFunc(func(_ context.Context, t *consumer.Task) error {
+			late := time.Since(t.DueAt)
+			fmt.Fprintf(os.Stdout, "%s %d\n", t.ID, late.Microseconds()) //nolint:errcheck // a parent gone also closes stdin
+			return nil
+		})})
+	if err != nil {
+		return err
+	}
+	// Not ctx: cancelling Start's context stops the worker hard.
+	if err := w.Start(context.WithoutCancel(ctx)); err != nil {
+		return err
+	}
+	for w.Stats().Polls == 0 && ctx.Err() == nil {
+		time.Sleep(10 * time.Millisecond)
+	}
+	fmt.Println("ready")
+	<-ctx.Done()
+	stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return w.Stop(stopCtx)
+}
