@@ -32,6 +32,8 @@ const (
 	DefaultMaxAttempts     = 25
 	DefaultAckInterval     = 50 * time.Millisecond
 	DefaultSignalInterval  = 250 * time.Millisecond
+	// MaxPrefetch bounds an adaptive Prefetch.
+	MaxPrefetch = 1000
 )
 
 const (
@@ -69,8 +71,12 @@ type Config struct {
 	Handler Handler
 	// Concurrency is how many handlers run at once. Defaults to DefaultConcurrency.
 	Concurrency int
-	// Prefetch is how many tasks are leased ahead of free handlers, so handlers do not
-	// wait on Cassandra while work is due. Defaults to Concurrency.
+	// Prefetch is how many tasks may be leased ahead of free handlers, so handlers do
+	// not wait on Cassandra while work is due. Zero adapts it to the handlers' measured
+	// speed: as many as they can start within a quarter of a lease term, up to
+	// MaxPrefetch, so a backlog is fetched in large batches and fast handlers never wait,
+	// while slow handlers hold few tasks whose leases would run out in line.
+	// Defaults to 0 (adaptive).
 	Prefetch int
 	// MaxIdleInterval is the longest the worker waits between polls when nothing is
 	// due; it wakes earlier for a due time it knows of, or at once when a producer in
@@ -144,6 +150,7 @@ type Worker struct {
 	work   chan *consumer.Task // leased tasks waiting for a handler
 	acks   chan *consumer.Task // finished tasks waiting for their ack
 	avg    atomic.Int64        // average handling time so far, in nanoseconds
+	term   atomic.Int64        // lease term of the last batch fetched, in nanoseconds
 
 	stopOnce     sync.Once
 	started      atomic.Bool
@@ -165,7 +172,7 @@ func New(session *gocql.Session, cfg Config) (*Worker, error) {
 		return nil, err
 	}
 	for _, err := range []error{
-		defaults.NonNegative(&cfg.Prefetch, cfg.Concurrency, "Config.Prefetch"),
+		defaults.NonNegative(&cfg.Prefetch, 0, "Config.Prefetch"),
 		defaults.NonNegative(&cfg.MaxIdleInterval, DefaultMaxIdleInterval, "Config.MaxIdleInterval"),
 		defaults.NonNegative(&cfg.MaxAttempts, DefaultMaxAttempts, "Config.MaxAttempts"),
 		defaults.NonNegative(&cfg.AckInterval, DefaultAckInterval, "Config.AckInterval"),
@@ -211,6 +218,9 @@ func (w *Worker) Start(ctx context.Context) error {
 		return errors.New("worker: already started")
 	}
 	slots := w.cfg.Concurrency + w.cfg.Prefetch
+	if w.cfg.Prefetch == 0 {
+		slots = w.cfg.Concurrency + MaxPrefetch
+	}
 	if !w.deadline.IsZero() {
 		slots = w.cfg.Concurrency // nothing waits in line when a deadline rules
 	}
@@ -310,24 +320,26 @@ func (w *Worker) fetch(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		}
-		n := 1
-	drain:
-		for {
-			select {
-			case <-w.tokens:
-				n++
-			default:
-				break drain
-			}
+		size := w.fetchSize()
+		n, ok := w.gather(ctx, 1, size)
+		if !ok {
+			w.giveBack(n)
+			return
 		}
 		if !w.fits() {
 			w.giveBack(n)
 			return
 		}
+		ask := min(n, max(1, size-len(w.work)), consumer.MaxAcquire)
+		w.giveBack(n - ask)
+		n = ask
 		looked := time.Now()
-		tasks, err := w.consumer.AcquireTasks(ctx, min(n, consumer.MaxAcquire))
+		tasks, err := w.consumer.AcquireTasks(ctx, n)
 		w.stats.polls.Add(1)
 		w.giveBack(n - len(tasks))
+		if len(tasks) > 0 {
+			w.term.Store(int64(tasks[0].Deadline.Sub(w.cfg.Clock.Now())))
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -404,6 +416,55 @@ func (w *Worker) signalled(ctx context.Context, wake, looked time.Time) bool {
 		w.log.WarnContext(ctx, "reading wake-up signals", "queue", w.cfg.Queue, "error", err)
 	}
 	return changed
+}
+
+// gather collects free slots, n of them held already, for one fetch. While handlers
+// still have more than half a fetch waiting, it waits for more slots to free up, so that
+// a backlog is leased in large batches (each costs two LWTs whatever its size) and the
+// next batch arrives before the handlers run dry. It reports false when stopping.
+func (w *Worker) gather(ctx context.Context, n, size int) (int, bool) {
+	lowWater := max(w.cfg.Concurrency, size/2)
+	for {
+		for free := true; free; {
+			select {
+			case <-w.tokens:
+				n++
+			default:
+				free = false
+			}
+		}
+		if n >= size || len(w.work) <= lowWater {
+			return n, true
+		}
+		select {
+		case <-w.tokens:
+			n++
+		case <-time.After(time.Millisecond):
+		case <-w.stopFetch:
+			return n, false
+		case <-ctx.Done():
+			return n, false
+		}
+	}
+}
+
+// fetchSize is how many tasks one fetch may hold waiting for handlers, counting those
+// already waiting: Concurrency plus Prefetch, or with an adaptive Prefetch, as many as
+// the handlers start within a quarter of a lease term at their average speed.
+func (w *Worker) fetchSize() int {
+	c := w.cfg.Concurrency
+	switch {
+	case !w.deadline.IsZero():
+		return c
+	case w.cfg.Prefetch > 0:
+		return c + w.cfg.Prefetch
+	}
+	avg, term := w.avg.Load(), w.term.Load()
+	if avg <= 0 || term <= 0 {
+		return 2 * c
+	}
+	ahead := int64(c) * (term / 4) / avg
+	return c + int(min(ahead, MaxPrefetch))
 }
 
 // fits reports whether another batch can finish before RunUntil's deadline.
