@@ -25,6 +25,7 @@ import (
 
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/internal/defaults"
+	"github.com/shardq/shardq/internal/signal"
 	"github.com/shardq/shardq/internal/taskrow"
 	"github.com/shardq/shardq/lock"
 	"github.com/shardq/shardq/shard"
@@ -98,9 +99,10 @@ type Consumer struct {
 	cfg     Config
 	log     *slog.Logger
 
-	q      shardq.QueueConfig
-	layout shard.Layout
-	locker *lock.Locker
+	q       shardq.QueueConfig
+	layout  shard.Layout
+	locker  *lock.Locker
+	signals *signal.Toucher
 
 	mu       sync.Mutex      // guards the fields below, and the three above while init sets them
 	cursors  []int64         // per concurrency shard: the oldest bucket that may hold work
@@ -142,7 +144,7 @@ func New(session *gocql.Session, cfg Config) (*Consumer, error) {
 		cfg.Observer = shardq.NopObserver{}
 	}
 	return &Consumer{session: session, cfg: cfg, log: cfg.Logger, hot: map[string]bool{},
-		floors: map[pkey]*floors{}, pageRows: initialPageRows}, nil
+		floors: map[pkey]*floors{}, pageRows: initialPageRows, signals: signal.NewToucher(session, cfg.Logger)}, nil
 }
 
 // init loads the queue's settings once; a failure is retried on the next call.
@@ -326,4 +328,46 @@ func definite(err error) bool {
 
 func wrapErr(what, key string, err error) error {
 	return fmt.Errorf("consumer: %s %s: %w", what, key, err)
+}
+
+// touch touches the wake-up signal cells of rows just written, so idle workers elsewhere
+// know what comes due when. A failure only delays them to their next poll.
+func (c *Consumer) touch(ctx context.Context, rows []taskrow.Row) {
+	seen := map[signal.Cell]bool{}
+	var cells []signal.Touch
+	for _, r := range rows {
+		b := c.layout.Bucket(shard.IDTime(uuid.UUID(r.ID)))
+		cell := signal.Cell{Queue: c.q.Name, Bucket: b, Shard: c.layout.ShardFor(uuid.UUID(r.TaskID))}
+		if !seen[cell] {
+			seen[cell] = true
+			cells = append(cells, signal.Touch{Cell: cell, Until: c.layout.BucketStart(b + 1)})
+		}
+	}
+	if err := c.signals.Touch(ctx, cells); err != nil {
+		c.log.WarnContext(ctx, "touching wake-up signals", "queue", c.q.Name, "error", err)
+	}
+}
+
+// touchedCells reads which signal cells of the buckets of parts were touched, or nil when
+// they cannot be read.
+func (c *Consumer) touchedCells(ctx context.Context, parts []part) map[signal.Cell]bool {
+	if len(parts) == 0 {
+		return nil
+	}
+	from, to := parts[0].bucket, parts[0].bucket
+	for _, pt := range parts {
+		from, to = min(from, pt.bucket), max(to, pt.bucket)
+	}
+	cells, err := signal.Touched(ctx, c.session, c.q.Name, from, to)
+	if err != nil {
+		c.log.WarnContext(ctx, "reading wake-up signals; reading every partition", "queue", c.q.Name, "error", err)
+		return nil
+	}
+	return cells
+}
+
+// untouched reports whether cells (when known) show that nothing was written into pt in
+// its lap: no task, no marker, so no swap either.
+func (c *Consumer) untouched(cells map[signal.Cell]bool, pt *part) bool {
+	return cells != nil && !cells[signal.Cell{Queue: c.q.Name, Bucket: pt.bucket, Shard: pt.shard}]
 }

@@ -255,12 +255,13 @@ func TestCrashAfterLockOrRead(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 20, BucketDuration: time.Second})
 	ctx := context.Background()
+	e.clock.Add(500 * time.Millisecond) // inside a bucket: the five tasks share its partition
 	want := e.schedule(make([]producer.Task, 5)...)
 
 	// The crashed consumer: took the lock of the only partition, read, and died.
 	locker, err := lock.New(e.s, lock.Config{TTL: 3 * time.Second})
 	require.NoError(t, err)
-	key := e.q.Layout().Key(e.q.Layout().Bucket(base), 0)
+	key := e.q.Layout().Key(e.q.Layout().Bucket(e.clock.Now()), 0)
 	stale, err := locker.Acquire(ctx, key)
 	require.NoError(t, err)
 	var n int

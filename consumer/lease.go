@@ -93,6 +93,7 @@ func (c *Consumer) settleRelocate(ctx context.Context, t *Task, next taskrow.Row
 		c.cfg.Observer.Observe(ctx, shardq.LeaseLost{Queue: c.q.Name, TaskID: t.ID})
 		return t.lease, ErrLeaseLost
 	}
+	c.touch(ctx, []taskrow.Row{next})
 	return next, nil
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/internal/fanout"
+	"github.com/shardq/shardq/internal/signal"
 	"github.com/shardq/shardq/internal/taskrow"
 	"github.com/shardq/shardq/shard"
 )
@@ -195,11 +196,21 @@ func (c *Consumer) loadFloors(ctx context.Context, pt *part) error {
 	if err != nil && !errors.Is(err, gocql.ErrNotFound) {
 		return wrapErr("reading the floors of", pt.key, err)
 	}
+	if bucket != pt.bucket {
+		stored = nil
+	}
+	c.startFloors(pt, stored)
+	return nil
+}
+
+// startFloors sets pt's floors, unless it has some: those stored, or the start of the
+// previous lap.
+func (c *Consumer) startFloors(pt *part, stored map[int8]gocql.UUID) {
 	var f floors
 	start := gocql.UUID(shard.MinID(c.layout.BucketStart(pt.bucket - int64(c.q.BucketCount))))
 	for p := range f {
 		f[p] = start
-		if v, ok := stored[int8(p)]; ok && bucket == pt.bucket {
+		if v, ok := stored[int8(p)]; ok {
 			f[p] = v
 		}
 	}
@@ -208,7 +219,6 @@ func (c *Consumer) loadFloors(ctx context.Context, pt *part) error {
 	if _, ok := c.floors[pkey{pt.key, pt.bucket}]; !ok {
 		c.floors[pkey{pt.key, pt.bucket}] = &f
 	}
-	return nil
 }
 
 // peek reads the IDs of pt's rows from its floors up to upper (now, or now plus the
@@ -292,9 +302,19 @@ func (c *Consumer) peekAll(ctx context.Context, parts []part, want int, now time
 		}
 	}
 	upper := now
+	var cells map[signal.Cell]bool
 	if idle {
+		// Every task and marker write touches its signal cell. A look-ahead partition
+		// whose cell was not touched holds nothing of its lap and is not read; one of the
+		// current buckets is read (a row written late, or whose touch failed, is found),
+		// but it cannot have floors recorded for this lap, which saves reading them.
 		upper = now.Add(c.cfg.LookAhead)
-		current = append(current, ahead...)
+		cells = c.touchedCells(ctx, parts)
+		for _, i := range ahead {
+			if !c.untouched(cells, &parts[i]) {
+				current = append(current, i)
+			}
+		}
 		ahead = nil
 	}
 	var errs []error
@@ -303,7 +323,11 @@ func (c *Consumer) peekAll(ctx context.Context, parts []part, want int, now time
 		pt := &parts[current[i]]
 		var err error
 		op := "floors"
-		if !pt.ahead {
+		switch {
+		case pt.ahead:
+		case c.untouched(cells, pt):
+			c.startFloors(pt, nil)
+		default:
 			err = c.loadFloors(ctx, pt)
 		}
 		if err == nil {
@@ -342,7 +366,16 @@ func (c *Consumer) lookAhead(ctx context.Context, parts []part, ahead []int, now
 			idx = append(idx, i)
 		}
 	}
-	idx = append(idx, ahead...)
+	var aheadParts []part
+	for _, i := range ahead {
+		aheadParts = append(aheadParts, parts[i])
+	}
+	cells := c.touchedCells(ctx, aheadParts)
+	for _, i := range ahead {
+		if !c.untouched(cells, &parts[i]) {
+			idx = append(idx, i)
+		}
+	}
 	upper := gocql.UUID(shard.MaxID(now.Add(c.cfg.LookAhead)))
 	_ = fanout.Each(len(idx), c.cfg.Concurrency, func(i int) error {
 		pt := &parts[idx[i]]

@@ -218,6 +218,7 @@ func (c *Consumer) swap(ctx context.Context, pt *part, lease *lock.Lease, rows [
 		cur.raise(s, c.cfg.MaxClockSkew)
 	}
 	c.mu.Unlock()
+	c.touch(ctx, markers)
 	c.log.DebugContext(ctx, "leased tasks", "shard_key", pt.key, "tasks", len(tasks), "fencing_token", lease.Token())
 	return tasks, nil
 }

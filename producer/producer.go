@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -143,9 +144,10 @@ func (p *Producer) ScheduleTasks(ctx context.Context, tasks []Task) ([]uuid.UUID
 	now := p.cfg.Clock.Now()
 	rows := make([]taskrow.Row, len(tasks))
 	ids := make([]uuid.UUID, len(tasks))
+	late := pastDueOrder(tasks, now)
 	for i, t := range tasks {
 		var err error
-		if rows[i], err = p.row(queues[i], t, now, fmt.Sprintf("tasks[%d]", i)); err != nil {
+		if rows[i], err = p.row(queues[i], t, now.Add(late[i]), fmt.Sprintf("tasks[%d]", i)); err != nil {
 			return nil, err
 		}
 		ids[i] = uuid.UUID(rows[i].TaskID)
@@ -172,34 +174,27 @@ func (p *Producer) ScheduleTasks(ctx context.Context, tasks []Task) ([]uuid.UUID
 		}
 		return ids, perr
 	}
-	p.notify(ctx, tasks, rows, queues, now)
+	p.notify(ctx, tasks, rows, queues)
 	p.cfg.Logger.DebugContext(ctx, "scheduled tasks", "tasks", len(tasks), "batches", len(batches))
 	return ids, nil
 }
 
-// signalHorizon bounds the due times whose writes touch wake-up signals: idle workers
-// read only the signals of buckets coming due soon, and find later tasks by polling.
-const signalHorizon = time.Hour
-
 // notify wakes idle workers: those of this process through the in-process bus, the
 // others through the signal cells of the partitions written.
-func (p *Producer) notify(ctx context.Context, tasks []Task, rows []taskrow.Row, queues []shardq.QueueConfig, now time.Time) {
+func (p *Producer) notify(ctx context.Context, tasks []Task, rows []taskrow.Row, queues []shardq.QueueConfig) {
 	earliest := map[string]time.Time{}
 	seen := map[signal.Cell]bool{}
-	var cells []signal.Cell
+	var cells []signal.Touch
 	for i, t := range tasks {
 		if e, ok := earliest[t.Queue]; !ok || rows[i].DueAt.Before(e) {
 			earliest[t.Queue] = rows[i].DueAt
 		}
-		at := shard.IDTime(uuid.UUID(rows[i].ID))
-		if at.After(now.Add(signalHorizon)) {
-			continue
-		}
 		l := queues[i].Layout()
-		c := signal.Cell{Queue: t.Queue, Bucket: l.Bucket(at), Shard: l.ShardFor(uuid.UUID(rows[i].TaskID))}
+		b := l.Bucket(shard.IDTime(uuid.UUID(rows[i].ID)))
+		c := signal.Cell{Queue: t.Queue, Bucket: b, Shard: l.ShardFor(uuid.UUID(rows[i].TaskID))}
 		if !seen[c] {
 			seen[c] = true
-			cells = append(cells, c)
+			cells = append(cells, signal.Touch{Cell: c, Until: l.BucketStart(b + 1)})
 		}
 	}
 	for q, due := range earliest {
@@ -209,6 +204,25 @@ func (p *Producer) notify(ctx context.Context, tasks []Task, rows []taskrow.Row,
 		// The tasks are written; workers in other processes find them at their next poll.
 		p.cfg.Logger.WarnContext(ctx, "touching wake-up signals", "error", err)
 	}
+}
+
+// pastDueOrder spaces the tasks of one call that are due in the past (or now) 100 ns
+// apart, the last at now, earliest due first: they are all due now and keep their
+// order. A thousand tasks reach 100 µs back, far inside the MaxClockSkew that read
+// floors allow for.
+func pastDueOrder(tasks []Task, now time.Time) []time.Duration {
+	var idx []int
+	for i, t := range tasks {
+		if !t.DueAt.After(now) {
+			idx = append(idx, i)
+		}
+	}
+	slices.SortStableFunc(idx, func(a, b int) int { return tasks[a].DueAt.Compare(tasks[b].DueAt) })
+	out := make([]time.Duration, len(tasks))
+	for rank, i := range idx {
+		out[i] = -time.Duration(len(idx)-1-rank) * 100 * time.Nanosecond
+	}
+	return out
 }
 
 // row validates t and places it.

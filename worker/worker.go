@@ -28,7 +28,7 @@ import (
 // Defaults for Config.
 const (
 	DefaultConcurrency     = 10
-	DefaultMaxIdleInterval = 5 * time.Second
+	DefaultMaxIdleInterval = 10 * time.Second
 	DefaultMaxAttempts     = 25
 	DefaultAckInterval     = 50 * time.Millisecond
 	DefaultSignalInterval  = 250 * time.Millisecond
@@ -78,9 +78,12 @@ type Config struct {
 	// while slow handlers hold few tasks whose leases would run out in line.
 	// Defaults to 0 (adaptive).
 	Prefetch int
-	// MaxIdleInterval is the longest the worker waits between polls when nothing is
-	// due; it wakes earlier for a due time it knows of, or at once when a producer in
-	// this process schedules a task. Defaults to DefaultMaxIdleInterval.
+	// MaxIdleInterval is the longest the worker waits between polls of the queue's
+	// partitions when nothing is due. Each poll looks this far ahead, so it wakes for
+	// tasks coming due meanwhile, and it wakes at once for tasks scheduled since (through
+	// the wake-up signals, or the in-process bus); a longer interval delays only what
+	// those miss: leases of crashed workers, and writes later than MaxClockSkew.
+	// Defaults to DefaultMaxIdleInterval.
 	MaxIdleInterval time.Duration
 	// MaxAttempts is how many deliveries a failing task gets before it is dead-lettered.
 	// Defaults to DefaultMaxAttempts.

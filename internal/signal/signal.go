@@ -1,7 +1,9 @@
-// Package signal tells idle workers in other processes that tasks were written. A
-// producer touches one cell per (queue, bucket, concurrency shard) it wrote into, after
-// the write; an idle worker reads the few rows of the buckets coming due a few times a
-// second, which costs one small read, and fetches when a cell changed.
+// Package signal tells idle workers in other processes that tasks were written. Producers
+// and consumers touch one cell per (queue, bucket, concurrency shard) they wrote a task
+// row or a timeout marker into, after the write; an idle worker reads the few rows of the
+// buckets coming due a few times a second, which costs one small read, and fetches when a
+// cell changed. Consumers also read the cells of buckets ahead of now to peek only the
+// partitions that something was written into.
 package signal
 
 import (
@@ -24,8 +26,14 @@ type Cell struct {
 	Shard  int
 }
 
+// Touch is a cell to touch, and the end of its bucket: the cell outlives it by a day.
+type Touch struct {
+	Cell
+	Until time.Time
+}
+
 const (
-	touchStmt = `UPDATE queue_signals SET shards = shards + ? WHERE queue = ? AND bucket = ?`
+	touchStmt = `UPDATE queue_signals USING TTL ? SET shards = shards + ? WHERE queue = ? AND bucket = ?`
 	readStmt  = `SELECT bucket, shards FROM queue_signals WHERE queue = ? AND bucket >= ? AND bucket <= ?`
 )
 
@@ -44,27 +52,27 @@ type Toucher struct {
 
 	mu       sync.Mutex
 	last     map[Cell]time.Time // when each cell's last touch was sent
-	pending  map[Cell]struct{}
-	deferred bool // a background touch of pending is scheduled
+	pending  map[Cell]time.Time // cells to touch, with the end of their bucket
+	deferred bool               // a background touch of pending is scheduled
 }
 
 // NewToucher returns a Toucher writing through session.
 func NewToucher(session *gocql.Session, log *slog.Logger) *Toucher {
-	return &Toucher{session: session, log: log, last: map[Cell]time.Time{}, pending: map[Cell]struct{}{}}
+	return &Toucher{session: session, log: log, last: map[Cell]time.Time{}, pending: map[Cell]time.Time{}}
 }
 
 // Touch records that tasks were written into cells. Call it after the write completed.
-func (t *Toucher) Touch(ctx context.Context, cells []Cell) error {
+func (t *Toucher) Touch(ctx context.Context, cells []Touch) error {
 	now := time.Now()
-	var direct []Cell
+	var direct []Touch
 	t.mu.Lock()
 	for _, c := range cells {
-		if now.Sub(t.last[c]) >= Coalesce {
-			t.last[c] = now
+		if now.Sub(t.last[c.Cell]) >= Coalesce {
+			t.last[c.Cell] = now
 			direct = append(direct, c)
 			continue
 		}
-		t.pending[c] = struct{}{}
+		t.pending[c.Cell] = c.Until
 		if !t.deferred {
 			t.deferred = true
 			time.AfterFunc(Coalesce, t.flush)
@@ -81,10 +89,10 @@ func (t *Toucher) Touch(ctx context.Context, cells []Cell) error {
 
 func (t *Toucher) flush() {
 	t.mu.Lock()
-	cells := make([]Cell, 0, len(t.pending))
+	cells := make([]Touch, 0, len(t.pending))
 	now := time.Now()
-	for c := range t.pending {
-		cells = append(cells, c)
+	for c, until := range t.pending {
+		cells = append(cells, Touch{c, until})
 		t.last[c] = now
 	}
 	clear(t.pending)
@@ -98,25 +106,54 @@ func (t *Toucher) flush() {
 }
 
 // write touches cells, one statement per queue and bucket.
-func write(ctx context.Context, session *gocql.Session, cells []Cell) error {
+func write(ctx context.Context, session *gocql.Session, cells []Touch) error {
 	type row struct {
 		queue  string
 		bucket int64
 	}
 	rows := map[row]map[int]gocql.UUID{}
+	until := map[row]time.Time{}
 	for _, c := range cells {
 		r := row{c.Queue, c.Bucket}
 		if rows[r] == nil {
 			rows[r] = map[int]gocql.UUID{}
 		}
 		rows[r][c.Shard] = gocql.TimeUUID()
+		until[r] = maxTime(until[r], c.Until)
 	}
 	for r, shards := range rows {
-		if err := session.Query(touchStmt, shards, r.queue, r.bucket).WithContext(ctx).Exec(); err != nil {
+		ttl := int(max(time.Until(until[r]), 0)/time.Second) + 86400
+		if err := session.Query(touchStmt, ttl, shards, r.queue, r.bucket).WithContext(ctx).Exec(); err != nil {
 			return fmt.Errorf("signal: touching %s bucket %d: %w", r.queue, r.bucket, err)
 		}
 	}
 	return nil
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// Touched reads which cells of queue's buckets from..to were ever touched (within their
+// time to live): the partitions that may hold tasks written for those buckets.
+func Touched(ctx context.Context, session *gocql.Session, queue string, from, to int64) (map[Cell]bool, error) {
+	iter := session.Query(readStmt, queue, from, to).WithContext(ctx).Iter()
+	var bucket int64
+	var shards map[int]gocql.UUID
+	cells := map[Cell]bool{}
+	for iter.Scan(&bucket, &shards) {
+		for s := range shards {
+			cells[Cell{Queue: queue, Bucket: bucket, Shard: s}] = true
+		}
+		shards = nil
+	}
+	if err := iter.Close(); err != nil {
+		return nil, fmt.Errorf("signal: reading %s: %w", queue, err)
+	}
+	return cells, nil
 }
 
 // Watcher notices touches of one queue's cells.
