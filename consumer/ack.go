@@ -108,29 +108,35 @@ func (c *Consumer) ackGroup(ctx context.Context, tasks []*Task) (lost []uuid.UUI
 
 func (c *Consumer) ackOne(ctx context.Context, t *Task) error {
 	for range 2 {
-		applied, err := c.session.Query(taskrow.DeleteIfExists, t.lease.KeyArgs()...).
-			WithContext(ctx).RetryPolicy(lwt.NoRetry).MapScanCAS(map[string]any{})
-		if err == nil {
-			if !applied {
-				return ErrLeaseLost
+		applied, err := lwt.Apply(ctx, func(ctx context.Context) (bool, error) {
+			return c.session.Query(taskrow.DeleteIfExists, t.lease.KeyArgs()...).
+				WithContext(ctx).RetryPolicy(lwt.NoRetry).MapScanCAS(map[string]any{})
+		}, func(rctx context.Context, cause error) (bool, error) {
+			// A straggling delete can only remove this very marker, so reading it back at
+			// SERIAL settles the ack: gone before its deadline means no one else took it.
+			rerr := c.session.Query(taskrow.SelectOne, t.lease.KeyArgs()...).
+				WithContext(rctx).Consistency(lwt.Serial).Scan(new(gocql.UUID))
+			switch {
+			case errors.Is(rerr, gocql.ErrNotFound) && c.cfg.Clock.Now().Before(t.Deadline):
+				return true, nil
+			case errors.Is(rerr, gocql.ErrNotFound):
+				return false, fmt.Errorf("%w: ack of %s after its deadline: %w", ErrOutcomeUnknown, t.ID, cause)
+			case rerr != nil:
+				return false, fmt.Errorf("%w: ack of %s: %w (reading back: %w)", ErrOutcomeUnknown, t.ID, cause, rerr)
 			}
-			return nil
-		}
-		// Unknown outcome. A straggling delete can only remove this very marker, so
-		// reading it back at SERIAL settles the ack.
-		rctx, cancel := lwt.ResolveContext(ctx)
-		rerr := c.session.Query(taskrow.SelectOne, t.lease.KeyArgs()...).
-			WithContext(rctx).Consistency(lwt.Serial).Scan(new(gocql.UUID))
-		cancel()
+			return false, errRetryAck // still there: the delete did not apply
+		})
 		switch {
-		case errors.Is(rerr, gocql.ErrNotFound) && c.cfg.Clock.Now().Before(t.Deadline):
-			return nil // gone before its deadline: no one else could have taken it
-		case errors.Is(rerr, gocql.ErrNotFound):
-			return fmt.Errorf("%w: ack of %s after its deadline: %w", ErrOutcomeUnknown, t.ID, err)
-		case rerr != nil:
-			return fmt.Errorf("%w: ack of %s: %w (reading back: %w)", ErrOutcomeUnknown, t.ID, err, rerr)
+		case errors.Is(err, errRetryAck):
+			continue // trying once more is a new decision, not a blind retry
+		case err != nil:
+			return err
+		case !applied:
+			return ErrLeaseLost
 		}
-		// Still there: the delete did not apply, and trying once more is a new decision.
+		return nil
 	}
 	return fmt.Errorf("%w: ack of %s failed twice", ErrOutcomeUnknown, t.ID)
 }
+
+var errRetryAck = errors.New("consumer: ack did not apply")

@@ -25,6 +25,7 @@ import (
 
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/internal/defaults"
+	"github.com/shardq/shardq/internal/lwt"
 	"github.com/shardq/shardq/internal/signal"
 	"github.com/shardq/shardq/internal/taskrow"
 	"github.com/shardq/shardq/lock"
@@ -50,7 +51,8 @@ var (
 	ErrLeaseLost = errors.New("consumer: lease lost")
 	// ErrOutcomeUnknown means a write failed and reading back could not settle it. Tasks
 	// it concerns come back after their timeout if they were not acked; none is lost.
-	ErrOutcomeUnknown = errors.New("consumer: outcome unknown")
+	// It is lwt.ErrOutcomeUnknown, which the lock's unknown outcomes match too.
+	ErrOutcomeUnknown = lwt.ErrOutcomeUnknown
 )
 
 // Config configures a Consumer.
@@ -88,6 +90,8 @@ type Task struct {
 	Attempt int
 	// Deadline is when the lease ends and the task becomes due again.
 	Deadline time.Time
+	// Timeout is the task's lease term: how long each delivery has before it is due again.
+	Timeout time.Duration
 
 	lease   taskrow.Row // the timeout marker Ack deletes
 	visible time.Time   // when the row it was taken from became visible: its place in line
@@ -296,6 +300,16 @@ func (c *Consumer) advance(parts []part, now time.Time) {
 	}
 }
 
+// Queue returns the settings of the consumer's queue, loading them on first use.
+func (c *Consumer) Queue(ctx context.Context) (shardq.QueueConfig, error) {
+	if err := c.init(ctx); err != nil {
+		return shardq.QueueConfig{}, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.q, nil
+}
+
 // NextDue returns the earliest time at which the last AcquireTasks saw a row become
 // visible (a task coming due or a lease expiring) within LookAhead, or zero if it saw
 // none or found all it asked for. Tasks scheduled since then are not counted.
@@ -309,21 +323,6 @@ func (c *Consumer) NextDue() time.Time {
 func (c *Consumer) observeFailure(ctx context.Context, key, op string, err error) {
 	c.log.WarnContext(ctx, "partition failed; going on with the others", "queue", c.q.Name, "shard_key", key, "op", op, "error", err)
 	c.cfg.Observer.Observe(ctx, shardq.PartitionFailed{Queue: c.q.Name, ShardKey: key, Op: op, Err: err})
-}
-
-// definite reports whether err says for certain that a request was not applied: the
-// coordinator refused it before anything was written.
-func definite(err error) bool {
-	var re gocql.RequestError
-	if !errors.As(err, &re) {
-		return false
-	}
-	switch re.Code() {
-	case gocql.ErrCodeInvalid, gocql.ErrCodeSyntax, gocql.ErrCodeUnavailable, gocql.ErrCodeUnauthorized,
-		gocql.ErrCodeConfig, gocql.ErrCodeOverloaded, gocql.ErrCodeCredentials, gocql.ErrCodeProtocol:
-		return true
-	}
-	return false
 }
 
 func wrapErr(what, key string, err error) error {

@@ -53,42 +53,39 @@ func (c *Consumer) Extend(ctx context.Context, t *Task, d time.Duration) error {
 // loss.
 func (c *Consumer) relocate(ctx context.Context, t *Task, at time.Time) (taskrow.Row, error) {
 	next := c.marker(t.lease, at)
+	var write func(context.Context) (bool, error)
 	if next.Key == t.lease.Key {
-		b := c.session.NewBatch(gocql.LoggedBatch).WithContext(ctx)
-		b.RetryPolicy(lwt.NoRetry)
-		b.Query(taskrow.DeleteIfExists, t.lease.KeyArgs()...)
-		b.Query(taskrow.Insert, next.InsertArgs(taskrow.Timestamp())...)
-		applied, iter, err := c.session.ExecuteBatchCAS(b)
-		if err == nil {
-			err = iter.Close()
+		write = func(ctx context.Context) (bool, error) {
+			b := c.session.NewBatch(gocql.LoggedBatch).WithContext(ctx)
+			b.Query(taskrow.DeleteIfExists, t.lease.KeyArgs()...)
+			b.Query(taskrow.Insert, next.InsertArgs(taskrow.Timestamp())...)
+			return lwt.Batch(c.session, b)
 		}
-		return c.settleRelocate(ctx, t, next, applied, err)
+	} else {
+		if err := c.writeMarkers(ctx, []taskrow.Row{next}); err != nil {
+			c.dropMarkers(ctx, []taskrow.Row{next})
+			return t.lease, fmt.Errorf("consumer: moving the lease of %s: %w", t.ID, err)
+		}
+		write = func(ctx context.Context) (bool, error) {
+			applied, err := c.session.Query(taskrow.DeleteIfExists, t.lease.KeyArgs()...).
+				WithContext(ctx).RetryPolicy(lwt.NoRetry).MapScanCAS(map[string]any{})
+			if (err == nil && !applied) || lwt.Definite(err) {
+				c.dropMarkers(ctx, []taskrow.Row{next})
+			}
+			return applied, err
+		}
 	}
-	if err := c.writeMarkers(ctx, []taskrow.Row{next}); err != nil {
-		c.dropMarkers(ctx, []taskrow.Row{next})
-		return t.lease, fmt.Errorf("consumer: moving the lease of %s: %w", t.ID, err)
-	}
-	applied, err := c.session.Query(taskrow.DeleteIfExists, t.lease.KeyArgs()...).
-		WithContext(ctx).RetryPolicy(lwt.NoRetry).MapScanCAS(map[string]any{})
-	if err == nil && !applied {
-		c.dropMarkers(ctx, []taskrow.Row{next})
-	}
-	return c.settleRelocate(ctx, t, next, applied, err)
-}
-
-// settleRelocate turns the outcome of a relocation's conditional write into its result.
-// On an unknown outcome a SERIAL read of the old marker settles it: gone before its
-// deadline means only this holder can have removed it.
-func (c *Consumer) settleRelocate(ctx context.Context, t *Task, next taskrow.Row, applied bool, err error) (taskrow.Row, error) {
-	switch {
-	case err != nil:
-		rctx, cancel := lwt.ResolveContext(ctx)
-		defer cancel()
+	applied, err := lwt.Apply(ctx, write, func(rctx context.Context, cause error) (bool, error) {
+		// The old marker gone before its deadline means only this holder removed it.
 		rerr := c.session.Query(taskrow.SelectOne, t.lease.KeyArgs()...).WithContext(rctx).Consistency(lwt.Serial).Scan(new(gocql.UUID))
 		if errors.Is(rerr, gocql.ErrNotFound) && c.cfg.Clock.Now().Before(t.Deadline) {
-			return next, nil
+			return true, nil
 		}
-		return t.lease, fmt.Errorf("%w: moving the lease of %s: %w", ErrOutcomeUnknown, t.ID, err)
+		return false, fmt.Errorf("%w: moving the lease of %s: %w", ErrOutcomeUnknown, t.ID, cause)
+	})
+	switch {
+	case err != nil:
+		return t.lease, err
 	case !applied:
 		c.cfg.Observer.Observe(ctx, shardq.LeaseLost{Queue: c.q.Name, TaskID: t.ID})
 		return t.lease, ErrLeaseLost

@@ -163,7 +163,7 @@ func (c *Consumer) swap(ctx context.Context, pt *part, lease *lock.Lease, rows [
 		markers[i] = c.marker(r, deadline)
 		markers[i].Attempt++
 		tasks[i] = &Task{ID: uuid.UUID(r.TaskID), Queue: c.q.Name, Payload: r.Payload, DueAt: r.DueAt,
-			Priority: int(r.Priority), Attempt: markers[i].Attempt, Deadline: deadline, lease: markers[i],
+			Priority: int(r.Priority), Attempt: markers[i].Attempt, Deadline: deadline, Timeout: r.Timeout, lease: markers[i],
 			visible: shard.IDTime(uuid.UUID(r.ID))}
 	}
 	if err := c.writeMarkers(ctx, markers); err != nil {
@@ -179,7 +179,6 @@ func (c *Consumer) swap(ctx context.Context, pt *part, lease *lock.Lease, rows [
 		stored[int8(p)] = id
 	}
 	b := c.session.NewBatch(gocql.LoggedBatch).WithContext(ctx)
-	b.RetryPolicy(lwt.NoRetry)
 	stmt, args := lease.ReleaseStatementSetting(floorAssignments, gocql.UUID(lease.Holder()), pt.bucket, stored)
 	b.Query(stmt, args...)
 	for _, r := range rows {
@@ -189,22 +188,17 @@ func (c *Consumer) swap(ctx context.Context, pt *part, lease *lock.Lease, rows [
 			b.Query(taskrow.DeleteIfExists, r.KeyArgs()...)
 		}
 	}
-	applied, iter, err := c.session.ExecuteBatchCAS(b)
-	if err == nil {
-		err = iter.Close()
-	}
+	applied, err := lwt.Apply(ctx, func(context.Context) (bool, error) { return lwt.Batch(c.session, b) },
+		func(rctx context.Context, cause error) (bool, error) { return c.settleSwap(rctx, lease, cause) })
 	switch {
-	case err != nil && definite(err):
+	case err != nil && lwt.Definite(err):
 		c.dropMarkers(ctx, markers)
 		return nil, errors.Join(wrapErr("swapping in", pt.key, err), c.release(ctx, lease))
 	case err != nil:
-		applied, err = c.settleSwap(ctx, lease, err)
-		if err != nil {
-			// Unsettled: the markers stay, so the tasks come back at their deadline if
-			// the swap applied; if it did not, they are also still pending. A duplicate,
-			// never a loss.
-			return nil, err
-		}
+		// Unsettled: the markers stay, so the tasks come back at their deadline if the
+		// swap applied; if it did not, they are also still pending. A duplicate, never a
+		// loss.
+		return nil, err
 	}
 	if !applied {
 		// The lock expired under us, or a marker we meant to redeliver was acked first.
@@ -273,10 +267,8 @@ func (c *Consumer) release(ctx context.Context, lease *lock.Lease) error {
 // settleSwap decides a swap whose outcome is unknown. Releasing the lock first, as a new
 // LWT, voids a straggling swap (it is conditioned on our holding the lock); after that a
 // SERIAL read of the lock row tells whether our swap was the last one applied.
-func (c *Consumer) settleSwap(ctx context.Context, lease *lock.Lease, cause error) (bool, error) {
-	c.log.WarnContext(ctx, "swap outcome unknown, settling", "shard_key", lease.Key(), "error", cause)
-	rctx, cancel := lwt.ResolveContext(ctx)
-	defer cancel()
+func (c *Consumer) settleSwap(rctx context.Context, lease *lock.Lease, cause error) (bool, error) {
+	c.log.WarnContext(rctx, "swap outcome unknown, settling", "shard_key", lease.Key(), "error", cause)
 	if err := c.release(rctx, lease); err != nil {
 		return false, fmt.Errorf("%w: swap in %s: %w (%w)", ErrOutcomeUnknown, lease.Key(), cause, err)
 	}

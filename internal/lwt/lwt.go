@@ -1,10 +1,12 @@
 // Package lwt holds what every lightweight transaction in shardq shares: the driver never
 // retries one (a retry of an LWT whose outcome is unknown is a second, different
-// decision), and unknown outcomes are settled by reading back at SERIAL.
+// decision), a failure is either definite or leaves the outcome unknown, and an unknown
+// outcome is settled by reading back at SERIAL.
 package lwt
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/gocql/gocql"
@@ -20,8 +22,57 @@ const Serial = gocql.Consistency(gocql.Serial)
 // ResolveTimeout bounds the read that settles an unknown outcome.
 const ResolveTimeout = 10 * time.Second
 
+// ErrOutcomeUnknown means a conditional write failed in a way that leaves open whether
+// it applied, and reading back could not settle it. The packages that send LWTs return
+// errors that match it (consumer.ErrOutcomeUnknown and lock.ErrOutcomeUnknown are it).
+var ErrOutcomeUnknown = errors.New("shardq: outcome unknown")
+
 // ResolveContext returns a context for settling an unknown outcome: it survives the
 // caller's cancellation, because a caller that gave up still needs to know what happened.
 func ResolveContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), ResolveTimeout)
+}
+
+// Definite reports whether err says for certain that a request was not applied: the
+// coordinator refused it before anything was written.
+func Definite(err error) bool {
+	var re gocql.RequestError
+	if !errors.As(err, &re) {
+		return false
+	}
+	switch re.Code() {
+	case gocql.ErrCodeInvalid, gocql.ErrCodeSyntax, gocql.ErrCodeUnavailable, gocql.ErrCodeUnauthorized,
+		gocql.ErrCodeConfig, gocql.ErrCodeOverloaded, gocql.ErrCodeCredentials, gocql.ErrCodeProtocol:
+		return true
+	}
+	return false
+}
+
+// Apply runs a conditional write and decides it. write sends the LWT (with NoRetry) and
+// reports whether it applied. When it fails definitely, Apply returns its error; when the
+// outcome is unknown, settle is called with a context that outlives ctx (ResolveContext)
+// and the cause, and decides: it must first void a straggling request where one could
+// still apply after a SERIAL read, then read back at SERIAL.
+func Apply(ctx context.Context, write func(context.Context) (bool, error),
+	settle func(ctx context.Context, cause error) (bool, error)) (bool, error) {
+	applied, err := write(ctx)
+	switch {
+	case err == nil:
+		return applied, nil
+	case Definite(err):
+		return false, err
+	}
+	rctx, cancel := ResolveContext(ctx)
+	defer cancel()
+	return settle(rctx, err)
+}
+
+// Batch runs a conditional batch and reports whether it applied, closing its iterator.
+func Batch(session *gocql.Session, b *gocql.Batch) (bool, error) {
+	b.RetryPolicy(NoRetry)
+	applied, iter, err := session.ExecuteBatchCAS(b)
+	if err == nil {
+		err = iter.Close()
+	}
+	return applied, err
 }
