@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/shardq/shardq"
@@ -24,7 +25,13 @@ func (b *bench) burstWorker(ctx context.Context) error {
 		return err
 	}
 	tr := newTracker(n)
+	var partitionErrors atomic.Int64
 	w, err := worker.New(s, worker.Config{Queue: q.Name, Concurrency: b.o.burstWorkerHandlers,
+		Observer: shardq.ObserverFunc(func(_ context.Context, e shardq.Event) {
+			if _, ok := e.(shardq.PartitionFailed); ok {
+				partitionErrors.Add(1)
+			}
+		}),
 		Handler: worker.HandlerFunc(func(_ context.Context, t *consumer.Task) error {
 			tr.deliver(t.ID) // lateness is burst's figure; a million of them is not needed here
 			return nil
@@ -44,8 +51,16 @@ func (b *bench) burstWorker(ctx context.Context) error {
 	var waitErr error
 	limit := time.After(30 * time.Minute)
 	poll := time.NewTicker(10 * time.Millisecond)
+	// CPU at 10%, 20%, 80% and 90% of the drain: whether a task drained late in a big
+	// backlog costs more than one drained early.
+	marks := []float64{0.1, 0.2, 0.8, 0.9}
+	var cpuAt []float64
 wait:
-	for w.Stats().Acked < uint64(n) {
+	for acked := w.Stats().Acked; acked < uint64(n); acked = w.Stats().Acked {
+		for len(cpuAt) < len(marks) && float64(acked) >= marks[len(cpuAt)]*float64(n) {
+			c, _ := cpuSeconds(pid)
+			cpuAt = append(cpuAt, c)
+		}
 		select {
 		case <-poll.C:
 		case <-limit:
@@ -71,10 +86,15 @@ wait:
 		"schedule_tasks_per_s": float64(n) / schedTime.Seconds(),
 		"drain_tasks_per_s":    float64(n) / end.Sub(start).Seconds(),
 		"requests_per_task":    float64(reqs) / float64(n),
-		"lost":                 lost, "duplicates": dups}
+		"lost":                 lost, "duplicates": dups, "partition_errors": partitionErrors.Load()}
 	if cpuErr == nil && cpuErr1 == nil {
 		r["server_cpu_s"] = cpu1 - cpu0
 		r["server_cpu_ms_per_1k_tasks"] = (cpu1 - cpu0) * 1000 / (float64(n) / 1000)
+		if len(cpuAt) == len(marks) {
+			tenth := float64(n) / 10 / 1000
+			r["server_cpu_ms_per_1k_tasks_10_20pct"] = (cpuAt[1] - cpuAt[0]) * 1000 / tenth
+			r["server_cpu_ms_per_1k_tasks_80_90pct"] = (cpuAt[3] - cpuAt[2]) * 1000 / tenth
+		}
 	}
 	b.emit(r)
 	return nil

@@ -36,10 +36,10 @@ func (b *bench) ceiling(ctx context.Context) error {
 			Payload: payload, DueAt: now, Timeout: q.DefaultTimeout}
 	}
 
-	// 1. Inserts, one statement each, producer.DefaultConcurrency at a time.
+	// 1. Inserts, one statement each, producer.DefaultWritesInFlight at a time.
 	var next atomic.Int64
 	t0 := time.Now()
-	err = fanout.Each(producer.DefaultConcurrency, producer.DefaultConcurrency, func(int) error {
+	err = fanout.Each(producer.DefaultWritesInFlight, producer.DefaultWritesInFlight, func(int) error {
 		for i := next.Add(1) - 1; i < int64(n); i = next.Add(1) - 1 {
 			if err := s.Query(taskrow.Insert, rows[i].InsertArgs(taskrow.Timestamp())...).WithContext(ctx).Exec(); err != nil {
 				return err

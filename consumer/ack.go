@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/internal/cql"
 	"github.com/shardq/shardq/internal/fanout"
 	"github.com/shardq/shardq/internal/lwt"
 	"github.com/shardq/shardq/internal/taskrow"
@@ -47,14 +48,14 @@ func (c *Consumer) AckTasks(ctx context.Context, tasks ...*Task) error {
 		if err := c.checkOwn(ctx, t, fmt.Sprintf("tasks[%d]", i)); err != nil {
 			return err
 		}
-		if _, ok := groups[t.lease.Key]; !ok {
-			keys = append(keys, t.lease.Key)
+		if _, ok := groups[t.marker.Key]; !ok {
+			keys = append(keys, t.marker.Key)
 		}
-		groups[t.lease.Key] = append(groups[t.lease.Key], t)
+		groups[t.marker.Key] = append(groups[t.marker.Key], t)
 	}
 	var mu sync.Mutex
 	ackErr := &AckError{Failed: map[uuid.UUID]error{}}
-	_ = fanout.Each(len(keys), c.cfg.Concurrency, func(i int) error {
+	_ = fanout.Each(len(keys), c.cfg.PartitionsInFlight, func(i int) error {
 		lost, failed := c.ackGroup(ctx, groups[keys[i]])
 		mu.Lock()
 		defer mu.Unlock()
@@ -81,10 +82,10 @@ func (c *Consumer) AckTasks(ctx context.Context, tasks ...*Task) error {
 func (c *Consumer) ackGroup(ctx context.Context, tasks []*Task) (lost []uuid.UUID, failed map[uuid.UUID]error) {
 	failed = map[uuid.UUID]error{}
 	if len(tasks) > 1 {
-		b := c.session.NewBatch(gocql.LoggedBatch).WithContext(ctx)
+		b := cql.Batch(c.session, gocql.LoggedBatch).WithContext(ctx)
 		b.RetryPolicy(lwt.NoRetry)
 		for _, t := range tasks {
-			b.Query(taskrow.DeleteIfExists, t.lease.KeyArgs()...)
+			b.Query(taskrow.DeleteIfExists, t.marker.KeyArgs()...)
 		}
 		applied, iter, err := c.session.ExecuteBatchCAS(b)
 		if err == nil {
@@ -109,12 +110,12 @@ func (c *Consumer) ackGroup(ctx context.Context, tasks []*Task) (lost []uuid.UUI
 func (c *Consumer) ackOne(ctx context.Context, t *Task) error {
 	for range 2 {
 		applied, err := lwt.Apply(ctx, func(ctx context.Context) (bool, error) {
-			return c.session.Query(taskrow.DeleteIfExists, t.lease.KeyArgs()...).
+			return cql.Query(c.session, taskrow.DeleteIfExists, t.marker.KeyArgs()...).
 				WithContext(ctx).RetryPolicy(lwt.NoRetry).MapScanCAS(map[string]any{})
 		}, func(rctx context.Context, cause error) (bool, error) {
 			// A straggling delete can only remove this very marker, so reading it back at
 			// SERIAL settles the ack: gone before its deadline means no one else took it.
-			rerr := c.session.Query(taskrow.SelectOne, t.lease.KeyArgs()...).
+			rerr := cql.Query(c.session, taskrow.SelectOne, t.marker.KeyArgs()...).
 				WithContext(rctx).Consistency(lwt.Serial).Scan(new(gocql.UUID))
 			switch {
 			case errors.Is(rerr, gocql.ErrNotFound) && c.cfg.Clock.Now().Before(t.Deadline):

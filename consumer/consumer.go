@@ -34,9 +34,9 @@ import (
 
 // Defaults and limits for Config and calls.
 const (
-	DefaultMaxClockSkew = 2 * time.Second
-	DefaultConcurrency  = 16
-	DefaultLookAhead    = 5 * time.Second
+	DefaultMaxClockSkew       = 2 * time.Second
+	DefaultPartitionsInFlight = 16
+	DefaultLookAhead          = 5 * time.Second
 	// MaxAcquire is the most tasks one AcquireTasks call may ask for.
 	MaxAcquire = 1000
 	// MaxTakeBytes bounds the payload bytes one locked read takes from a partition; the
@@ -64,9 +64,9 @@ type Config struct {
 	// the partition was last read. A row written later than that waits until the ring
 	// comes back to its partition. Defaults to DefaultMaxClockSkew.
 	MaxClockSkew time.Duration
-	// Concurrency is how many partitions AcquireTasks and AckTasks work on at once.
-	// Defaults to DefaultConcurrency.
-	Concurrency int
+	// PartitionsInFlight is how many partitions AcquireTasks and AckTasks read or write
+	// at once. Defaults to DefaultPartitionsInFlight.
+	PartitionsInFlight int
 	// LookAhead is how far past now AcquireTasks looks for tasks coming due when it finds
 	// too few due, to report the earliest in NextDue. Defaults to DefaultLookAhead.
 	LookAhead time.Duration
@@ -93,7 +93,7 @@ type Task struct {
 	// Timeout is the task's lease term: how long each delivery has before it is due again.
 	Timeout time.Duration
 
-	lease   taskrow.Row // the timeout marker Ack deletes
+	marker  taskrow.Row // the timeout marker Ack deletes
 	visible time.Time   // when the row it was taken from became visible: its place in line
 }
 
@@ -131,7 +131,7 @@ func New(session *gocql.Session, cfg Config) (*Consumer, error) {
 	}
 	for _, err := range []error{
 		defaults.NonNegative(&cfg.MaxClockSkew, DefaultMaxClockSkew, "Config.MaxClockSkew"),
-		defaults.NonNegative(&cfg.Concurrency, DefaultConcurrency, "Config.Concurrency"),
+		defaults.NonNegative(&cfg.PartitionsInFlight, DefaultPartitionsInFlight, "Config.PartitionsInFlight"),
 		defaults.NonNegative(&cfg.LookAhead, DefaultLookAhead, "Config.LookAhead"),
 	} {
 		if err != nil {
@@ -207,6 +207,9 @@ func (c *Consumer) AcquireTasks(ctx context.Context, n int) ([]*Task, error) {
 		assumed += pt.avail
 	}
 	var out []*Task
+	c.mu.Lock()
+	c.nextDue = time.Time{}
+	c.mu.Unlock()
 	if assumed >= n {
 		out = c.takeAll(ctx, parts, n, now)
 	}
@@ -277,7 +280,6 @@ func (c *Consumer) candidates(now time.Time) []part {
 func (c *Consumer) advance(parts []part, now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.nextDue = time.Time{}
 	blocked := map[int]bool{}
 	for _, pt := range parts {
 		if !pt.next.IsZero() && (c.nextDue.IsZero() || pt.next.Before(c.nextDue)) {
@@ -311,8 +313,9 @@ func (c *Consumer) Queue(ctx context.Context) (shardq.QueueConfig, error) {
 }
 
 // NextDue returns the earliest time at which the last AcquireTasks saw a row become
-// visible (a task coming due or a lease expiring) within LookAhead, or zero if it saw
-// none or found all it asked for. Tasks scheduled since then are not counted.
+// visible (a task coming due or a lease expiring) within LookAhead, or shortly after it
+// when it skipped due rows (another consumer held their shard), or zero if it saw none.
+// Tasks scheduled since then are not counted.
 func (c *Consumer) NextDue() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -3,6 +3,7 @@ package consumer_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -383,7 +384,7 @@ func TestBadInput(t *testing.T) {
 		{},
 		{Queue: "Bad Name"},
 		{Queue: "q", MaxClockSkew: -time.Second},
-		{Queue: "q", Concurrency: -1},
+		{Queue: "q", PartitionsInFlight: -1},
 	} {
 		_, err := consumer.New(e.s, cfg)
 		require.ErrorIs(t, err, shardq.ErrInvalid, "%+v", cfg)
@@ -469,3 +470,77 @@ func TestAckBetweenReadAndSwap(t *testing.T) {
 	consumer.SetBeforeSwap(racer, nil)
 	require.Empty(t, e.acquire(racer, 1), "the lock was released and nothing is left")
 }
+
+// A consumer that skips a partition with due rows because another consumer holds its
+// lock says, in NextDue, to come back soon: a worker must not sleep past due work.
+func TestSkippedPartitionKeepsNextDue(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 20, BucketDuration: time.Second})
+	e.clock.Add(500 * time.Millisecond)
+	e.schedule(producer.Task{})
+	locker, err := lock.New(e.s, lock.Config{TTL: 3 * time.Second})
+	require.NoError(t, err)
+	held, err := locker.Acquire(context.Background(), e.q.Layout().Key(e.q.Layout().Bucket(e.clock.Now()), 0))
+	require.NoError(t, err)
+	c := e.consumer()
+	got := e.acquire(c, 10)
+	if ok, err := held.Held(context.Background()); err == nil && ok {
+		require.Empty(t, got)
+		next := c.NextDue()
+		require.False(t, next.IsZero(), "due rows were skipped: NextDue must say when to look again")
+		require.False(t, next.After(e.clock.Now().Add(time.Second)))
+	}
+}
+
+// A producer's insert replayed after its task was taken (a driver retry that lands
+// late) does not bring the task back: its write timestamp is older than the delete's.
+func TestReplayedInsertStaysDeleted(t *testing.T) {
+	t.Parallel()
+	ks := cassandratest.Keyspace(t)
+	cassandratest.ApplySchema(t, cassandratest.SessionFor(t, ks))
+	var mu sync.Mutex
+	var replay []gocql.ObservedBatch
+	s := cassandratest.SessionFor(t, ks, func(c *gocql.ClusterConfig) {
+		c.BatchObserver = batchObserver(func(b gocql.ObservedBatch) {
+			if strings.HasPrefix(strings.TrimSpace(b.Statements[0]), "INSERT INTO tasks") {
+				mu.Lock()
+				replay = append(replay, b)
+				mu.Unlock()
+			}
+		})
+	})
+	ctx := context.Background()
+	q, err := shardq.CreateQueue(ctx, s, shardq.QueueConfig{Name: "replay", ShardCount: 1, BucketCount: 10,
+		BucketDuration: time.Second, DefaultTimeout: 5 * time.Second})
+	require.NoError(t, err)
+	p, err := producer.New(s, producer.Config{})
+	require.NoError(t, err)
+	id, err := p.ScheduleTask(ctx, producer.Task{Queue: q.Name})
+	require.NoError(t, err)
+	c, err := consumer.New(s, consumer.Config{Queue: q.Name})
+	require.NoError(t, err)
+	var got []*consumer.Task
+	require.Eventually(t, func() bool {
+		got, err = c.AcquireTasks(ctx, 1)
+		require.NoError(t, err)
+		return len(got) == 1
+	}, 10*time.Second, 20*time.Millisecond)
+	require.Equal(t, id, got[0].ID)
+
+	mu.Lock()
+	require.NotEmpty(t, replay)
+	b := s.NewBatch(gocql.UnloggedBatch)
+	for i, stmt := range replay[0].Statements {
+		b.Query(stmt, replay[0].Values[i]...)
+	}
+	mu.Unlock()
+	require.NoError(t, s.ExecuteBatch(b))
+	more, err := c.AcquireTasks(ctx, 10)
+	require.NoError(t, err)
+	require.Empty(t, more, "the replayed insert brought the taken task back")
+	require.NoError(t, c.AckTasks(ctx, got...))
+}
+
+type batchObserver func(gocql.ObservedBatch)
+
+func (f batchObserver) ObserveBatch(_ context.Context, b gocql.ObservedBatch) { f(b) }

@@ -9,6 +9,7 @@ import (
 	"github.com/gocql/gocql"
 
 	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/internal/cql"
 	"github.com/shardq/shardq/internal/lwt"
 	"github.com/shardq/shardq/internal/taskrow"
 )
@@ -42,7 +43,7 @@ func (c *Consumer) Extend(ctx context.Context, t *Task, d time.Duration) error {
 	if err != nil {
 		return err
 	}
-	t.lease, t.Deadline = next, deadline
+	t.marker, t.Deadline = next, deadline
 	return nil
 }
 
@@ -52,22 +53,22 @@ func (c *Consumer) Extend(ctx context.Context, t *Task, d time.Duration) error {
 // again. A crash or an unsettled outcome in between leaves both: a duplicate, never a
 // loss.
 func (c *Consumer) relocate(ctx context.Context, t *Task, at time.Time) (taskrow.Row, error) {
-	next := c.marker(t.lease, at)
+	next := c.marker(t.marker, at)
 	var write func(context.Context) (bool, error)
-	if next.Key == t.lease.Key {
+	if next.Key == t.marker.Key {
 		write = func(ctx context.Context) (bool, error) {
-			b := c.session.NewBatch(gocql.LoggedBatch).WithContext(ctx)
-			b.Query(taskrow.DeleteIfExists, t.lease.KeyArgs()...)
+			b := cql.Batch(c.session, gocql.LoggedBatch).WithContext(ctx)
+			b.Query(taskrow.DeleteIfExists, t.marker.KeyArgs()...)
 			b.Query(taskrow.Insert, next.InsertArgs(taskrow.Timestamp())...)
 			return lwt.Batch(c.session, b)
 		}
 	} else {
 		if err := c.writeMarkers(ctx, []taskrow.Row{next}); err != nil {
 			c.dropMarkers(ctx, []taskrow.Row{next})
-			return t.lease, fmt.Errorf("consumer: moving the lease of %s: %w", t.ID, err)
+			return t.marker, fmt.Errorf("consumer: moving the lease of %s: %w", t.ID, err)
 		}
 		write = func(ctx context.Context) (bool, error) {
-			applied, err := c.session.Query(taskrow.DeleteIfExists, t.lease.KeyArgs()...).
+			applied, err := cql.Query(c.session, taskrow.DeleteIfExists, t.marker.KeyArgs()...).
 				WithContext(ctx).RetryPolicy(lwt.NoRetry).MapScanCAS(map[string]any{})
 			if (err == nil && !applied) || lwt.Definite(err) {
 				c.dropMarkers(ctx, []taskrow.Row{next})
@@ -77,7 +78,7 @@ func (c *Consumer) relocate(ctx context.Context, t *Task, at time.Time) (taskrow
 	}
 	applied, err := lwt.Apply(ctx, write, func(rctx context.Context, cause error) (bool, error) {
 		// The old marker gone before its deadline means only this holder removed it.
-		rerr := c.session.Query(taskrow.SelectOne, t.lease.KeyArgs()...).WithContext(rctx).Consistency(lwt.Serial).Scan(new(gocql.UUID))
+		rerr := cql.Query(c.session, taskrow.SelectOne, t.marker.KeyArgs()...).WithContext(rctx).Consistency(lwt.Serial).Scan(new(gocql.UUID))
 		if errors.Is(rerr, gocql.ErrNotFound) && c.cfg.Clock.Now().Before(t.Deadline) {
 			return true, nil
 		}
@@ -85,10 +86,10 @@ func (c *Consumer) relocate(ctx context.Context, t *Task, at time.Time) (taskrow
 	})
 	switch {
 	case err != nil:
-		return t.lease, err
+		return t.marker, err
 	case !applied:
 		c.cfg.Observer.Observe(ctx, shardq.LeaseLost{Queue: c.q.Name, TaskID: t.ID})
-		return t.lease, ErrLeaseLost
+		return t.marker, ErrLeaseLost
 	}
 	c.touch(ctx, []taskrow.Row{next})
 	return next, nil
@@ -107,7 +108,7 @@ func (c *Consumer) DeadLetter(ctx context.Context, t *Task, cause error) error {
 		msg = cause.Error()
 	}
 	now := c.cfg.Clock.Now()
-	err := c.session.Query(`INSERT INTO dead_tasks (queue, day, task_id, payload, priority, due_at, attempt, error, died_at)
+	err := cql.Query(c.session, `INSERT INTO dead_tasks (queue, day, task_id, payload, priority, due_at, attempt, error, died_at)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`, c.q.Name, DeadLetterDay(now), gocql.UUID(t.ID), t.Payload, int8(t.Priority),
 		t.DueAt, t.Attempt, msg, now).WithContext(ctx).DefaultTimestamp(false).Exec()
 	if err != nil {
@@ -129,7 +130,7 @@ func (c *Consumer) checkOwn(ctx context.Context, t *Task, name string) error {
 		return err
 	}
 	switch {
-	case t == nil || t.lease.Key == "":
+	case t == nil || t.marker.Key == "":
 		return shardq.Invalid(name, "is not a task delivered by AcquireTasks")
 	case t.Queue != c.cfg.Queue:
 		return shardq.Invalid(name, "belongs to queue %q, not %q", t.Queue, c.cfg.Queue)

@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/internal/cql"
 	"github.com/shardq/shardq/internal/fanout"
 	"github.com/shardq/shardq/internal/signal"
 	"github.com/shardq/shardq/internal/taskrow"
@@ -192,7 +193,7 @@ func (c *Consumer) loadFloors(ctx context.Context, pt *part) error {
 	}
 	var bucket int64
 	var stored map[int8]gocql.UUID
-	err := c.session.Query(selectFloors, pt.key, taskrow.LockID).WithContext(ctx).Scan(&bucket, &stored)
+	err := cql.Query(c.session, selectFloors, pt.key, taskrow.LockID).WithContext(ctx).Scan(&bucket, &stored)
 	if err != nil && !errors.Is(err, gocql.ErrNotFound) {
 		return wrapErr("reading the floors of", pt.key, err)
 	}
@@ -242,7 +243,7 @@ func (c *Consumer) peek(ctx context.Context, pt *part, now, upper time.Time) err
 	read := 0
 	for _, g := range groups {
 		want := peekLimit - read
-		iter := c.session.Query(taskrow.SelectRangeIDs, pt.key, g.prios, g.floor, gocql.UUID(shard.MaxID(upper)), want).
+		iter := cql.Query(c.session, taskrow.SelectRangeIDs, pt.key, g.prios, g.floor, gocql.UUID(shard.MaxID(upper)), want).
 			WithContext(ctx).Iter()
 		var prio int8
 		var id gocql.UUID
@@ -319,7 +320,7 @@ func (c *Consumer) peekAll(ctx context.Context, parts []part, want int, now time
 	}
 	var errs []error
 	failed := 0
-	_ = fanout.Each(len(current), c.cfg.Concurrency, func(i int) error {
+	_ = fanout.Each(len(current), c.cfg.PartitionsInFlight, func(i int) error {
 		pt := &parts[current[i]]
 		var err error
 		op := "floors"
@@ -377,7 +378,7 @@ func (c *Consumer) lookAhead(ctx context.Context, parts []part, ahead []int, now
 		}
 	}
 	upper := gocql.UUID(shard.MaxID(now.Add(c.cfg.LookAhead)))
-	_ = fanout.Each(len(idx), c.cfg.Concurrency, func(i int) error {
+	_ = fanout.Each(len(idx), c.cfg.PartitionsInFlight, func(i int) error {
 		pt := &parts[idx[i]]
 		from := gocql.UUID(shard.MaxID(now))
 		if pt.ahead {
@@ -385,7 +386,7 @@ func (c *Consumer) lookAhead(ctx context.Context, parts []part, ahead []int, now
 		}
 		var prio int8
 		var id gocql.UUID
-		iter := c.session.Query(taskrow.SelectRangeIDs, pt.key, allPriorities, from, upper, peekLimit).WithContext(ctx).Iter()
+		iter := cql.Query(c.session, taskrow.SelectRangeIDs, pt.key, allPriorities, from, upper, peekLimit).WithContext(ctx).Iter()
 		for iter.Scan(&prio, &id) {
 			if at := shard.IDTime(uuid.UUID(id)); at.After(now) && (pt.next.IsZero() || at.Before(pt.next)) {
 				pt.next = at

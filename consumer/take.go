@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/internal/cql"
 	"github.com/shardq/shardq/internal/fanout"
 	"github.com/shardq/shardq/internal/lwt"
 	"github.com/shardq/shardq/internal/taskrow"
@@ -42,7 +43,7 @@ func (c *Consumer) takeAll(ctx context.Context, parts []part, n int, now time.Ti
 		}
 		got := make([][]*Task, len(round))
 		full := make([]bool, len(round))
-		_ = fanout.Each(len(round), c.cfg.Concurrency, func(i int) error {
+		_ = fanout.Each(len(round), c.cfg.PartitionsInFlight, func(i int) error {
 			var err error
 			got[i], full[i], err = c.take(ctx, &round[i], shares[i], now)
 			if err != nil && !errors.Is(err, lock.ErrLockHeld) {
@@ -51,6 +52,11 @@ func (c *Consumer) takeAll(ctx context.Context, parts []part, n int, now time.Ti
 			return nil
 		})
 		for i, g := range got {
+			if len(g) == 0 {
+				// Seen to hold due rows but skipped (its lock was held, its swap did not
+				// apply, or it failed): try again soon rather than sleep past them.
+				c.retrySoon(now)
+			}
 			out = append(out, g...)
 			if full[i] && round[i].avail >= peekLimit {
 				line = append(line, round[i])
@@ -58,6 +64,19 @@ func (c *Consumer) takeAll(ctx context.Context, parts []part, n int, now time.Ti
 		}
 	}
 	return out
+}
+
+// skipRetry is how soon a consumer looks again at partitions it saw due rows in but
+// could not take from.
+const skipRetry = 100 * time.Millisecond
+
+// retrySoon brings NextDue forward to skipRetry from now.
+func (c *Consumer) retrySoon(now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if at := now.Add(skipRetry); c.nextDue.IsZero() || at.Before(c.nextDue) {
+		c.nextDue = at
+	}
 }
 
 // take leases up to want due rows of one partition. It reports whether it found as many
@@ -118,7 +137,7 @@ func (c *Consumer) lockedRead(ctx context.Context, pt *part, want int, now time.
 	bytes := 0
 	for _, g := range c.plan(&f) {
 		rest := want - len(rows)
-		iter := c.session.Query(taskrow.SelectRange, pt.key, g.prios, g.floor, gocql.UUID(shard.MaxID(now)), rest).
+		iter := cql.Query(c.session, taskrow.SelectRange, pt.key, g.prios, g.floor, gocql.UUID(shard.MaxID(now)), rest).
 			WithContext(ctx).PageSize(min(rest, pageRows)).Iter()
 		got, cut, err := taskrow.Scan(iter, pt.key, MaxTakeBytes-bytes)
 		if err != nil {
@@ -163,7 +182,7 @@ func (c *Consumer) swap(ctx context.Context, pt *part, lease *lock.Lease, rows [
 		markers[i] = c.marker(r, deadline)
 		markers[i].Attempt++
 		tasks[i] = &Task{ID: uuid.UUID(r.TaskID), Queue: c.q.Name, Payload: r.Payload, DueAt: r.DueAt,
-			Priority: int(r.Priority), Attempt: markers[i].Attempt, Deadline: deadline, Timeout: r.Timeout, lease: markers[i],
+			Priority: int(r.Priority), Attempt: markers[i].Attempt, Deadline: deadline, Timeout: r.Timeout, marker: markers[i],
 			visible: shard.IDTime(uuid.UUID(r.ID))}
 	}
 	if err := c.writeMarkers(ctx, markers); err != nil {
@@ -178,7 +197,7 @@ func (c *Consumer) swap(ctx context.Context, pt *part, lease *lock.Lease, rows [
 	for p, id := range f {
 		stored[int8(p)] = id
 	}
-	b := c.session.NewBatch(gocql.LoggedBatch).WithContext(ctx)
+	b := cql.Batch(c.session, gocql.LoggedBatch).WithContext(ctx)
 	stmt, args := lease.ReleaseStatementSetting(floorAssignments, gocql.UUID(lease.Holder()), pt.bucket, stored)
 	b.Query(stmt, args...)
 	for _, r := range rows {
@@ -230,8 +249,8 @@ func (c *Consumer) marker(r taskrow.Row, at time.Time) taskrow.Row {
 func (c *Consumer) writeMarkers(ctx context.Context, rows []taskrow.Row) error {
 	batches := taskrow.Group(rows)
 	ts := taskrow.Timestamp()
-	return fanout.Each(len(batches), c.cfg.Concurrency, func(i int) error {
-		b := c.session.NewBatch(gocql.UnloggedBatch).WithContext(ctx)
+	return fanout.Each(len(batches), c.cfg.PartitionsInFlight, func(i int) error {
+		b := cql.Batch(c.session, gocql.UnloggedBatch).WithContext(ctx)
 		for _, idx := range batches[i] {
 			b.Query(taskrow.Insert, rows[idx].InsertArgs(ts)...)
 		}
@@ -246,8 +265,8 @@ func (c *Consumer) dropMarkers(ctx context.Context, rows []taskrow.Row) {
 	rctx, cancel := lwt.ResolveContext(ctx)
 	defer cancel()
 	batches := taskrow.Group(rows)
-	if err := fanout.Each(len(batches), c.cfg.Concurrency, func(i int) error {
-		b := c.session.NewBatch(gocql.UnloggedBatch).WithContext(rctx)
+	if err := fanout.Each(len(batches), c.cfg.PartitionsInFlight, func(i int) error {
+		b := cql.Batch(c.session, gocql.UnloggedBatch).WithContext(rctx)
 		for _, idx := range batches[i] {
 			b.Query(taskrow.Delete, rows[idx].KeyArgs()...)
 		}
@@ -273,7 +292,7 @@ func (c *Consumer) settleSwap(rctx context.Context, lease *lock.Lease, cause err
 		return false, fmt.Errorf("%w: swap in %s: %w (%w)", ErrOutcomeUnknown, lease.Key(), cause, err)
 	}
 	var last gocql.UUID
-	err := c.session.Query(`SELECT swap_holder FROM tasks WHERE shard_key = ? AND kind = 0 AND priority = 0 AND id = ?`,
+	err := cql.Query(c.session, `SELECT swap_holder FROM tasks WHERE shard_key = ? AND kind = 0 AND priority = 0 AND id = ?`,
 		lease.Key(), taskrow.LockID).WithContext(rctx).Consistency(lwt.Serial).Scan(&last)
 	if err != nil && !errors.Is(err, gocql.ErrNotFound) {
 		return false, fmt.Errorf("%w: swap in %s: %w (reading back: %w)", ErrOutcomeUnknown, lease.Key(), cause, err)

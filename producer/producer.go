@@ -15,6 +15,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/internal/cql"
 	"github.com/shardq/shardq/internal/defaults"
 	"github.com/shardq/shardq/internal/fanout"
 	"github.com/shardq/shardq/internal/signal"
@@ -27,7 +28,7 @@ import (
 const (
 	DefaultMaxPayloadBytes = 64 << 10
 	MaxPayloadLimit        = 1 << 20
-	DefaultConcurrency     = 8
+	DefaultWritesInFlight  = 8
 )
 
 // ErrPayloadTooLarge is matched, with shardq.ErrInvalid, by a task whose payload is over
@@ -39,9 +40,9 @@ type Config struct {
 	// MaxPayloadBytes is the largest payload accepted, at most MaxPayloadLimit.
 	// Defaults to DefaultMaxPayloadBytes.
 	MaxPayloadBytes int
-	// Concurrency is how many partition writes ScheduleTasks runs at once.
-	// Defaults to DefaultConcurrency.
-	Concurrency int
+	// WritesInFlight is how many partition batches ScheduleTasks writes at once.
+	// Defaults to DefaultWritesInFlight.
+	WritesInFlight int
 	// Clock gives "now" for tasks due now and for bucket choice.
 	// Defaults to shardq.SystemClock.
 	Clock shardq.Clock
@@ -85,7 +86,7 @@ func New(session *gocql.Session, cfg Config) (*Producer, error) {
 	if cfg.MaxPayloadBytes < 0 || cfg.MaxPayloadBytes > MaxPayloadLimit {
 		return nil, shardq.Invalid("Config.MaxPayloadBytes", "%d is not in [1, %d]", cfg.MaxPayloadBytes, MaxPayloadLimit)
 	}
-	if err := defaults.NonNegative(&cfg.Concurrency, DefaultConcurrency, "Config.Concurrency"); err != nil {
+	if err := defaults.NonNegative(&cfg.WritesInFlight, DefaultWritesInFlight, "Config.WritesInFlight"); err != nil {
 		return nil, err
 	}
 	if cfg.Clock == nil {
@@ -156,8 +157,8 @@ func (p *Producer) ScheduleTasks(ctx context.Context, tasks []Task) ([]uuid.UUID
 	batches := taskrow.Group(rows)
 	failed := make([][]int, len(batches))
 	ts := taskrow.Timestamp()
-	err := fanout.Each(len(batches), p.cfg.Concurrency, func(i int) error {
-		b := p.session.NewBatch(gocql.UnloggedBatch).WithContext(ctx)
+	err := fanout.Each(len(batches), p.cfg.WritesInFlight, func(i int) error {
+		b := cql.Batch(p.session, gocql.UnloggedBatch).WithContext(ctx)
 		for _, idx := range batches[i] {
 			b.Query(taskrow.Insert, rows[idx].InsertArgs(ts)...)
 		}

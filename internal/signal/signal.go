@@ -16,6 +16,7 @@ import (
 	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 
+	"github.com/shardq/shardq/internal/cql"
 	"github.com/shardq/shardq/shard"
 )
 
@@ -123,7 +124,7 @@ func write(ctx context.Context, session *gocql.Session, cells []Touch) error {
 	}
 	for r, shards := range rows {
 		ttl := int(max(time.Until(until[r]), 0)/time.Second) + 86400
-		if err := session.Query(touchStmt, ttl, shards, r.queue, r.bucket).WithContext(ctx).Exec(); err != nil {
+		if err := cql.Query(session, touchStmt, ttl, shards, r.queue, r.bucket).WithContext(ctx).Exec(); err != nil {
 			return fmt.Errorf("signal: touching %s bucket %d: %w", r.queue, r.bucket, err)
 		}
 	}
@@ -140,7 +141,7 @@ func maxTime(a, b time.Time) time.Time {
 // Touched reads which cells of queue's buckets from..to were ever touched (within their
 // time to live): the partitions that may hold tasks written for those buckets.
 func Touched(ctx context.Context, session *gocql.Session, queue string, from, to int64) (map[Cell]bool, error) {
-	iter := session.Query(readStmt, queue, from, to).WithContext(ctx).Iter()
+	iter := cql.Query(session, readStmt, queue, from, to).WithContext(ctx).Iter()
 	var bucket int64
 	var shards map[int]gocql.UUID
 	cells := map[Cell]bool{}
@@ -173,7 +174,7 @@ func NewWatcher(session *gocql.Session, queue string) *Watcher {
 // less the clock skew it allows between processes. A touch before since concerns tasks
 // that look already saw.
 func (w *Watcher) Changed(ctx context.Context, from, to int64, since time.Time) (bool, error) {
-	iter := w.session.Query(readStmt, w.queue, from, to).WithContext(ctx).Iter()
+	iter := cql.Query(w.session, readStmt, w.queue, from, to).WithContext(ctx).Iter()
 	var bucket int64
 	var shards map[int]gocql.UUID
 	changed := false
