@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gocql/gocql"
+
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/worker"
@@ -19,6 +21,9 @@ func (b *bench) idle(ctx context.Context) error {
 	cfg := shardq.QueueConfig{Name: "idle", BucketCount: b.o.idleBuckets, ShardCount: b.o.idleShards}
 	s, q, err := b.fresh(ctx, cfg)
 	if err != nil {
+		return err
+	}
+	if err := b.pendingRetries(ctx, s, q); err != nil {
 		return err
 	}
 	w, err := worker.New(s, worker.Config{Queue: q.Name, MaxIdleInterval: b.o.idleInterval,
@@ -41,6 +46,7 @@ func (b *bench) idle(ctx context.Context) error {
 	time.Sleep(b.o.idleFor)
 	reqs, span := b.requests.Load()-req0, time.Since(t0)
 	r := result{"workload": "idle", "buckets": q.BucketCount, "bucket_s": q.BucketDuration.Seconds(), "shards": q.ShardCount,
+		"pending":  b.o.idlePending,
 		"window_s": span.Seconds(), "idle_requests_per_s": float64(reqs) / span.Seconds(), "polls": w.Stats().Polls}
 	if cpu1, err := cpuSeconds(pid); cpuErr == nil && err == nil {
 		r["server_cpu_s"] = cpu1 - cpu0
@@ -87,4 +93,35 @@ func cpuSeconds(pid int) (float64, error) {
 		return 0, fmt.Errorf("parsing /proc/%d/stat", pid)
 	}
 	return (utime + stime) / 100, nil
+}
+
+// pendingRetries leaves -pending tasks backed off: taken once and retried with delays
+// spread over the lap, as failing tasks wait between attempts.
+func (b *bench) pendingRetries(ctx context.Context, s *gocql.Session, q shardq.QueueConfig) error {
+	n := b.o.idlePending
+	if n == 0 {
+		return nil
+	}
+	if _, _, err := scheduleAll(ctx, s, q.Name, n, func(int) time.Time { return time.Time{} }); err != nil {
+		return err
+	}
+	c, err := consumer.New(s, consumer.Config{Queue: q.Name})
+	if err != nil {
+		return err
+	}
+	var tasks []*consumer.Task
+	for len(tasks) < n {
+		got, err := c.AcquireTasks(ctx, n-len(tasks))
+		if err != nil {
+			return err
+		}
+		tasks = append(tasks, got...)
+	}
+	for i, t := range tasks {
+		delay := q.MaxTimeout() * time.Duration(i+1) / time.Duration(n)
+		if err := c.Retry(ctx, t, delay); err != nil {
+			return err
+		}
+	}
+	return nil
 }

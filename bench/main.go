@@ -46,6 +46,7 @@ type options struct {
 	idleBuckets      int
 	idleShards       int
 	idleInterval     time.Duration
+	idlePending      int
 	cassandraPIDFile string
 
 	soakTasks int
@@ -92,6 +93,7 @@ func main() {
 	flag.IntVar(&o.idleBuckets, "idle-buckets", 50, "idle: queue time buckets")
 	flag.IntVar(&o.idleShards, "idle-shards", 20, "idle: queue concurrency shards")
 	flag.DurationVar(&o.idleInterval, "idle-interval", 0, "idle: worker MaxIdleInterval (0: the worker's default)")
+	flag.IntVar(&o.idlePending, "pending", 0, "idle: tasks left backed off, their retries spread over the lap")
 	flag.StringVar(&o.cassandraPIDFile, "cassandra-pid", ".run/cassandra/node1/pid", "idle: PID file of a local node, for its CPU seconds")
 
 	flag.IntVar(&o.soakTasks, "soak-tasks", 1_000_000, "soak: tasks pushed through")

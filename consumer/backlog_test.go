@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/shardq/shardq/internal/cassandratest"
 	"github.com/shardq/shardq/internal/testclock"
 	"github.com/shardq/shardq/producer"
+	"github.com/shardq/shardq/shard"
 )
 
 // offsetClock is a clock that trails (or leads) another by a fixed amount.
@@ -265,4 +267,124 @@ func TestBacklogInOnePartition(t *testing.T) {
 	}
 	require.Equal(t, n, delivered)
 	require.Equal(t, -1, slices.Index(seen, false))
+}
+
+// A producer whose clock trails by 4 s, more than MaxClockSkew, writes rows below the
+// consumers' floors and into buckets their cursors passed. Its tasks are still delivered
+// within a sweep (SweepInterval plus a poll), not when the ring comes back a lap later.
+func TestLateWritesFoundBySweep(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, shardq.QueueConfig{ShardCount: 2, BucketCount: 120, BucketDuration: time.Second, DefaultTimeout: 30 * time.Second})
+	trailing, err := producer.New(e.s, producer.Config{Clock: offsetClock{e.clock, -4 * time.Second}})
+	require.NoError(t, err)
+	c := e.consumer()
+	ctx := context.Background()
+	want := map[uuid.UUID]time.Time{}
+	drain := func() {
+		for {
+			got, err := c.AcquireTasks(ctx, 100)
+			require.NoError(t, err)
+			if len(got) == 0 {
+				return
+			}
+			require.NoError(t, c.AckTasks(ctx, got...))
+			for _, task := range got {
+				delete(want, task.ID)
+			}
+		}
+	}
+	for range 40 {
+		for _, p := range []*producer.Producer{e.p, trailing} {
+			ids, err := p.ScheduleTasks(ctx, []producer.Task{{Queue: e.q.Name}, {Queue: e.q.Name}, {Queue: e.q.Name}})
+			require.NoError(t, err)
+			for _, id := range ids {
+				want[id] = e.clock.Now()
+			}
+		}
+		drain()
+		e.clock.Add(250 * time.Millisecond)
+	}
+	// Within a sweep and a poll of the last write, everything is delivered; a lap is
+	// two minutes here.
+	bound := e.clock.Now().Add(consumer.SweepInterval + 5*time.Second)
+	for len(want) > 0 && e.clock.Now().Before(bound) {
+		drain()
+		e.clock.Add(500 * time.Millisecond)
+	}
+	require.Empty(t, want, "%d late tasks not delivered within a sweep", len(want))
+}
+
+// queryCounter counts the statements a session executes, and those whose first bound
+// value is a partition key of a time shard counted by old.
+type queryCounter struct {
+	n, old atomic.Int64
+	isOld  atomic.Value // func(timeShard int) bool
+}
+
+func (q *queryCounter) ObserveQuery(_ context.Context, o gocql.ObservedQuery) {
+	q.n.Add(1)
+	if len(o.Values) == 0 {
+		return
+	}
+	key, _ := o.Values[0].(string)
+	if _, ts, _, err := shard.ParseKey(key); err == nil {
+		if f, ok := q.isOld.Load().(func(int) bool); ok && f(ts) {
+			q.old.Add(1)
+		}
+	}
+}
+
+// Backed-off retries spread over a lap do not pin the consumers' cursors: each waits in
+// the partition of its next due time, so a poll of an otherwise idle queue reads a few
+// partitions per shard, not every bucket since the oldest pending retry.
+func TestPendingRetriesDoNotPinCursor(t *testing.T) {
+	t.Parallel()
+	ks := cassandratest.Keyspace(t)
+	cassandratest.ApplySchema(t, cassandratest.SessionFor(t, ks))
+	counter := &queryCounter{}
+	s := cassandratest.SessionFor(t, ks, func(c *gocql.ClusterConfig) { c.QueryObserver = counter })
+	ctx := context.Background()
+	const shards = 4
+	q, err := shardq.CreateQueue(ctx, s, shardq.QueueConfig{Name: "pending", ShardCount: shards, BucketCount: 60,
+		BucketDuration: time.Second, DefaultTimeout: 5 * time.Second})
+	require.NoError(t, err)
+	clock := testclock.New(base.Add(500 * time.Millisecond))
+	p, err := producer.New(s, producer.Config{Clock: clock})
+	require.NoError(t, err)
+	tasks := make([]producer.Task, 100)
+	for i := range tasks {
+		tasks[i] = producer.Task{Queue: q.Name}
+	}
+	_, err = p.ScheduleTasks(ctx, tasks)
+	require.NoError(t, err)
+	c, err := consumer.New(s, consumer.Config{Queue: q.Name, Clock: clock})
+	require.NoError(t, err)
+	got, err := c.AcquireTasks(ctx, 100)
+	require.NoError(t, err)
+	require.Len(t, got, 100)
+	for i, task := range got { // next deliveries spread over the next 55 s of the lap
+		require.NoError(t, c.Retry(ctx, task, time.Duration(10+i/2)*time.Second))
+	}
+	for range 30 { // 30 s pass; the retries due meanwhile are delivered and acked
+		clock.Add(time.Second)
+		due, err := c.AcquireTasks(ctx, 100)
+		require.NoError(t, err)
+		require.NoError(t, c.AckTasks(ctx, due...))
+	}
+	l := q.Layout()
+	bNow := l.Bucket(clock.Now())
+	counter.isOld.Store(func(ts int) bool { // buckets that ended 2 (MaxClockSkew) to 28 s ago
+		for b := bNow - 28; b <= bNow-3; b++ {
+			if l.TimeShard(b) == ts {
+				return true
+			}
+		}
+		return false
+	})
+	before, oldBefore := counter.n.Load(), counter.old.Load()
+	_, err = c.AcquireTasks(ctx, 100)
+	require.NoError(t, err)
+	reads, old := counter.n.Load()-before, counter.old.Load()-oldBefore
+	t.Logf("one poll: %d reads, %d of partitions of buckets that ended 2-28 s ago", reads, old)
+	require.Zero(t, old, "a poll reads every bucket since the oldest pending retry")
 }

@@ -39,6 +39,10 @@ const (
 	DefaultLookAhead          = 5 * time.Second
 	// MaxAcquire is the most tasks one AcquireTasks call may ask for.
 	MaxAcquire = 1000
+	// SweepInterval is how often AcquireTasks looks for rows written later than
+	// MaxClockSkew: such a row is delivered at most about this long (plus the caller's
+	// poll interval) after its write, instead of when the ring comes back to it.
+	SweepInterval = 10 * time.Second
 	// MaxTakeBytes bounds the payload bytes one locked read takes from a partition; the
 	// rest wait for the next call. Markers are written in batches of at most
 	// taskrow.MaxBatchBytes, so no write comes near Cassandra's mutation limit.
@@ -68,7 +72,9 @@ type Config struct {
 	// at once. Defaults to DefaultPartitionsInFlight.
 	PartitionsInFlight int
 	// LookAhead is how far past now AcquireTasks looks for tasks coming due when it finds
-	// too few due, to report the earliest in NextDue. Defaults to DefaultLookAhead.
+	// too few due, to report the earliest in NextDue. A consumer that keeps finding
+	// nothing reads every partition once per half LookAhead, and in between only those
+	// it knows something is coming due in or was written to. Defaults to DefaultLookAhead.
 	LookAhead time.Duration
 	// Observer receives BatchAcquired, LockContended, Acked, LeaseLost and
 	// PartitionFailed events. Defaults to shardq.NopObserver.
@@ -108,14 +114,19 @@ type Consumer struct {
 	locker  *lock.Locker
 	signals *signal.Toucher
 
-	mu       sync.Mutex      // guards the fields below, and the three above while init sets them
-	cursors  []int64         // per concurrency shard: the oldest bucket that may hold work
-	hot      map[string]bool // partitions whose last take was full: tried before any peek
-	floors   map[pkey]*floors
-	next     int       // the concurrency shard the next scan starts at
-	nextDue  time.Time // earliest upcoming row the last scan saw; zero if none
-	short    bool      // the last call found fewer tasks than it asked for
-	pageRows int       // rows per page of a locked read, from the largest payload seen
+	mu        sync.Mutex      // guards the fields below, and the three above while init sets them
+	cursors   []int64         // per concurrency shard: the oldest bucket that may hold work
+	hot       map[string]bool // partitions whose last take was full: tried before any peek
+	floors    map[pkey]*floors
+	next      int                        // the concurrency shard the next scan starts at
+	nextDue   time.Time                  // earliest upcoming row the last scan saw; zero if none
+	short     bool                       // the last call found fewer tasks than it asked for
+	pageRows  int                        // rows per page of a locked read, from the largest payload seen
+	fullAt    time.Time                  // when an idle scan last read every candidate
+	fullCells map[signal.Cell]gocql.UUID // the signal cells as that scan found them
+	upcoming  map[pkey]time.Time         // per partition, the next row seen coming due
+	swept     time.Time                  // when the signal cells were last read for late rows
+	cells     map[signal.Cell]gocql.UUID // the lap's signal cells as last read; nil before
 
 	beforeSwap func() // tests only: runs between the locked read and the swap
 	failRead   func(key string) error
@@ -148,7 +159,7 @@ func New(session *gocql.Session, cfg Config) (*Consumer, error) {
 		cfg.Observer = shardq.NopObserver{}
 	}
 	return &Consumer{session: session, cfg: cfg, log: cfg.Logger, hot: map[string]bool{},
-		floors: map[pkey]*floors{}, pageRows: initialPageRows, signals: signal.NewToucher(session, cfg.Logger)}, nil
+		floors: map[pkey]*floors{}, upcoming: map[pkey]time.Time{}, pageRows: initialPageRows, signals: signal.NewToucher(session, cfg.Logger)}, nil
 }
 
 // init loads the queue's settings once; a failure is retried on the next call.
@@ -194,6 +205,7 @@ func (c *Consumer) AcquireTasks(ctx context.Context, n int) ([]*Task, error) {
 		return nil, err
 	}
 	now := c.cfg.Clock.Now()
+	c.sweep(ctx, now)
 	c.mu.Lock()
 	idle := c.short
 	c.mu.Unlock()
@@ -298,6 +310,7 @@ func (c *Consumer) advance(parts []part, now time.Time) {
 		if _, _, s, err := shard.ParseKey(k.key); err != nil || k.bucket < max(c.cursors[s], lapStart) {
 			delete(c.floors, k)
 			delete(c.hot, k.key)
+			delete(c.upcoming, k)
 		}
 	}
 }
@@ -340,9 +353,12 @@ func (c *Consumer) touch(ctx context.Context, rows []taskrow.Row) {
 	for _, r := range rows {
 		b := c.layout.Bucket(shard.IDTime(uuid.UUID(r.ID)))
 		cell := signal.Cell{Queue: c.q.Name, Bucket: b, Shard: c.layout.ShardFor(uuid.UUID(r.TaskID))}
+		at := shard.IDTime(uuid.UUID(r.ID))
 		if !seen[cell] {
 			seen[cell] = true
-			cells = append(cells, signal.Touch{Cell: cell, Until: c.layout.BucketStart(b + 1)})
+			cells = append(cells, signal.Touch{Cell: cell, Earliest: at, Until: c.layout.BucketStart(b + 1)})
+		} else if idx := slices.IndexFunc(cells, func(t signal.Touch) bool { return t.Cell == cell }); at.Before(cells[idx].Earliest) {
+			cells[idx].Earliest = at
 		}
 	}
 	if err := c.signals.Touch(ctx, cells); err != nil {
@@ -352,7 +368,7 @@ func (c *Consumer) touch(ctx context.Context, rows []taskrow.Row) {
 
 // touchedCells reads which signal cells of the buckets of parts were touched, or nil when
 // they cannot be read.
-func (c *Consumer) touchedCells(ctx context.Context, parts []part) map[signal.Cell]bool {
+func (c *Consumer) touchedCells(ctx context.Context, parts []part) map[signal.Cell]gocql.UUID {
 	if len(parts) == 0 {
 		return nil
 	}
@@ -360,7 +376,7 @@ func (c *Consumer) touchedCells(ctx context.Context, parts []part) map[signal.Ce
 	for _, pt := range parts {
 		from, to = min(from, pt.bucket), max(to, pt.bucket)
 	}
-	cells, err := signal.Touched(ctx, c.session, c.q.Name, from, to)
+	cells, err := signal.Cells(ctx, c.session, c.q.Name, from, to)
 	if err != nil {
 		c.log.WarnContext(ctx, "reading wake-up signals; reading every partition", "queue", c.q.Name, "error", err)
 		return nil
@@ -370,6 +386,58 @@ func (c *Consumer) touchedCells(ctx context.Context, parts []part) map[signal.Ce
 
 // untouched reports whether cells (when known) show that nothing was written into pt in
 // its lap: no task, no marker, so no swap either.
-func (c *Consumer) untouched(cells map[signal.Cell]bool, pt *part) bool {
-	return cells != nil && !cells[signal.Cell{Queue: c.q.Name, Bucket: pt.bucket, Shard: pt.shard}]
+func (c *Consumer) untouched(cells map[signal.Cell]gocql.UUID, pt *part) bool {
+	_, ok := cells[signal.Cell{Queue: c.q.Name, Bucket: pt.bucket, Shard: pt.shard}]
+	return cells != nil && !ok
+}
+
+// sweep finds rows written later than MaxClockSkew. Every write touches its signal cell
+// with the earliest row time it wrote, so once per SweepInterval one read of the lap's
+// cells shows each write since the last sweep. A write since then whose rows are older
+// than the last sweep less MaxClockSkew was late: the rows may lie below this consumer's
+// floors, or in a bucket its cursor passed. Their partition's floors are lowered below
+// them and the cursor moved back, so the next scan reads them. (A write whose touch
+// failed is found when the ring comes back to its partition.)
+func (c *Consumer) sweep(ctx context.Context, now time.Time) {
+	c.mu.Lock()
+	due := c.cells == nil || !now.Before(c.swept.Add(SweepInterval))
+	c.mu.Unlock()
+	if !due {
+		return
+	}
+	bNow := c.layout.Bucket(now)
+	cells, err := signal.Cells(ctx, c.session, c.q.Name, bNow-int64(c.q.BucketCount)+1, bNow)
+	if err != nil {
+		c.log.WarnContext(ctx, "reading wake-up signals for late rows", "queue", c.q.Name, "error", err)
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	last, lateBefore := c.cells, c.swept.Add(-c.cfg.MaxClockSkew)
+	c.cells, c.swept = cells, now
+	if last == nil {
+		return // a new consumer reads the whole lap anyway
+	}
+	for cell, v := range cells {
+		at := shard.IDTime(uuid.UUID(v))
+		if last[cell] == v || !at.Before(lateBefore) || cell.Shard >= len(c.cursors) {
+			continue
+		}
+		k := pkey{c.layout.Key(cell.Bucket, cell.Shard), cell.Bucket}
+		below := gocql.UUID(shard.MinID(at.Add(-100 * time.Nanosecond)))
+		if _, ok := c.floors[k]; !ok {
+			// Floors recorded by others may lie above the late rows: read the lap.
+			below = minID(below, gocql.UUID(shard.MinID(c.layout.BucketStart(cell.Bucket-int64(c.q.BucketCount)))))
+			c.floors[k] = &floors{}
+		}
+		for p, f := range c.floors[k] {
+			c.floors[k][p] = minID(f, below)
+			if f == (gocql.UUID{}) {
+				c.floors[k][p] = below
+			}
+		}
+		c.cursors[cell.Shard] = min(c.cursors[cell.Shard], cell.Bucket)
+		c.log.WarnContext(ctx, "a row was written later than MaxClockSkew; reading its partition again",
+			"queue", c.q.Name, "shard_key", k.key, "row_time", at, "lateness_at_least", now.Sub(at)-SweepInterval)
+	}
 }

@@ -303,20 +303,30 @@ func (c *Consumer) peekAll(ctx context.Context, parts []part, want int, now time
 		}
 	}
 	upper := now
-	var cells map[signal.Cell]bool
+	var cells map[signal.Cell]gocql.UUID
+	full := true
 	if idle {
 		// Every task and marker write touches its signal cell. A look-ahead partition
-		// whose cell was not touched holds nothing of its lap and is not read; one of the
-		// current buckets is read (a row written late, or whose touch failed, is found),
-		// but it cannot have floors recorded for this lap, which saves reading them.
+		// whose cell was not touched holds nothing of its lap; a current one cannot have
+		// floors recorded for this lap, which saves reading them. Between full scans
+		// (one per half LookAhead), only partitions with a row the last full scan saw
+		// coming due, or whose cell changed since, are read: rows written since were
+		// touched, and earlier ones due before the next full scan were seen.
 		upper = now.Add(c.cfg.LookAhead)
 		cells = c.touchedCells(ctx, parts)
-		for _, i := range ahead {
-			if !c.untouched(cells, &parts[i]) {
-				current = append(current, i)
+		full = c.fullScan(now, cells)
+		var read []int
+		for _, i := range append(current, ahead...) {
+			pt := &parts[i]
+			switch {
+			case pt.ahead && c.untouched(cells, pt):
+			case full || c.changedSinceScan(cells, pt) || c.comingDue(pt, upper):
+				read = append(read, i)
+			default:
+				pt.next = c.upcomingOf(pt)
 			}
 		}
-		ahead = nil
+		current, ahead = read, nil
 	}
 	var errs []error
 	failed := 0
@@ -341,6 +351,9 @@ func (c *Consumer) peekAll(ctx context.Context, parts []part, want int, now time
 		}
 		return nil
 	})
+	if idle {
+		c.noteUpcoming(parts, current, full)
+	}
 	avail := 0
 	for _, i := range current {
 		if parts[i].err != nil {
@@ -397,4 +410,63 @@ func (c *Consumer) lookAhead(ctx context.Context, parts []part, ahead []int, now
 		}
 		return nil
 	})
+}
+
+// fullScan decides whether an idle scan reads every candidate partition, and records
+// the signal cells it starts from when it does.
+func (c *Consumer) fullScan(now time.Time, cells map[signal.Cell]gocql.UUID) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cells != nil && !c.fullAt.IsZero() && now.Before(c.fullAt.Add(c.cfg.LookAhead/2)) {
+		return false
+	}
+	c.fullAt, c.fullCells = now, cells
+	return true
+}
+
+// changedSinceScan reports whether pt's signal cell was touched since the last full scan.
+func (c *Consumer) changedSinceScan(cells map[signal.Cell]gocql.UUID, pt *part) bool {
+	cell := signal.Cell{Queue: c.q.Name, Bucket: pt.bucket, Shard: pt.shard}
+	v, ok := cells[cell]
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return ok && c.fullCells[cell] != v
+}
+
+// comingDue reports whether a scan saw a row of pt becoming visible by upper.
+func (c *Consumer) comingDue(pt *part, upper time.Time) bool {
+	next := c.upcomingOf(pt)
+	return !next.IsZero() && !next.After(upper)
+}
+
+func (c *Consumer) upcomingOf(pt *part) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.upcoming[pkey{pt.key, pt.bucket}]
+}
+
+// revisit marks a partition to be read by the next scan, full or not: one that failed,
+// or whose due rows were skipped.
+var revisit = time.Unix(0, 1)
+
+// noteUpcoming records when the next row of each partition read becomes visible; a full
+// scan starts the record afresh.
+func (c *Consumer) noteUpcoming(parts []part, read []int, full bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if full {
+		clear(c.upcoming)
+	}
+	for _, i := range read {
+		pt := &parts[i]
+		k := pkey{pt.key, pt.bucket}
+		switch {
+		case pt.err != nil:
+			c.upcoming[k] = revisit
+		case pt.next.IsZero():
+			delete(c.upcoming, k)
+		default:
+			c.upcoming[k] = pt.next
+		}
+	}
 }

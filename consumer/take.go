@@ -55,7 +55,7 @@ func (c *Consumer) takeAll(ctx context.Context, parts []part, n int, now time.Ti
 			if len(g) == 0 {
 				// Seen to hold due rows but skipped (its lock was held, its swap did not
 				// apply, or it failed): try again soon rather than sleep past them.
-				c.retrySoon(now)
+				c.retrySoon(now, &round[i])
 			}
 			out = append(out, g...)
 			if full[i] && round[i].avail >= peekLimit {
@@ -70,10 +70,11 @@ func (c *Consumer) takeAll(ctx context.Context, parts []part, n int, now time.Ti
 // could not take from.
 const skipRetry = 100 * time.Millisecond
 
-// retrySoon brings NextDue forward to skipRetry from now.
-func (c *Consumer) retrySoon(now time.Time) {
+// retrySoon brings NextDue forward to skipRetry from now, and marks pt to be read again.
+func (c *Consumer) retrySoon(now time.Time, pt *part) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.upcoming[pkey{pt.key, pt.bucket}] = revisit
 	if at := now.Add(skipRetry); c.nextDue.IsZero() || at.Before(c.nextDue) {
 		c.nextDue = at
 	}

@@ -191,11 +191,14 @@ func (p *Producer) notify(ctx context.Context, tasks []Task, rows []taskrow.Row,
 			earliest[t.Queue] = rows[i].DueAt
 		}
 		l := queues[i].Layout()
-		b := l.Bucket(shard.IDTime(uuid.UUID(rows[i].ID)))
+		at := shard.IDTime(uuid.UUID(rows[i].ID))
+		b := l.Bucket(at)
 		c := signal.Cell{Queue: t.Queue, Bucket: b, Shard: l.ShardFor(uuid.UUID(rows[i].TaskID))}
 		if !seen[c] {
 			seen[c] = true
-			cells = append(cells, signal.Touch{Cell: c, Until: l.BucketStart(b + 1)})
+			cells = append(cells, signal.Touch{Cell: c, Earliest: at, Until: l.BucketStart(b + 1)})
+		} else if idx := slices.IndexFunc(cells, func(t signal.Touch) bool { return t.Cell == c }); at.Before(cells[idx].Earliest) {
+			cells[idx].Earliest = at
 		}
 	}
 	for q, due := range earliest {

@@ -27,10 +27,13 @@ type Cell struct {
 	Shard  int
 }
 
-// Touch is a cell to touch, and the end of its bucket: the cell outlives it by a day.
+// Touch is a cell to touch: Earliest is the earliest visible time among the rows just
+// written into it, which the cell records (as a timeuuid that also makes every touch
+// unique), and Until the end of its bucket, which the cell outlives by a day.
 type Touch struct {
 	Cell
-	Until time.Time
+	Earliest time.Time
+	Until    time.Time
 }
 
 const (
@@ -53,13 +56,13 @@ type Toucher struct {
 
 	mu       sync.Mutex
 	last     map[Cell]time.Time // when each cell's last touch was sent
-	pending  map[Cell]time.Time // cells to touch, with the end of their bucket
-	deferred bool               // a background touch of pending is scheduled
+	pending  map[Cell]Touch
+	deferred bool // a background touch of pending is scheduled
 }
 
 // NewToucher returns a Toucher writing through session.
 func NewToucher(session *gocql.Session, log *slog.Logger) *Toucher {
-	return &Toucher{session: session, log: log, last: map[Cell]time.Time{}, pending: map[Cell]time.Time{}}
+	return &Toucher{session: session, log: log, last: map[Cell]time.Time{}, pending: map[Cell]Touch{}}
 }
 
 // Touch records that tasks were written into cells. Call it after the write completed.
@@ -73,7 +76,10 @@ func (t *Toucher) Touch(ctx context.Context, cells []Touch) error {
 			direct = append(direct, c)
 			continue
 		}
-		t.pending[c.Cell] = c.Until
+		if p, ok := t.pending[c.Cell]; ok && p.Earliest.Before(c.Earliest) {
+			c.Earliest = p.Earliest
+		}
+		t.pending[c.Cell] = c
 		if !t.deferred {
 			t.deferred = true
 			time.AfterFunc(Coalesce, t.flush)
@@ -92,8 +98,8 @@ func (t *Toucher) flush() {
 	t.mu.Lock()
 	cells := make([]Touch, 0, len(t.pending))
 	now := time.Now()
-	for c, until := range t.pending {
-		cells = append(cells, Touch{c, until})
+	for c, touch := range t.pending {
+		cells = append(cells, touch)
 		t.last[c] = now
 	}
 	clear(t.pending)
@@ -119,7 +125,7 @@ func write(ctx context.Context, session *gocql.Session, cells []Touch) error {
 		if rows[r] == nil {
 			rows[r] = map[int]gocql.UUID{}
 		}
-		rows[r][c.Shard] = gocql.TimeUUID()
+		rows[r][c.Shard] = gocql.UUID(shard.NewID(c.Earliest))
 		until[r] = maxTime(until[r], c.Until)
 	}
 	for r, shards := range rows {
@@ -138,16 +144,17 @@ func maxTime(a, b time.Time) time.Time {
 	return b
 }
 
-// Touched reads which cells of queue's buckets from..to were ever touched (within their
-// time to live): the partitions that may hold tasks written for those buckets.
-func Touched(ctx context.Context, session *gocql.Session, queue string, from, to int64) (map[Cell]bool, error) {
+// Cells reads the cells of queue's buckets from..to (within their time to live), each
+// with the value of its last touch: the partitions that may hold tasks written for those
+// buckets, and the earliest row time of the last write into each.
+func Cells(ctx context.Context, session *gocql.Session, queue string, from, to int64) (map[Cell]gocql.UUID, error) {
 	iter := cql.Query(session, readStmt, queue, from, to).WithContext(ctx).Iter()
 	var bucket int64
 	var shards map[int]gocql.UUID
-	cells := map[Cell]bool{}
+	cells := map[Cell]gocql.UUID{}
 	for iter.Scan(&bucket, &shards) {
-		for s := range shards {
-			cells[Cell{Queue: queue, Bucket: bucket, Shard: s}] = true
+		for s, v := range shards {
+			cells[Cell{Queue: queue, Bucket: bucket, Shard: s}] = v
 		}
 		shards = nil
 	}
@@ -170,9 +177,9 @@ func NewWatcher(session *gocql.Session, queue string) *Watcher {
 }
 
 // Changed reads the cells of buckets from..to and reports whether one was touched since
-// it was last read and at or after since: the time the caller last looked for tasks,
-// less the clock skew it allows between processes. A touch before since concerns tasks
-// that look already saw.
+// it was last read for rows visible at or after since: the time the caller last looked
+// for tasks, less the clock skew it allows between processes. Earlier rows are those
+// that look already saw, or rows written late, which consumers' sweeps find.
 func (w *Watcher) Changed(ctx context.Context, from, to int64, since time.Time) (bool, error) {
 	iter := cql.Query(w.session, readStmt, w.queue, from, to).WithContext(ctx).Iter()
 	var bucket int64
