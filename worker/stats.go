@@ -9,6 +9,7 @@ import (
 type stats struct {
 	acquired, started, succeeded, failed, panicked, retried        atomic.Uint64
 	deadLettered, acked, leaseLost, lockContended, released, polls atomic.Uint64
+	expired                                                        atomic.Uint64
 	running                                                        atomic.Int64
 }
 
@@ -43,7 +44,7 @@ func (s *stats) snapshot() Stats {
 		Acquired: s.acquired.Load(), Started: s.started.Load(), Succeeded: s.succeeded.Load(),
 		Failed: s.failed.Load(), Panicked: s.panicked.Load(), Retried: s.retried.Load(),
 		DeadLettered: s.deadLettered.Load(), Acked: s.acked.Load(), LeaseLost: s.leaseLost.Load(),
-		LockContended: s.lockContended.Load(), Released: s.released.Load(), Polls: s.polls.Load(),
+		LockContended: s.lockContended.Load(), Released: s.released.Load(), Expired: s.expired.Load(), Polls: s.polls.Load(),
 		Running: s.running.Load(),
 	}
 }

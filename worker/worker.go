@@ -89,10 +89,11 @@ type Config struct {
 	// Defaults to DefaultMaxAttempts.
 	MaxAttempts int
 	// Backoff gives the delay before the next delivery after a failure on attempt n.
-	// Defaults to DefaultBackoff.
+	// The worker cuts a delay longer than the queue's MaxTimeout to it, and a negative one
+	// to zero. Defaults to DefaultBackoff.
 	Backoff func(attempt int) time.Duration
-	// ExtendLeases renews each running task's lease halfway through it, for handlers that
-	// may outlast the task's timeout. Defaults to false.
+	// ExtendLeases renews each running task's lease by the task's timeout halfway through
+	// each term, for handlers that may outlast it. Defaults to false.
 	ExtendLeases bool
 	// AckInterval is the longest a finished task waits for its ack to be batched.
 	// Defaults to DefaultAckInterval.
@@ -112,8 +113,9 @@ type Config struct {
 	Clock shardq.Clock
 }
 
-// DefaultBackoff waits 2^(attempt-1) seconds, at most an hour, with ±10% jitter. Delays
-// are capped at the queue's longest timeout.
+// DefaultBackoff waits 2^(attempt-1) seconds, at most an hour, with ±10% jitter. The
+// worker caps delays at the queue's MaxTimeout (19m50s with default settings, which
+// DefaultBackoff exceeds from attempt 12).
 func DefaultBackoff(attempt int) time.Duration {
 	d := time.Hour
 	if attempt < 13 {
@@ -135,9 +137,24 @@ type Stats struct {
 	LeaseLost     uint64
 	LockContended uint64
 	Released      uint64 // leased but never started, given back at stop
+	Expired       uint64 // leased but not started: the lease ran out while it waited
 	Polls         uint64 // AcquireTasks calls
 	Running       int64  // handlers running now
 }
+
+// StopError is returned by Stop (and RunUntil) when its context ends before the worker
+// has stopped. The handlers still running then have had their contexts cancelled; their
+// tasks come back after their timeout. It matches the context's error with errors.Is.
+type StopError struct {
+	Running int   // handlers still running when Stop returned
+	Err     error // the context's error
+}
+
+func (e *StopError) Error() string {
+	return fmt.Sprintf("worker: stop: %d handlers still running: %v", e.Running, e.Err)
+}
+
+func (e *StopError) Unwrap() error { return e.Err }
 
 // Worker runs a Handler on a queue's tasks.
 type Worker struct {
@@ -155,15 +172,19 @@ type Worker struct {
 	avg    atomic.Int64        // average handling time so far, in nanoseconds
 	term   atomic.Int64        // lease term of the last batch fetched, in nanoseconds
 
+	// mu makes Start, RunUntil and Stop safe in any order and at once: Stop sees the
+	// worker either not started or started entirely.
+	mu         sync.Mutex
+	started    bool
+	cancelWork context.CancelFunc
+
 	stopOnce     sync.Once
-	started      atomic.Bool
 	stopping     atomic.Bool
 	stopFetch    chan struct{}
 	fetchStopped chan struct{} // closed when the fetch loop returns
 	done         chan struct{} // closed when every goroutine has returned
-	cancelWork   context.CancelFunc
 	cleanupCtx   context.Context
-	deadline     time.Time // RunUntil's, zero otherwise
+	deadline     time.Time // RunUntil's, zero otherwise; set before the goroutines start
 }
 
 // New returns a Worker for cfg.Queue, reading and writing through session.
@@ -201,7 +222,8 @@ func New(session *gocql.Session, cfg Config) (*Worker, error) {
 	w := &Worker{cfg: cfg, session: session, signals: signal.NewWatcher(session, cfg.Queue), log: cfg.Logger, stopFetch: make(chan struct{}),
 		fetchStopped: make(chan struct{}), done: make(chan struct{})}
 	c, err := consumer.New(session, consumer.Config{Queue: cfg.Queue, MaxClockSkew: cfg.MaxClockSkew,
-		LookAhead: cfg.MaxIdleInterval, Clock: cfg.Clock, Logger: cfg.Logger,
+		// Each full scan of an idle worker looks past the next one.
+		LookAhead: 2 * cfg.MaxIdleInterval, Clock: cfg.Clock, Logger: cfg.Logger,
 		Observer: shardq.ObserverFunc(w.observe)})
 	if err != nil {
 		return nil, err
@@ -215,11 +237,17 @@ func (w *Worker) Stats() Stats { return w.stats.snapshot() }
 
 // Start begins leasing and handling tasks in the background, until Stop. Cancelling ctx
 // stops the worker hard: handlers' contexts end and nothing more is acked. Start returns
-// an error if the worker was started before.
-func (w *Worker) Start(ctx context.Context) error {
-	if !w.started.CompareAndSwap(false, true) {
+// an error if the worker was started before, by Start or RunUntil.
+func (w *Worker) Start(ctx context.Context) error { return w.start(ctx, time.Time{}) }
+
+// start starts the worker, with RunUntil's deadline or none.
+func (w *Worker) start(ctx context.Context, deadline time.Time) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.started {
 		return errors.New("worker: already started")
 	}
+	w.started, w.deadline = true, deadline
 	slots := w.cfg.Concurrency + w.cfg.Prefetch
 	if w.cfg.Prefetch == 0 {
 		slots = w.cfg.Concurrency + MaxPrefetch
@@ -235,7 +263,12 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.acks = make(chan *consumer.Task, slots)
 	workCtx, cancel := context.WithCancel(ctx)
 	w.cancelWork = cancel
+	// Acks, retries and releases outlive a cancelled ctx, but not RunUntil's deadline.
 	w.cleanupCtx = context.WithoutCancel(ctx)
+	cancelCleanup := func() {}
+	if !deadline.IsZero() {
+		w.cleanupCtx, cancelCleanup = context.WithDeadline(w.cleanupCtx, deadline)
+	}
 
 	var handlers sync.WaitGroup
 	for range w.cfg.Concurrency {
@@ -258,6 +291,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		close(w.acks)
 		<-ackerDone
 		cancel()
+		cancelCleanup()
 		close(w.done)
 	}()
 	return nil
@@ -265,11 +299,16 @@ func (w *Worker) Start(ctx context.Context) error {
 
 // Stop stops leasing tasks, gives back leased tasks no handler started, lets running
 // handlers finish until ctx ends, and acks those that succeeded. When ctx ends first,
-// the remaining handlers' contexts are cancelled and their tasks left to come back after
-// their timeout; Stop then returns ctx's error. Stop may be called more than once, and
-// from several goroutines; each call waits.
+// Stop cancels the remaining handlers' contexts and returns at once a *StopError saying
+// how many were still running: their tasks come back after their timeout, and what
+// finished goes on being acked in the background (a later Stop waits for it). Stop
+// returns an error if the worker was not started. It may be called more than once, and
+// from several goroutines, also while Start runs; each call waits.
 func (w *Worker) Stop(ctx context.Context) error {
-	if !w.started.Load() {
+	w.mu.Lock()
+	started, cancelWork := w.started, w.cancelWork
+	w.mu.Unlock()
+	if !started {
 		return errors.New("worker: not started")
 	}
 	w.stopOnce.Do(func() {
@@ -281,18 +320,24 @@ func (w *Worker) Stop(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 	}
-	w.cancelWork()
-	<-w.done // handlers whose context ended return; finished acks are flushed
-	return ctx.Err()
+	select {
+	case <-w.done: // stopped already, as a Stop that ended earlier found out
+		return nil
+	default:
+	}
+	cancelWork()
+	return &StopError{Running: int(w.stats.running.Load()), Err: ctx.Err()}
 }
 
 // RunUntil works until shortly before deadline, for processes that a scheduler starts
 // every so often. It stops leasing tasks when the average handling time so far, doubled,
-// would overrun the deadline, and returns before the deadline, abandoning (not acking)
-// handlers still running then. No tasks are prefetched in this mode.
+// would overrun the deadline. A little before the deadline it cancels the handlers still
+// running (they are not acked), leaving the rest for acks, and it returns by the
+// deadline, by when every ack, retry and release has ended too. It returns a *StopError
+// when handlers that ignore their context were still running at the deadline, and an
+// error if the worker was started before. No tasks are prefetched in this mode.
 func (w *Worker) RunUntil(ctx context.Context, deadline time.Time) error {
-	w.deadline = deadline
-	if err := w.Start(ctx); err != nil {
+	if err := w.start(ctx, deadline); err != nil {
 		return err
 	}
 	stopAt := deadline.Add(-stopMargin)
@@ -303,12 +348,18 @@ func (w *Worker) RunUntil(ctx context.Context, deadline time.Time) error {
 	case <-timer.C:
 	case <-ctx.Done():
 	}
-	stopCtx, cancel := context.WithDeadline(ctx, stopAt)
-	defer cancel()
-	if err := w.Stop(stopCtx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-		return err
+	err := w.stopBy(ctx, stopAt)
+	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+		err = w.stopBy(ctx, deadline) // handlers are cancelled; the margin is for acks
 	}
-	return nil
+	return err
+}
+
+// stopBy stops the worker, waiting until at at the latest.
+func (w *Worker) stopBy(ctx context.Context, at time.Time) error {
+	ctx, cancel := context.WithDeadline(ctx, at)
+	defer cancel()
+	return w.Stop(ctx)
 }
 
 // fetch leases tasks while there are free slots, and waits sparingly when none is due.
@@ -316,60 +367,80 @@ func (w *Worker) fetch(ctx context.Context) {
 	sub := wakeup.Subscribe(w.cfg.Queue)
 	defer sub.Cancel()
 	for {
-		select { // wait for a free slot
-		case <-w.tokens:
-		case <-w.stopFetch:
-			return
-		case <-ctx.Done():
-			return
-		}
-		size := w.fetchSize()
-		n, ok := w.gather(ctx, 1, size)
+		n, ok := w.slots(ctx)
 		if !ok {
-			w.giveBack(n)
 			return
 		}
-		if !w.fits() {
-			w.giveBack(n)
-			return
-		}
-		ask := min(n, max(1, size-len(w.work)), consumer.MaxAcquire)
-		w.giveBack(n - ask)
-		n = ask
 		looked := time.Now()
-		tasks, err := w.consumer.AcquireTasks(ctx, n)
-		w.stats.polls.Add(1)
-		w.giveBack(n - len(tasks))
-		if len(tasks) > 0 {
-			w.term.Store(int64(tasks[0].Deadline.Sub(w.cfg.Clock.Now())))
-		}
-		if err != nil {
+		got, err := w.acquire(ctx, n)
+		var wake time.Time
+		switch {
+		case err != nil:
 			if ctx.Err() != nil {
 				return
 			}
 			w.log.ErrorContext(ctx, "acquiring tasks", "queue", w.cfg.Queue, "error", err)
-			if !w.wait(ctx, sub, time.Now().Add(errorPause), looked) {
-				return
-			}
-			continue
-		}
-		w.stats.acquired.Add(uint64(len(tasks)))
-		for _, t := range tasks {
-			w.work <- t // never blocks: work has a place for every token
-		}
-		if len(tasks) == n {
+			wake = time.Now().Add(errorPause)
+		case got == n:
 			continue // there may be more due: fetch again once a slot frees
-		}
-		// Less than asked for: nothing more is due now. Sleep until the earliest known due
-		// time or the idle interval (jittered so workers spread out), whichever is first.
-		wake := time.Now().Add(time.Duration(float64(w.cfg.MaxIdleInterval) * (0.8 + 0.2*rand.Float64())))
-		if next := w.consumer.NextDue(); !next.IsZero() && next.Before(wake) {
-			wake = next
+		default:
+			wake = w.idleWake()
 		}
 		if !w.wait(ctx, sub, wake, looked) {
 			return
 		}
 	}
+}
+
+// slots waits for a free slot and gathers the slots of one fetch. It reports false,
+// holding none, when the worker is stopping or no batch fits before RunUntil's deadline.
+func (w *Worker) slots(ctx context.Context) (int, bool) {
+	select {
+	case <-w.tokens:
+	case <-w.stopFetch:
+		return 0, false
+	case <-ctx.Done():
+		return 0, false
+	}
+	size := w.fetchSize()
+	n, ok := w.gather(ctx, 1, size)
+	if !ok || !w.fits() {
+		w.giveBack(n)
+		return 0, false
+	}
+	ask := min(n, max(1, size-len(w.work)), consumer.MaxAcquire)
+	w.giveBack(n - ask)
+	return ask, true
+}
+
+// acquire leases up to n tasks, holding a slot each, and hands them to the handlers. It
+// gives back the slots of the tasks it did not get, and returns how many it got.
+func (w *Worker) acquire(ctx context.Context, n int) (int, error) {
+	tasks, err := w.consumer.AcquireTasks(ctx, n)
+	w.stats.polls.Add(1)
+	w.giveBack(n - len(tasks))
+	if len(tasks) > 0 {
+		w.term.Store(int64(tasks[0].Deadline.Sub(w.cfg.Clock.Now())))
+	}
+	if err != nil {
+		return 0, err
+	}
+	w.stats.acquired.Add(uint64(len(tasks)))
+	for _, t := range tasks {
+		w.work <- t // never blocks: work has a place for every token
+	}
+	return len(tasks), nil
+}
+
+// idleWake is when to fetch again after a fetch got less than it asked for, so nothing
+// more is due now: at the earliest known due time or after the idle interval (jittered
+// so workers spread out), whichever is first.
+func (w *Worker) idleWake() time.Time {
+	wake := time.Now().Add(time.Duration(float64(w.cfg.MaxIdleInterval) * (0.8 + 0.2*rand.Float64())))
+	if next := w.consumer.NextDue(); !next.IsZero() && next.Before(wake) {
+		return next
+	}
+	return wake
 }
 
 // wait sleeps until wake, or until a task due before then is scheduled: by a producer
@@ -488,9 +559,15 @@ func (w *Worker) giveBack(n int) {
 // handle runs tasks from the work queue until it closes.
 func (w *Worker) handle(ctx context.Context) {
 	for t := range w.work {
-		if w.stopping.Load() {
+		switch {
+		case !w.cfg.Clock.Now().Before(t.Deadline):
+			// Its lease ran out while it waited, and another worker may hold it by now: it is
+			// neither started nor given back, and comes back by its timeout to whoever takes it.
+			w.stats.expired.Add(1)
+			w.log.WarnContext(ctx, "dropping a task whose lease ran out before it started", "queue", t.Queue, "task_id", t.ID)
+		case w.stopping.Load():
 			w.release(t)
-		} else {
+		default:
 			w.run(ctx, t)
 		}
 		w.tokens <- struct{}{}
@@ -515,14 +592,16 @@ func (w *Worker) run(ctx context.Context, t *consumer.Task) {
 	w.observe(ctx, shardq.TaskStarted{Queue: t.Queue, TaskID: t.ID, Attempt: t.Attempt,
 		Lateness: w.cfg.Clock.Now().Sub(t.DueAt)})
 
-	lease := *t // the copy whose lease extensions move; the handler's task stays as given
+	// held is the task as this worker holds it: extensions move its timeout marker and
+	// Deadline, while the handler's copy stays as given.
+	held := *t
 	hctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	leaseDone := make(chan struct{})
 	var leaseEnded bool
 	go func() {
 		defer close(leaseDone)
-		leaseEnded = w.keepLease(hctx, cancel, &lease)
+		leaseEnded = w.keepLease(hctx, cancel, &held)
 	}()
 	err, panicked := w.call(hctx, t)
 	cancel()
@@ -534,14 +613,14 @@ func (w *Worker) run(ctx context.Context, t *consumer.Task) {
 		Duration: took, Err: err, Panicked: panicked})
 	switch {
 	case err == nil:
-		w.acks <- &lease
+		w.acks <- &held
 	case ctx.Err() != nil || leaseEnded:
 		// Stopped hard mid-task, or its lease ran out: it did not finish in time, so it
 		// is neither acked nor retried; it comes back by its timeout, attempt + 1.
 	case t.Attempt >= w.cfg.MaxAttempts:
-		w.deadLetter(&lease, err)
+		w.deadLetter(&held, err)
 	default:
-		w.retry(&lease, err)
+		w.retry(&held, err)
 	}
 }
 
@@ -555,44 +634,59 @@ func (w *Worker) call(ctx context.Context, t *consumer.Task) (err error, panicke
 	return w.cfg.Handler.Handle(ctx, t), false
 }
 
-// keepLease ends the handler's context when the lease ends and, with ExtendLeases,
-// extends the lease halfway through each term. It reports whether the lease ended (ran
-// out or was lost) before the handler returned.
-func (w *Worker) keepLease(ctx context.Context, cancel context.CancelFunc, t *consumer.Task) bool {
-	term := t.Deadline.Sub(w.cfg.Clock.Now())
+// keepLease ends the handler's context when the lease of held ends and, with
+// ExtendLeases, renews it by the task's timeout halfway through each term (at once when
+// less than half is left). A failed extension is tried again a quarter of a term later,
+// or at the deadline if that comes first. It reports whether the lease ended (ran out or
+// was lost) before the handler returned.
+func (w *Worker) keepLease(ctx context.Context, cancel context.CancelFunc, held *consumer.Task) bool {
+	term := held.Timeout
+	failed := false // the last extension failed
 	for {
-		until := t.Deadline.Sub(w.cfg.Clock.Now())
-		next := until
-		if w.cfg.ExtendLeases {
-			next = until - term/2
+		left := held.Deadline.Sub(w.cfg.Clock.Now())
+		wait := left
+		switch {
+		case !w.cfg.ExtendLeases: // only the lease's end to wait for
+		case failed:
+			wait = min(term/4, left)
+		default:
+			wait = left - term/2
 		}
-		timer := time.NewTimer(max(next, 0))
+		timer := time.NewTimer(max(wait, 0))
 		select {
 		case <-ctx.Done():
 			timer.Stop()
 			return false
 		case <-timer.C:
 		}
-		if !w.cfg.ExtendLeases || !w.cfg.Clock.Now().Before(t.Deadline) {
-			w.log.WarnContext(ctx, "task outlived its lease", "queue", t.Queue, "task_id", t.ID)
+		if !w.cfg.ExtendLeases || !w.cfg.Clock.Now().Before(held.Deadline) {
+			w.log.WarnContext(ctx, "task outlived its lease", "queue", held.Queue, "task_id", held.ID)
 			cancel()
 			return true
 		}
-		switch err := w.consumer.Extend(ctx, t, term); {
+		err := w.consumer.Extend(ctx, held, term)
+		switch {
 		case errors.Is(err, consumer.ErrLeaseLost):
 			cancel()
 			return true
 		case err != nil && ctx.Err() == nil:
-			w.log.WarnContext(ctx, "extending a lease", "queue", t.Queue, "task_id", t.ID, "error", err)
+			w.log.WarnContext(ctx, "extending a lease", "queue", held.Queue, "task_id", held.ID, "error", err)
 		}
+		failed = err != nil
 	}
 }
 
 func (w *Worker) retry(t *consumer.Task, cause error) {
 	ctx, cancel := context.WithTimeout(w.cleanupCtx, cleanupTimeout)
 	defer cancel()
-	delay := w.cfg.Backoff(t.Attempt)
-	if err := w.consumer.Retry(ctx, t, delay); err != nil {
+	var delay time.Duration
+	q, err := w.consumer.Queue(ctx)
+	if err == nil {
+		// Retry refuses a delay the queue cannot hold; the longest it can is the most useful.
+		delay = min(max(w.cfg.Backoff(t.Attempt), 0), q.MaxTimeout())
+		err = w.consumer.Retry(ctx, t, delay)
+	}
+	if err != nil {
 		// The task comes back when its lease ends instead.
 		w.log.WarnContext(ctx, "scheduling a retry", "queue", t.Queue, "task_id", t.ID, "error", err)
 		return

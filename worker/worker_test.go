@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -217,6 +218,42 @@ func TestDeadLetter(t *testing.T) {
 	require.Equal(t, "always", msg)
 	require.Zero(t, e.remaining(), "a dead letter leaves the queue")
 	require.Equal(t, uint64(1), w.Stats().DeadLettered)
+}
+
+// TestRetryDelayCappedAtMaxTimeout fails a task on a queue with default settings, whose
+// longest delay is 19m50s, with DefaultBackoff's delay for attempt 12 (over half an
+// hour): the worker schedules the retry at the queue's limit instead of having it
+// rejected and the task come back at its timeout without backoff.
+func TestRetryDelayCappedAtMaxTimeout(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, shardq.QueueConfig{}.WithDefaults())
+	require.Equal(t, 19*time.Minute+50*time.Second, e.q.MaxTimeout())
+	e.schedule(1)
+	logs := &logRecorder{}
+	retried := make(chan shardq.Retried, 1)
+	w := e.worker(worker.Config{
+		Logger:  slog.New(logs),
+		Backoff: func(int) time.Duration { return worker.DefaultBackoff(12) },
+		Observer: shardq.ObserverFunc(func(_ context.Context, ev shardq.Event) {
+			if r, ok := ev.(shardq.Retried); ok {
+				retried <- r
+			}
+		}),
+		Handler: worker.HandlerFunc(func(context.Context, *consumer.Task) error { return errors.New("fails") }),
+	})
+	require.NoError(t, w.Start(context.Background()))
+	defer stop(t, w)
+	require.Eventually(t, func() bool {
+		return w.Stats().Retried > 0 || len(logs.find("scheduling a retry")) > 0
+	}, 30*time.Second, 10*time.Millisecond, "the task was neither retried nor its retry refused")
+	require.Empty(t, logs.find("scheduling a retry"), "the retry was refused")
+	select {
+	case r := <-retried:
+		require.Equal(t, e.q.MaxTimeout(), r.Delay)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no Retried event")
+	}
+	require.Equal(t, uint64(1), w.Stats().Retried)
 }
 
 // TestGracefulStop stops a worker while handlers are mid-way: the ones that finish in
@@ -449,4 +486,40 @@ func TestBadConfig(t *testing.T) {
 	require.NoError(t, w.Start(context.Background()))
 	require.Error(t, w.Start(context.Background()), "starting twice")
 	stop(t, w)
+}
+
+// logRecorder is a slog.Handler that keeps what a worker logs, for tests that check it.
+type logRecorder struct {
+	mu   sync.Mutex
+	logs []string // each record's message, then its attributes
+}
+
+func (r *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
+
+func (r *logRecorder) Handle(_ context.Context, rec slog.Record) error {
+	line := rec.Message
+	rec.Attrs(func(a slog.Attr) bool {
+		line += " " + a.String()
+		return true
+	})
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.logs = append(r.logs, line)
+	return nil
+}
+
+func (r *logRecorder) WithAttrs([]slog.Attr) slog.Handler { return r }
+func (r *logRecorder) WithGroup(string) slog.Handler      { return r }
+
+// find returns the records whose message is msg.
+func (r *logRecorder) find(msg string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, l := range r.logs {
+		if strings.HasPrefix(l, msg+" ") || l == msg {
+			out = append(out, l)
+		}
+	}
+	return out
 }
