@@ -53,25 +53,57 @@ func TestCreateAndLoadQueue(t *testing.T) {
 	require.ErrorIs(t, err, shardq.ErrQueueNotFound)
 }
 
-func TestQueueConfigValidation(t *testing.T) {
+// TestQueueConfigValidate needs no cluster: Validate is pure.
+func TestQueueConfigValidate(t *testing.T) {
+	t.Parallel()
+	bad := []struct {
+		field string
+		cfg   shardq.QueueConfig
+	}{
+		{"QueueConfig.Name", shardq.QueueConfig{Name: "Emails"}},
+		{"QueueConfig.Name", shardq.QueueConfig{Name: "a:b"}},
+		{"QueueConfig.BucketCount", shardq.QueueConfig{Name: "q", BucketCount: -1}},
+		{"QueueConfig.BucketCount", shardq.QueueConfig{Name: "q", BucketCount: shardq.MaxBucketCount + 1}},
+		{"QueueConfig.BucketDuration", shardq.QueueConfig{Name: "q", BucketDuration: 1500 * time.Microsecond}},
+		{"QueueConfig.BucketDuration", shardq.QueueConfig{Name: "q", BucketDuration: shardq.MinBucketDuration - time.Millisecond}},
+		{"QueueConfig.ShardCount", shardq.QueueConfig{Name: "q", ShardCount: -1}},
+		{"QueueConfig.ShardCount", shardq.QueueConfig{Name: "q", ShardCount: shardq.MaxShardCount + 1}},
+		{"QueueConfig.LockTTL", shardq.QueueConfig{Name: "q", LockTTL: 500 * time.Millisecond}},
+		{"QueueConfig.LockTTL", shardq.QueueConfig{Name: "q", LockTTL: 1500 * time.Millisecond}},
+		{"QueueConfig.DefaultTimeout", shardq.QueueConfig{Name: "q", BucketCount: 3, BucketDuration: time.Second, DefaultTimeout: 2001 * time.Millisecond}},
+		{"QueueConfig.DefaultTimeout", shardq.QueueConfig{Name: "q", DefaultTimeout: 1500 * time.Microsecond}},
+		{"QueueConfig.DefaultTimeout", shardq.QueueConfig{Name: "q", DefaultTimeout: -time.Second}},
+	}
+	for _, tc := range bad {
+		err := tc.cfg.WithDefaults().Validate()
+		require.ErrorIs(t, err, shardq.ErrInvalid, "%s: %+v", tc.field, tc.cfg)
+		var ve *shardq.ValidationError
+		require.ErrorAs(t, err, &ve)
+		require.Equal(t, tc.field, ve.Field, "%+v", tc.cfg)
+	}
+	for _, cfg := range []shardq.QueueConfig{
+		{Name: "q"},
+		{Name: "a.b-c_d", BucketCount: 2, ShardCount: 1, BucketDuration: shardq.MinBucketDuration,
+			DefaultTimeout: time.Millisecond, LockTTL: 5 * time.Second},
+		{Name: "q", BucketCount: shardq.MaxBucketCount, ShardCount: shardq.MaxShardCount},
+		{Name: "q", BucketCount: 3, BucketDuration: time.Second, DefaultTimeout: 2 * time.Second}, // the ring less one bucket
+	} {
+		require.NoError(t, cfg.WithDefaults().Validate(), "%+v", cfg)
+	}
+}
+
+// TestCreateAndLoadQueueValidate checks that CreateQueue validates before it writes, and
+// LoadQueue refuses names no queue can have.
+func TestCreateAndLoadQueueValidate(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := cassandratest.SchemaSession(t)
-	bad := map[string]shardq.QueueConfig{
-		"QueueConfig.Name":           {Name: "Emails"},
-		"QueueConfig.BucketCount":    {Name: "q", BucketCount: -1},
-		"QueueConfig.BucketDuration": {Name: "q", BucketDuration: 1500 * time.Microsecond},
-		"QueueConfig.ShardCount":     {Name: "q", ShardCount: shardq.MaxShardCount + 1},
-		"QueueConfig.LockTTL":        {Name: "q", LockTTL: 500 * time.Millisecond},
-		"QueueConfig.DefaultTimeout": {Name: "q", BucketCount: 3, BucketDuration: time.Second, DefaultTimeout: 3 * time.Second},
-	}
-	for field, cfg := range bad {
-		_, err := shardq.CreateQueue(ctx, s, cfg)
-		require.ErrorIs(t, err, shardq.ErrInvalid, field)
-		var ve *shardq.ValidationError
-		require.ErrorAs(t, err, &ve)
-		require.Equal(t, field, ve.Field)
-	}
+	_, err := shardq.CreateQueue(ctx, s, shardq.QueueConfig{Name: "q", ShardCount: shardq.MaxShardCount + 1})
+	var ve *shardq.ValidationError
+	require.ErrorAs(t, err, &ve)
+	require.Equal(t, "QueueConfig.ShardCount", ve.Field)
+	_, err = shardq.LoadQueue(ctx, s, "q")
+	require.ErrorIs(t, err, shardq.ErrQueueNotFound, "nothing was written")
 	for _, name := range []string{"", "a:b", "x y", "Q"} {
 		_, err := shardq.LoadQueue(ctx, s, name)
 		require.ErrorIs(t, err, shardq.ErrInvalid, name)

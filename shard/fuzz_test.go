@@ -6,6 +6,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/shard"
 )
 
@@ -29,31 +30,75 @@ func FuzzKey(f *testing.F) {
 	})
 }
 
-// FuzzID checks that IDs keep their time to 100 ns, stay version 1, order by time
-// between MinID and MaxID, and map to an in-range concurrency shard.
+// FuzzID checks, across the whole range of due times accepted (issue 9: t.UnixNano
+// overflows after 2262), that IDs keep their time to 100 ns, stay version 1, carry the
+// time gocql's bounds give, order as their times do, and map to an in-range
+// concurrency shard; and that buckets hold their times.
 func FuzzID(f *testing.F) {
-	f.Add(int64(0), uint16(1))
-	f.Add(int64(1_795_000_000_000_000_000), uint16(7))
-	f.Add(int64(95_000_000_000_000_000), uint16(1000))
-	f.Fuzz(func(t *testing.T, nanos int64, shards uint16) {
-		at := time.Unix(0, nanos)
-		if at.Before(shard.MinIDTime) || at.After(shard.MaxIDTime) || shards == 0 {
+	for _, at := range []time.Time{
+		shard.MinIDTime, shard.MaxIDTime,
+		time.Date(2026, 11, 22, 10, 0, 0, 123456789, time.UTC),
+		time.Date(2262, 4, 11, 23, 47, 16, 854775807, time.UTC), // the last UnixNano
+		time.Date(2300, 6, 1, 0, 0, 0, 0, time.UTC),
+	} {
+		f.Add(at.Unix(), uint32(at.Nanosecond()), at.Unix()+1, uint32(0), uint16(7), uint32(9_900))
+	}
+	f.Add(int64(-1), uint32(999_999_999), int64(0), uint32(0), uint16(1), uint32(0))
+	f.Fuzz(func(t *testing.T, secA int64, nsA uint32, secB int64, nsB uint32, shards uint16, extraMs uint32) {
+		if shards == 0 {
 			return
 		}
-		at = at.Truncate(100)
-		id := shard.NewID(at)
+		a, b := inRange(secA, nsA), inRange(secB, nsB)
+		id, idB := shard.NewID(a), shard.NewID(b)
 		if id.Version() != 1 || id.Variant() != uuid.RFC4122 {
 			t.Fatalf("bad version/variant %v", id)
 		}
+		at := a.Truncate(100)
 		if got := shard.IDTime(id); !got.Equal(at) {
 			t.Fatalf("time %v came back as %v", at, got)
 		}
-		if !shard.IDTime(shard.MaxID(at)).Equal(at) || !shard.IDTime(shard.MinID(at)).Equal(at) {
+		lo, hi := shard.MinID(a), shard.MaxID(a)
+		if !shard.IDTime(hi).Equal(at) || !shard.IDTime(lo).Equal(at) {
 			t.Fatal("bounds lost the time")
 		}
-		l := shard.Layout{Queue: "q", BucketCount: 1, BucketDuration: time.Second, ShardCount: int(shards)}
+		if [8]byte(id[:8]) != [8]byte(lo[:8]) {
+			t.Fatalf("NewID(%v) carries another time than gocql's MinTimeUUID: %v, %v", a, id, lo)
+		}
+		if shard.CompareIDs(lo, id) >= 0 || shard.CompareIDs(id, hi) >= 0 {
+			t.Fatalf("%v not strictly between its bounds %v and %v", id, lo, hi)
+		}
+		if want, got := at.Compare(b.Truncate(100)), shard.CompareIDs(id, idB); want != 0 && got != want {
+			t.Fatalf("IDs of %v and %v compare %d", a, b, got)
+		}
+
+		l := shard.Layout{Queue: "q", BucketCount: 1 + int(extraMs%10_000), ShardCount: int(shards),
+			BucketDuration: shardq.MinBucketDuration + time.Duration(extraMs)*time.Millisecond}
 		if s := l.ShardFor(id); s < 0 || s >= int(shards) {
 			t.Fatalf("shard %d out of [0,%d)", s, shards)
 		}
+		bk := l.Bucket(a)
+		if start, end := l.BucketStart(bk), l.BucketStart(bk+1); a.Before(start) || !a.Before(end) {
+			t.Fatalf("%v in bucket %d of %v, which runs [%v, %v)", a, bk, l.BucketDuration, start, end)
+		}
+		if l.Bucket(b) < bk && !b.Before(a) || l.Bucket(b) > bk && !b.After(a) {
+			t.Fatalf("buckets of %v and %v out of order", a, b)
+		}
+		if ts := l.TimeShard(bk); ts < 0 || ts >= l.BucketCount {
+			t.Fatalf("time shard %d out of [0,%d)", ts, l.BucketCount)
+		}
 	})
+}
+
+// inRange maps any seconds and nanoseconds onto [MinIDTime, MaxIDTime].
+func inRange(sec int64, ns uint32) time.Time {
+	lo, hi := shard.MinIDTime.Unix(), shard.MaxIDTime.Unix()
+	span := hi - lo // MaxIDTime falls on a whole second: it gets no nanoseconds
+	off := sec % (span + 1)
+	if off < 0 {
+		off += span + 1
+	}
+	if lo+off == hi {
+		ns = 0
+	}
+	return time.Unix(lo+off, int64(ns%1_000_000_000)).UTC()
 }

@@ -33,18 +33,35 @@ type Layout struct {
 // Bucket returns the absolute bucket number of t (floor division, so times before the
 // epoch get negative buckets rather than sharing bucket 0).
 func (l Layout) Bucket(t time.Time) int64 {
-	d := l.BucketDuration.Nanoseconds()
-	n := t.UnixNano()
-	b := n / d
-	if n%d < 0 {
-		b--
+	if ms, ok := l.bucketMillis(); ok {
+		// Milliseconds: t.UnixNano overflows after 2262, and due times go to MaxIDTime.
+		return floorDiv(t.UnixMilli(), ms)
 	}
-	return b
+	return floorDiv(t.UnixNano(), l.BucketDuration.Nanoseconds())
 }
 
 // BucketStart returns the first instant of bucket b.
 func (l Layout) BucketStart(b int64) time.Time {
+	if ms, ok := l.bucketMillis(); ok {
+		return time.UnixMilli(b * ms)
+	}
 	return time.Unix(0, b*l.BucketDuration.Nanoseconds())
+}
+
+// bucketMillis returns BucketDuration in milliseconds when it is a whole number of them,
+// as QueueConfig.Validate requires. Only a Layout built by hand can have another
+// duration, and its buckets are right only between 1678 and 2262, where t.UnixNano is.
+func (l Layout) bucketMillis() (int64, bool) {
+	d := l.BucketDuration
+	return d.Milliseconds(), d%time.Millisecond == 0
+}
+
+func floorDiv(n, d int64) int64 {
+	q := n / d
+	if n%d < 0 {
+		q--
+	}
+	return q
 }
 
 // Window is how long one lap of time shards lasts: BucketCount × BucketDuration.
@@ -120,7 +137,8 @@ func NewID(t time.Time) uuid.UUID {
 }
 
 // MinID and MaxID are the smallest and greatest IDs Cassandra orders at time t, for
-// slice bounds. They are not unique IDs.
+// slice bounds. They are not unique IDs. (gocql computes their time from t's seconds,
+// so unlike t.UnixNano it does not overflow before the 60-bit UUID clock ends.)
 func MinID(t time.Time) uuid.UUID { return uuid.UUID(gocql.MinTimeUUID(t)) }
 
 // MaxID: see MinID.
@@ -128,10 +146,19 @@ func MaxID(t time.Time) uuid.UUID { return uuid.UUID(gocql.MaxTimeUUID(t)) }
 
 // IDTime returns the time an ID carries, to 100 ns.
 func IDTime(id uuid.UUID) time.Time {
-	return time.Unix(0, (int64(id.Time())-uuidEpoch)*100)
+	n := int64(id.Time()) - uuidEpoch
+	// Seconds and a remainder, not nanoseconds, which overflow after 2262 (time.Unix
+	// takes a negative remainder before 1970).
+	return time.Unix(n/ticksPerSecond, n%ticksPerSecond*100)
 }
 
-func ticks(t time.Time) int64 { return t.UnixNano()/100 + uuidEpoch }
+const ticksPerSecond = 10_000_000 // 100 ns ticks
+
+// ticks returns t in 100 ns units since the UUID epoch, from t's seconds as gocql's
+// MinTimeUUID does: t.UnixNano would overflow after 2262.
+func ticks(t time.Time) int64 {
+	return t.Unix()*ticksPerSecond + int64(t.Nanosecond()/100) + uuidEpoch
+}
 
 // CompareIDs orders two IDs the way Cassandra orders timeuuids: by time, then by their
 // last eight bytes compared as signed bytes. It returns -1, 0 or 1.

@@ -85,3 +85,21 @@ func TestKeys(t *testing.T) {
 	require.False(t, shard.ValidQueueName("-a"))
 	require.False(t, shard.ValidQueueName(string(make([]byte, 64))))
 }
+
+// TestAfter2262 pins issue 9: t.UnixNano overflows after 2262-04-11, and IDs and buckets
+// must not, up to MaxIDTime.
+func TestAfter2262(t *testing.T) {
+	t.Parallel()
+	l := layout()
+	for _, at := range []time.Time{
+		time.Date(2262, 4, 11, 23, 47, 16, 854775800, time.UTC), // the last UnixNano, to 100 ns
+		time.Date(2262, 4, 11, 23, 47, 16, 854775900, time.UTC),
+		time.Date(2300, 6, 1, 0, 0, 0, 0, time.UTC),
+		shard.MaxIDTime,
+	} {
+		require.True(t, shard.IDTime(shard.NewID(at)).Equal(at), "%v", at)
+		require.Equal(t, at.Unix()/3, l.Bucket(at), "%v", at)
+		require.True(t, l.BucketStart(l.Bucket(at)).Equal(time.Unix(at.Unix()/3*3, 0)), "%v", at)
+		require.Equal(t, -1, shard.CompareIDs(shard.NewID(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)), shard.NewID(at)))
+	}
+}

@@ -41,6 +41,10 @@ const (
 	readStmt  = `SELECT bucket, shards FROM queue_signals WHERE queue = ? AND bucket >= ? AND bucket <= ?`
 )
 
+// maxTTL is Cassandra's longest time to live, 20 years: a cell for a bucket further
+// ahead expires before it; the task is found by the polls of its bucket then.
+const maxTTL = 630_720_000
+
 // Coalesce is how long after a touch of a cell further touches of it are gathered into
 // one, written at the end of that time.
 const Coalesce = 20 * time.Millisecond
@@ -129,7 +133,7 @@ func write(ctx context.Context, session *gocql.Session, cells []Touch) error {
 		until[r] = maxTime(until[r], c.Until)
 	}
 	for r, shards := range rows {
-		ttl := int(max(time.Until(until[r]), 0)/time.Second) + 86400
+		ttl := min(int(max(time.Until(until[r]), 0)/time.Second)+86400, maxTTL)
 		if err := cql.Query(session, touchStmt, ttl, shards, r.queue, r.bucket).WithContext(ctx).Exec(); err != nil {
 			return fmt.Errorf("signal: touching %s bucket %d: %w", r.queue, r.bucket, err)
 		}

@@ -1,0 +1,99 @@
+package wakeup_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/shardq/shardq/internal/wakeup"
+)
+
+// Subscriptions are per process, so each test uses its own queue name (its test name).
+
+var t0 = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+
+// pending reports whether s has a signal waiting, without waiting for one.
+func pending(s *wakeup.Sub) bool {
+	select {
+	case <-s.C:
+		return true
+	default:
+		return false
+	}
+}
+
+func TestNotifyTakeEarliest(t *testing.T) {
+	t.Parallel()
+	s := wakeup.Subscribe(t.Name())
+	defer s.Cancel()
+	require.False(t, pending(s))
+	require.True(t, s.Take().IsZero(), "nothing notified yet")
+
+	for _, due := range []time.Time{t0.Add(2 * time.Second), t0, t0.Add(time.Second)} {
+		wakeup.Notify(t.Name(), due)
+	}
+	require.True(t, pending(s))
+	require.False(t, pending(s), "three notifies leave one signal")
+	require.Equal(t, t0, s.Take(), "the earliest of the three")
+	require.True(t, s.Take().IsZero(), "Take clears what it returned")
+
+	wakeup.Notify(t.Name(), t0.Add(time.Hour))
+	require.True(t, pending(s))
+	require.Equal(t, t0.Add(time.Hour), s.Take(), "after a Take, a later time is not held back by the earlier one")
+}
+
+func TestNotifyReachesEverySubscriberOfItsQueueOnly(t *testing.T) {
+	t.Parallel()
+	a, b := wakeup.Subscribe(t.Name()), wakeup.Subscribe(t.Name())
+	other := wakeup.Subscribe(t.Name() + "/other")
+	defer a.Cancel()
+	defer b.Cancel()
+	defer other.Cancel()
+
+	wakeup.Notify(t.Name(), t0)
+	for _, s := range []*wakeup.Sub{a, b} {
+		require.True(t, pending(s))
+		require.Equal(t, t0, s.Take())
+	}
+	require.False(t, pending(other))
+	require.True(t, other.Take().IsZero())
+}
+
+func TestCancelStopsDelivery(t *testing.T) {
+	t.Parallel()
+	gone, stays := wakeup.Subscribe(t.Name()), wakeup.Subscribe(t.Name())
+	defer stays.Cancel()
+	gone.Cancel()
+
+	wakeup.Notify(t.Name(), t0)
+	require.False(t, pending(gone))
+	require.True(t, gone.Take().IsZero())
+	require.True(t, pending(stays), "cancelling one subscription leaves the others")
+
+	stays.Cancel()
+	wakeup.Notify(t.Name(), t0) // no subscriber left: a no-op
+	require.False(t, pending(stays))
+}
+
+// TestNotifyDoesNotBlock notifies a subscriber that never reads its channel: Notify must
+// return every time, the producer calling it being on its write path.
+func TestNotifyDoesNotBlock(t *testing.T) {
+	t.Parallel()
+	s := wakeup.Subscribe(t.Name())
+	defer s.Cancel()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range 100 {
+			wakeup.Notify(t.Name(), t0.Add(-time.Duration(i)*time.Second))
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Notify blocked on a subscriber with a signal pending")
+	}
+	require.True(t, pending(s))
+	require.Equal(t, t0.Add(-99*time.Second), s.Take())
+}
