@@ -14,6 +14,7 @@ import (
 
 	"github.com/gocql/gocql"
 
+	"github.com/shardq/shardq/internal/cql"
 	"github.com/shardq/shardq/internal/lwt"
 	"github.com/shardq/shardq/shard"
 )
@@ -41,6 +42,9 @@ const (
 	MaxShardCount  = 10_000
 	// MinBucketDuration keeps buckets coarser than clock error and write latency.
 	MinBucketDuration = 100 * time.Millisecond
+	// MinLockTTL is 2 s because Cassandra expires TTLs on whole seconds: a 1 s lock could
+	// last next to nothing.
+	MinLockTTL = 2 * time.Second
 )
 
 // QueueConfig is a queue's settings. They are stored when the queue is created and read
@@ -62,7 +66,7 @@ type QueueConfig struct {
 	// Defaults to DefaultTimeout.
 	DefaultTimeout time.Duration
 	// LockTTL is how long a shard lock lasts if its holder dies holding it; whole seconds,
-	// because Cassandra's TTLs are. Defaults to DefaultLockTTL.
+	// because Cassandra's TTLs are, and at least MinLockTTL. Defaults to DefaultLockTTL.
 	LockTTL time.Duration
 }
 
@@ -97,8 +101,8 @@ func (c QueueConfig) Validate() error {
 		return Invalid("QueueConfig.BucketDuration", "%v is not a whole number of milliseconds of at least %v", c.BucketDuration, MinBucketDuration)
 	case c.ShardCount < 1 || c.ShardCount > MaxShardCount:
 		return Invalid("QueueConfig.ShardCount", "%d is not in [1, %d]", c.ShardCount, MaxShardCount)
-	case c.LockTTL < time.Second || c.LockTTL%time.Second != 0:
-		return Invalid("QueueConfig.LockTTL", "%v is not a whole number of seconds of at least 1s", c.LockTTL)
+	case c.LockTTL < MinLockTTL || c.LockTTL%time.Second != 0:
+		return Invalid("QueueConfig.LockTTL", "%v is not a whole number of seconds of at least %v", c.LockTTL, MinLockTTL)
 	}
 	return c.ValidateTimeout("QueueConfig.DefaultTimeout", c.DefaultTimeout)
 }
@@ -129,24 +133,36 @@ func CreateQueue(ctx context.Context, session *gocql.Session, cfg QueueConfig) (
 	if err := cfg.Validate(); err != nil {
 		return QueueConfig{}, err
 	}
-	existing := map[string]any{}
-	applied, err := session.Query(`INSERT INTO queues (name, bucket_count, bucket_duration_ms, shard_count,
-		default_timeout_ms, lock_ttl_ms, created_at) VALUES (?, ?, ?, ?, ?, ?, toTimestamp(now())) IF NOT EXISTS`,
-		cfg.Name, cfg.BucketCount, cfg.BucketDuration.Milliseconds(), cfg.ShardCount,
-		cfg.DefaultTimeout.Milliseconds(), cfg.LockTTL.Milliseconds()).
-		WithContext(ctx).RetryPolicy(lwt.NoRetry).MapScanCAS(existing)
-	if err != nil {
-		// Outcome unknown: reading the row back settles it either way.
-		stored, lerr := LoadQueue(ctx, session, cfg.Name)
-		if lerr != nil {
-			return QueueConfig{}, fmt.Errorf("shardq: creating queue %q: %w (reading it back: %v)", cfg.Name, err, lerr)
+	var stored QueueConfig // the settings in force when the insert did not apply
+	applied, err := lwt.Apply(ctx, func(ctx context.Context) (bool, error) {
+		existing := map[string]any{}
+		applied, err := cql.Query(session, `INSERT INTO queues (name, bucket_count, bucket_duration_ms, shard_count,
+			default_timeout_ms, lock_ttl_ms, created_at) VALUES (?, ?, ?, ?, ?, ?, toTimestamp(now())) IF NOT EXISTS`,
+			cfg.Name, cfg.BucketCount, cfg.BucketDuration.Milliseconds(), cfg.ShardCount,
+			cfg.DefaultTimeout.Milliseconds(), cfg.LockTTL.Milliseconds()).
+			WithContext(ctx).RetryPolicy(lwt.NoRetry).MapScanCAS(existing)
+		stored = fromRow(existing)
+		return applied, err
+	}, func(rctx context.Context, cause error) (bool, error) {
+		// A straggling insert can only store these same settings, so nothing needs voiding:
+		// whatever the read finds (ours or another creator's) is compared like a row the
+		// insert returned.
+		var lerr error
+		stored, lerr = LoadQueue(rctx, session, cfg.Name)
+		switch {
+		case errors.Is(lerr, ErrQueueNotFound):
+			return false, fmt.Errorf("%w (not stored when read back)", cause)
+		case lerr != nil:
+			return false, fmt.Errorf("%w: %w (reading it back: %w)", lwt.ErrOutcomeUnknown, cause, lerr)
 		}
-		return stored, compare(stored, cfg)
-	}
-	if applied {
+		return false, nil
+	})
+	switch {
+	case err != nil:
+		return QueueConfig{}, fmt.Errorf("shardq: creating queue %q: %w", cfg.Name, err)
+	case applied:
 		return cfg, nil
 	}
-	stored := fromRow(existing)
 	return stored, compare(stored, cfg)
 }
 
@@ -157,7 +173,7 @@ func LoadQueue(ctx context.Context, session *gocql.Session, name string) (QueueC
 	}
 	row := map[string]any{}
 	// SERIAL completes any creation still in flight, so a queue just created is seen.
-	err := session.Query(`SELECT * FROM queues WHERE name = ?`, name).
+	err := cql.Query(session, `SELECT * FROM queues WHERE name = ?`, name).
 		WithContext(ctx).Consistency(lwt.Serial).MapScan(row)
 	if errors.Is(err, gocql.ErrNotFound) {
 		return QueueConfig{}, fmt.Errorf("%w: %q", ErrQueueNotFound, name)

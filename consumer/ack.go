@@ -83,15 +83,10 @@ func (c *Consumer) ackGroup(ctx context.Context, tasks []*Task) (lost []uuid.UUI
 	failed = map[uuid.UUID]error{}
 	if len(tasks) > 1 {
 		b := cql.Batch(c.session, gocql.LoggedBatch).WithContext(ctx)
-		b.RetryPolicy(lwt.NoRetry)
 		for _, t := range tasks {
 			b.Query(taskrow.DeleteIfExists, t.marker.KeyArgs()...)
 		}
-		applied, iter, err := c.session.ExecuteBatchCAS(b)
-		if err == nil {
-			err = iter.Close()
-		}
-		if err == nil && applied {
+		if applied, err := lwt.Batch(c.session, b); err == nil && applied {
 			return nil, nil
 		}
 		// Not applied, or unknown: each single ack below settles its own task.

@@ -5,8 +5,9 @@
 //
 // Each new holder of a shard gets a fencing token one greater than the last. The lock
 // expires by a server-side TTL on its holder cell, so correctness never rests on clients'
-// clocks. An LWT that fails or times out has an unknown outcome; the lock reads the row
-// back at SERIAL to settle it and never retries blindly.
+// clocks. An LWT that times out or fails other than definitely (lwt.Definite) has an
+// unknown outcome; the lock reads the row back at SERIAL to settle it (lwt.Apply) and
+// never retries blindly.
 package lock
 
 import (
@@ -20,6 +21,8 @@ import (
 	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 
+	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/internal/cql"
 	"github.com/shardq/shardq/internal/lwt"
 	"github.com/shardq/shardq/internal/taskrow"
 )
@@ -34,14 +37,16 @@ var (
 	// another holder took the lock since.
 	ErrLockLost = errors.New("lock: lease lost")
 	// ErrOutcomeUnknown means an LWT failed and reading the lock back failed too: the
-	// lock may or may not be held by this lease. If it is, its TTL ends it.
-	ErrOutcomeUnknown = errors.New("lock: outcome unknown")
+	// lock may or may not be held by this lease. If it is, its TTL ends it. It is
+	// lwt.ErrOutcomeUnknown, so consumer.ErrOutcomeUnknown matches it too.
+	ErrOutcomeUnknown = lwt.ErrOutcomeUnknown
 )
 
 // Config configures a Locker.
 type Config struct {
-	// TTL is how long a lease lasts unless renewed: whole seconds, as Cassandra TTLs are.
-	// Defaults to DefaultTTL.
+	// TTL is how long a lease lasts unless renewed: whole seconds, as Cassandra TTLs are,
+	// and at least shardq.MinLockTTL, because they expire on whole seconds: a 1 s lease
+	// could last next to nothing. Defaults to DefaultTTL.
 	TTL time.Duration
 	// Logger receives unknown-outcome events. Defaults to a logger that discards.
 	Logger *slog.Logger
@@ -60,13 +65,13 @@ type Locker struct {
 // New returns a Locker on the tasks table of the session's keyspace.
 func New(session *gocql.Session, cfg Config) (*Locker, error) {
 	if session == nil {
-		return nil, errors.New("lock: nil session")
+		return nil, shardq.Invalid("session", "is nil")
 	}
 	if cfg.TTL == 0 {
 		cfg.TTL = DefaultTTL
 	}
-	if cfg.TTL < time.Second || cfg.TTL%time.Second != 0 {
-		return nil, fmt.Errorf("lock: Config.TTL %v is not a whole number of seconds of at least 1s", cfg.TTL)
+	if cfg.TTL < shardq.MinLockTTL || cfg.TTL%time.Second != 0 {
+		return nil, shardq.Invalid("Config.TTL", "%v is not a whole number of seconds of at least %v", cfg.TTL, shardq.MinLockTTL)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -104,58 +109,93 @@ func (le *Lease) Holder() uuid.UUID { return uuid.UUID(le.holder) }
 // Acquire takes the lock of key, or returns ErrLockHeld without waiting.
 func (l *Locker) Acquire(ctx context.Context, key string) (*Lease, error) {
 	if key == "" {
-		return nil, errors.New("lock: empty key")
+		return nil, shardq.Invalid("key", "is empty")
 	}
-	var expected *int64 // the token we believe is stored; nil when none is
-	if t, ok := l.tokens.Load(key); ok {
-		v := t.(int64)
-		expected = &v
-	}
+	expected := l.cachedToken(key)
 	// The token moves under us only when others acquire in between; a few tries cover a
 	// stale cache, and persistent movement means the lock is busy.
 	for range 3 {
-		next := int64(1)
-		if expected != nil {
-			next = *expected + 1
-		}
-		le := &Lease{l: l, key: key, holder: gocql.TimeUUID(), token: next}
-		b := l.session.NewBatch(gocql.LoggedBatch).WithContext(ctx)
-		b.Query(takeStmt, l.ttl, le.holder, key, taskrow.LockID, expected)
-		b.Query(tokenStmt, next, key, taskrow.LockID)
-		b.RetryPolicy(lwt.NoRetry)
-		row := map[string]any{}
-		applied, iter, err := l.session.MapExecuteBatchCAS(b, row)
-		if err == nil {
-			err = iter.Close()
-		}
-		var st state
+		le, st, err := l.try(ctx, key, expected)
 		switch {
 		case err != nil:
-			if st, err = l.settle(ctx, key, expected, err); err != nil {
-				return nil, err
-			}
-			if st.holder == le.holder {
-				l.tokens.Store(key, next)
-				return le, nil
-			}
-			if err := ctx.Err(); err != nil {
-				return nil, fmt.Errorf("lock: acquiring %s: %w", key, err)
-			}
-		case applied:
-			l.tokens.Store(key, next)
+			return nil, fmt.Errorf("lock: acquiring %s: %w", key, err)
+		case le != nil:
 			return le, nil
-		default:
-			st = stateOf(row)
+		case st.holder != (gocql.UUID{}):
+			return nil, ErrLockHeld
+		case ctx.Err() != nil:
+			// Each further try would fail at once and need settling too.
+			return nil, fmt.Errorf("lock: acquiring %s: %w", key, ctx.Err())
 		}
 		expected = st.token
-		if st.token != nil {
-			l.tokens.Store(key, *st.token)
-		}
-		if st.holder != (gocql.UUID{}) {
-			return nil, ErrLockHeld
-		}
 	}
 	return nil, ErrLockHeld
+}
+
+// try makes one attempt to take key's lock, conditioned on token expected being stored.
+// It returns the lease if the attempt took the lock, else the lock's state as it stands.
+func (l *Locker) try(ctx context.Context, key string, expected *int64) (*Lease, state, error) {
+	le := &Lease{l: l, key: key, holder: gocql.TimeUUID(), token: nextToken(expected)}
+	var st state
+	taken, err := lwt.Apply(ctx, func(ctx context.Context) (bool, error) {
+		var err error
+		st, err = l.take(ctx, le, expected)
+		return st.holder == le.holder, err
+	}, func(rctx context.Context, cause error) (bool, error) {
+		var err error
+		st, err = l.settle(rctx, key, expected, cause)
+		return st.holder == le.holder, err
+	})
+	if err != nil {
+		return nil, state{}, err
+	}
+	if st.token != nil {
+		l.tokens.Store(key, *st.token)
+	}
+	if !taken {
+		return nil, st, nil
+	}
+	return le, st, nil
+}
+
+// cachedToken is the token we believe is stored for key; nil when none is.
+func (l *Locker) cachedToken(key string) *int64 {
+	t, ok := l.tokens.Load(key)
+	if !ok {
+		return nil
+	}
+	v := t.(int64)
+	return &v
+}
+
+// take sends the conditional batch that makes le the holder if token expected is
+// stored. It returns the lock's state: le's own when the batch applied, the stored one
+// (which the batch returns) when it did not.
+func (l *Locker) take(ctx context.Context, le *Lease, expected *int64) (state, error) {
+	b := cql.Batch(l.session, gocql.LoggedBatch).WithContext(ctx)
+	b.Query(takeStmt, l.ttl, le.holder, le.key, taskrow.LockID, expected)
+	b.Query(tokenStmt, le.token, le.key, taskrow.LockID)
+	b.RetryPolicy(lwt.NoRetry)
+	// Not lwt.Batch: a batch that did not apply returns the stored row, which we keep.
+	row := map[string]any{}
+	applied, iter, err := l.session.MapExecuteBatchCAS(b, row)
+	if err == nil {
+		err = iter.Close()
+	}
+	switch {
+	case err != nil:
+		return state{}, err
+	case applied:
+		return state{holder: le.holder, token: &le.token}, nil
+	}
+	return stateOf(row), nil
+}
+
+func nextToken(expected *int64) int64 {
+	if expected == nil {
+		return 1
+	}
+	return *expected + 1
 }
 
 // state is the lock row as read: holder is zero and token nil when unset.
@@ -173,24 +213,20 @@ func stateOf(row map[string]any) state {
 	return st
 }
 
-// settle decides an acquire that failed with cause, conditioned on token expected.
-// A SERIAL read finishes any round already under way, but a request still queued at the
-// coordinator may run after it; such a straggler is conditioned on expected, so when the
-// token has not moved, settle moves it (a bump without a holder) to void the straggler.
+// settle decides an acquire that failed with cause, conditioned on token expected; ctx
+// is lwt.Apply's, which outlives the caller's. A SERIAL read finishes any round already
+// under way, but a request still queued at the coordinator may run after it; such a
+// straggler is conditioned on expected, so when the token has not moved, settle moves it
+// (a bump without a holder) to void the straggler.
 func (l *Locker) settle(ctx context.Context, key string, expected *int64, cause error) (state, error) {
 	st, err := l.resolve(ctx, key, cause)
 	if err != nil || st.holder != (gocql.UUID{}) || !sameToken(st.token, expected) {
 		return st, err
 	}
-	next := int64(1)
-	if expected != nil {
-		next = *expected + 1
-	}
-	rctx, cancel := lwt.ResolveContext(ctx)
-	defer cancel()
+	next := nextToken(expected)
 	row := map[string]any{}
-	applied, err := l.session.Query(bumpStmt, next, key, taskrow.LockID, expected).
-		WithContext(rctx).RetryPolicy(lwt.NoRetry).MapScanCAS(row)
+	applied, err := cql.Query(l.session, bumpStmt, next, key, taskrow.LockID, expected).
+		WithContext(ctx).RetryPolicy(lwt.NoRetry).MapScanCAS(row)
 	switch {
 	case err != nil:
 		return st, fmt.Errorf("%w: %w (voiding it: %w)", ErrOutcomeUnknown, cause, err)
@@ -204,46 +240,57 @@ func sameToken(a, b *int64) bool {
 	return (a == nil && b == nil) || (a != nil && b != nil && *a == *b)
 }
 
-// resolve reads the lock back at SERIAL after an LWT failed with cause.
+// resolve reads the lock back at SERIAL after an LWT failed with cause; ctx is
+// lwt.Apply's, which outlives the caller's.
 func (l *Locker) resolve(ctx context.Context, key string, cause error) (state, error) {
 	l.log.WarnContext(ctx, "lock LWT outcome unknown, reading back at SERIAL", "key", key, "error", cause)
-	rctx, cancel := lwt.ResolveContext(ctx)
-	defer cancel()
 	row := map[string]any{}
-	err := l.session.Query(readStmt, key, taskrow.LockID).WithContext(rctx).Consistency(lwt.Serial).MapScan(row)
+	err := cql.Query(l.session, readStmt, key, taskrow.LockID).WithContext(ctx).Consistency(lwt.Serial).MapScan(row)
 	if err != nil && !errors.Is(err, gocql.ErrNotFound) {
 		return state{}, fmt.Errorf("%w: %w (reading back: %w)", ErrOutcomeUnknown, cause, err)
 	}
 	return stateOf(row), nil
 }
 
-// Renew restarts the lease's TTL, or returns ErrLockLost if it is no longer the holder.
+// Renew restarts the lease's TTL, or returns ErrLockLost if it is no longer the holder:
+// it expired, whether or not another holder took the lock since.
 func (le *Lease) Renew(ctx context.Context) error {
-	return le.change(ctx, "renew", le.l.session.Query(renewStmt, le.l.ttl, le.holder, le.key, taskrow.LockID, le.holder, le.token))
+	return le.change(ctx, "renew", renewStmt, le.l.ttl, le.holder, le.key, taskrow.LockID, le.holder, le.token)
 }
 
-// Release frees the lock, or returns ErrLockLost if the lease is no longer the holder
-// (it expired and another holder took the lock). Releasing an expired lease that nobody
-// took since returns nil.
+// Release frees the lock. It returns nil when the lock is free afterwards and nobody held
+// it since this lease: the release freed it, or the lease expired and nobody took the lock
+// since (the two cannot be told apart once an outcome is unknown, and mean the same to
+// the caller: nothing ran under another holder). It returns ErrLockLost when another
+// holder took the lock since.
 func (le *Lease) Release(ctx context.Context) error {
-	return le.change(ctx, "release", le.l.session.Query(releaseStmt, le.key, taskrow.LockID, le.holder, le.token))
+	return le.change(ctx, "release", releaseStmt, le.key, taskrow.LockID, le.holder, le.token)
 }
 
-// change runs a renew or release conditioned on the lease still holding the lock.
-func (le *Lease) change(ctx context.Context, what string, q *gocql.Query) error {
+// change runs a renew or release conditioned on the lease still holding the lock, and
+// decides it from the lock's state: the row a refused LWT returns, or the row read back
+// when its outcome is unknown.
+func (le *Lease) change(ctx context.Context, what, stmt string, args ...any) error {
 	for range 2 {
-		applied, err := q.WithContext(ctx).RetryPolicy(lwt.NoRetry).MapScanCAS(map[string]any{})
-		if err == nil {
-			if !applied {
-				return ErrLockLost
-			}
-			return nil
-		}
-		st, rerr := le.l.resolve(ctx, le.key, err)
+		var st state
+		applied, err := lwt.Apply(ctx, func(ctx context.Context) (bool, error) {
+			row := map[string]any{}
+			applied, err := cql.Query(le.l.session, stmt, args...).WithContext(ctx).RetryPolicy(lwt.NoRetry).MapScanCAS(row)
+			st = stateOf(row)
+			return applied, err
+		}, func(rctx context.Context, cause error) (bool, error) {
+			// Nothing to void: both statements are conditioned on the lease holding, so a
+			// straggler can apply only while the read still shows it holding.
+			var err error
+			st, err = le.l.resolve(rctx, le.key, cause)
+			return false, err
+		})
 		switch {
-		case rerr != nil:
-			return rerr
-		case st.holder == (gocql.UUID{}) && what == "release":
+		case err != nil:
+			return fmt.Errorf("lock: %s of %s: %w", what, le.key, err)
+		case applied:
+			return nil
+		case what == "release" && st.holder == (gocql.UUID{}) && sameToken(st.token, &le.token):
 			return nil
 		case st.holder != le.holder:
 			return ErrLockLost
@@ -272,7 +319,7 @@ func (le *Lease) ReleaseStatementSetting(assignments string, args ...any) (strin
 // Held reads at SERIAL whether the lease still holds the lock.
 func (le *Lease) Held(ctx context.Context) (bool, error) {
 	row := map[string]any{}
-	err := le.l.session.Query(readStmt, le.key, taskrow.LockID).WithContext(ctx).Consistency(lwt.Serial).MapScan(row)
+	err := cql.Query(le.l.session, readStmt, le.key, taskrow.LockID).WithContext(ctx).Consistency(lwt.Serial).MapScan(row)
 	if errors.Is(err, gocql.ErrNotFound) {
 		return false, nil
 	}

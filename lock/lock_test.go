@@ -13,7 +13,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/internal/cassandratest"
+	"github.com/shardq/shardq/internal/lwt"
 	"github.com/shardq/shardq/lock"
 )
 
@@ -128,15 +130,11 @@ func assertNoErr(t *testing.T, err error) bool {
 func TestExpiredLeaseCannotRenewOrReleaseAnothers(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	l := newLocker(t, lock.Config{TTL: time.Second})
+	l := newLocker(t, lock.Config{TTL: 2 * time.Second})
 
 	stale, err := l.Acquire(ctx, "q:2:0")
 	require.NoError(t, err)
-	// Wait for the server-side TTL to end the lease: poll the lock, do not sleep blindly.
-	require.Eventually(t, func() bool {
-		held, err := stale.Held(ctx)
-		return err == nil && !held
-	}, 10*time.Second, 50*time.Millisecond)
+	waitExpired(t, stale)
 
 	next, err := l.Acquire(ctx, "q:2:0")
 	require.NoError(t, err)
@@ -200,15 +198,65 @@ func (lw *lockedWriter) Write(p []byte) (int, error) {
 	return lw.w.Write(p)
 }
 
+// TestReleaseAfterExpiry pins Release's contract: nil when the lock is free and nobody
+// held it since the lease (whether the release or the TTL freed it), ErrLockLost once
+// another holder took it.
+func TestReleaseAfterExpiry(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	l := newLocker(t, lock.Config{TTL: 2 * time.Second})
+
+	expired, err := l.Acquire(ctx, "q:3:0")
+	require.NoError(t, err)
+	waitExpired(t, expired)
+	require.NoError(t, expired.Release(ctx), "nobody took the lock since the lease expired")
+
+	taken, err := l.Acquire(ctx, "q:3:1")
+	require.NoError(t, err)
+	waitExpired(t, taken)
+	next, err := l.Acquire(ctx, "q:3:1")
+	require.NoError(t, err)
+	require.NoError(t, next.Release(ctx))
+	require.ErrorIs(t, taken.Release(ctx), lock.ErrLockLost, "another holder took and freed the lock since")
+}
+
+// waitExpired waits for the server-side TTL to end le: it polls the lock, never sleeps blindly.
+func waitExpired(t *testing.T, le *lock.Lease) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		held, err := le.Held(context.Background())
+		return err == nil && !held
+	}, 10*time.Second, 50*time.Millisecond)
+}
+
+// TestOutcomeUnknownIsShared checks that the lock's unknown outcomes match the one
+// ErrOutcomeUnknown every package returns (consumer.ErrOutcomeUnknown is it too).
+func TestOutcomeUnknownIsShared(t *testing.T) {
+	t.Parallel()
+	require.ErrorIs(t, fmt.Errorf("wrapped: %w", lock.ErrOutcomeUnknown), lwt.ErrOutcomeUnknown)
+}
+
 func TestBadInput(t *testing.T) {
 	t.Parallel()
 	s := cassandratest.SchemaSession(t)
+	requireInvalid := func(err error, field string) {
+		t.Helper()
+		require.ErrorIs(t, err, shardq.ErrInvalid, field)
+		var ve *shardq.ValidationError
+		require.ErrorAs(t, err, &ve)
+		require.Equal(t, field, ve.Field)
+	}
 	_, err := lock.New(nil, lock.Config{})
-	require.Error(t, err)
+	requireInvalid(err, "session")
 	_, err = lock.New(s, lock.Config{TTL: 1500 * time.Millisecond})
-	require.ErrorContains(t, err, "Config.TTL")
-	l, err := lock.New(s, lock.Config{})
+	requireInvalid(err, "Config.TTL")
+	// Cassandra expires TTLs on whole seconds: a 1 s lease could last next to nothing.
+	_, err = lock.New(s, lock.Config{TTL: time.Second})
+	requireInvalid(err, "Config.TTL")
+	_, err = lock.New(s, lock.Config{TTL: -2 * time.Second})
+	requireInvalid(err, "Config.TTL")
+	l, err := lock.New(s, lock.Config{TTL: 2 * time.Second})
 	require.NoError(t, err)
 	_, err = l.Acquire(context.Background(), "")
-	require.Error(t, err)
+	requireInvalid(err, "key")
 }

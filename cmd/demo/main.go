@@ -1,10 +1,11 @@
-// Command demo schedules 10,000 tasks due over the next 10 seconds with mixed priorities,
+// Command demo schedules 10,000 tasks due over 10 seconds with mixed priorities,
 // drains them with 4 consumers, and prints throughput, lateness and lost/duplicate
 // counts. `make demo` runs it against a local node (starting one if none answers).
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -14,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 
 	"github.com/shardq/shardq"
@@ -23,165 +25,285 @@ import (
 )
 
 func main() {
+	var cfg config
 	hosts := flag.String("hosts", "127.0.0.1", "comma-separated Cassandra hosts ("+cqlcluster.HostsEnv+" wins when set)")
-	keyspace := flag.String("keyspace", "shardq_demo", "keyspace to (re)create for the demo")
-	tasks := flag.Int("tasks", 10_000, "tasks to schedule")
-	spread := flag.Duration("spread", 10*time.Second, "due times spread uniformly over this long")
-	consumers := flag.Int("consumers", 4, "consumers draining the queue")
-	batch := flag.Int("batch", 100, "tasks per AcquireTasks call")
+	flag.StringVar(&cfg.keyspace, "keyspace", "shardq_demo", "keyspace to (re)create for the demo")
+	flag.IntVar(&cfg.tasks, "tasks", 10_000, "tasks to schedule")
+	flag.DurationVar(&cfg.spread, "spread", 10*time.Second, "due times spread uniformly over this long")
+	flag.DurationVar(&cfg.lead, "lead", 0, "how long after scheduling begins the first task is due (0: 1s plus 0.5ms a task, so scheduling ends first)")
+	flag.IntVar(&cfg.consumers, "consumers", 4, "consumers draining the queue")
+	flag.IntVar(&cfg.batch, "batch", 100, "tasks per AcquireTasks call")
 	flag.Parse()
-	if err := run(*hosts, *keyspace, *tasks, *spread, *consumers, *batch); err != nil {
+	cfg.hosts = cqlcluster.EnvHosts()
+	if len(cfg.hosts) == 0 {
+		cfg.hosts = strings.Split(*hosts, ",")
+	}
+	if cfg.lead == 0 {
+		cfg.lead = defaultLead(cfg.tasks)
+	}
+	if err := run(context.Background(), cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(1)
 	}
 }
 
-func run(hostList, keyspace string, total int, spread time.Duration, consumers, batch int) error {
-	ctx := context.Background()
-	hosts := cqlcluster.EnvHosts()
-	if len(hosts) == 0 {
-		hosts = strings.Split(hostList, ",")
+// config is what the flags set.
+type config struct {
+	hosts        []string
+	keyspace     string
+	tasks        int
+	spread, lead time.Duration
+	consumers    int
+	batch        int
+}
+
+// defaultLead leaves scheduling time to finish before the first task is due, so that
+// lateness measures delivery alone: 0.5 ms a task (a cold node took 0.22, a busy shared
+// one 0.46) plus a second.
+func defaultLead(tasks int) time.Duration {
+	return time.Second + time.Duration(tasks)*500*time.Microsecond
+}
+
+func run(ctx context.Context, cfg config) error {
+	if cfg.tasks < 1 || cfg.consumers < 1 || cfg.batch < 1 || cfg.spread < 0 || cfg.lead < 0 {
+		return errors.New("-tasks, -consumers and -batch must be positive, -spread and -lead not negative")
 	}
-	admin, err := cqlcluster.New(hosts...).CreateSession()
-	if err != nil {
-		return fmt.Errorf("connecting to %v: %w", hosts, err)
-	}
-	defer admin.Close()
-	for _, stmt := range []string{
-		"DROP KEYSPACE IF EXISTS " + keyspace,
-		"CREATE KEYSPACE " + keyspace + " WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 1}",
-	} {
-		if err := admin.Query(stmt).Exec(); err != nil {
-			return err
-		}
-	}
-	cluster := cqlcluster.New(hosts...)
-	cluster.Keyspace = keyspace
-	s, err := cluster.CreateSession()
+	s, err := connect(ctx, cfg.hosts, cfg.keyspace)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
-	if err := shardq.ApplySchema(ctx, s); err != nil {
-		return err
-	}
 	q, err := shardq.CreateQueue(ctx, s, shardq.QueueConfig{Name: "demo", BucketCount: 60,
 		BucketDuration: time.Second, ShardCount: 8, DefaultTimeout: 30 * time.Second})
 	if err != nil {
 		return err
 	}
-	fmt.Printf("queue %q: %d buckets x %v, %d shards; %d tasks due over %v, %d consumers\n",
-		q.Name, q.BucketCount, q.BucketDuration, q.ShardCount, total, spread, consumers)
+	fmt.Printf("queue %q: %d buckets x %v, %d shards; %d tasks due over %v from %v on, %d consumers\n",
+		q.Name, q.BucketCount, q.BucketDuration, q.ShardCount, cfg.tasks, cfg.spread, cfg.lead, cfg.consumers)
 
 	// Consumers start first, as they would in production, and poll until every task came.
 	c, err := consumer.New(s, consumer.Config{Queue: q.Name})
 	if err != nil {
 		return err
 	}
-	var mu sync.Mutex
-	seen := make(map[uuid.UUID]int, total)
-	var lateness []time.Duration
-	var lastAck time.Time
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	var drainErr error
-	for range consumers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-done:
-					return
-				default:
-				}
-				got, err := c.AcquireTasks(ctx, batch)
-				delivered := time.Now()
-				if err == nil && len(got) > 0 {
-					err = c.AckTasks(ctx, got...)
-				}
-				if err != nil {
-					mu.Lock()
-					drainErr = err
-					mu.Unlock()
-					return
-				}
-				if len(got) == 0 {
-					time.Sleep(20 * time.Millisecond) // the worker runtime does smarter polling
-					continue
-				}
-				now := time.Now()
-				mu.Lock()
-				for _, task := range got {
-					seen[task.ID]++
-					lateness = append(lateness, delivered.Sub(task.DueAt))
-				}
-				lastAck = now
-				if len(seen) == total {
-					close(done)
-				}
-				mu.Unlock()
-			}
-		}()
-	}
-
-	p, err := producer.New(s, producer.Config{})
+	d := startDrain(ctx, c, cfg)
+	sc, err := schedule(ctx, s, q.Name, cfg)
 	if err != nil {
+		d.stop()
 		return err
 	}
-	// Due times begin a second on, so that scheduling is under way before the first is due;
-	// with -spread 0 every task is due at once and the drain rate is the queue's capacity.
-	start := time.Now().Add(time.Second)
-	tasks := make([]producer.Task, total)
-	for i := range tasks {
-		tasks[i] = producer.Task{Queue: q.Name, Payload: []byte("demo"), Priority: rand.IntN(10),
-			DueAt: start.Add(time.Duration(rand.Int64N(int64(spread) + 1)))}
+	if err := d.wait(cfg.lead + cfg.spread + 2*time.Minute); err != nil {
+		return err
 	}
-	t0 := time.Now()
-	var scheduled []uuid.UUID
+	return report(sc, d)
+}
+
+// connect (re)creates keyspace with shardq's schema and returns a session bound to it.
+func connect(ctx context.Context, hosts []string, keyspace string) (*gocql.Session, error) {
+	admin, err := cqlcluster.New(hosts...).CreateSession()
+	if err != nil {
+		return nil, fmt.Errorf("connecting to %v: %w", hosts, err)
+	}
+	defer admin.Close()
+	for _, stmt := range []string{
+		"DROP KEYSPACE IF EXISTS " + keyspace,
+		"CREATE KEYSPACE " + keyspace + " WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 1}",
+	} {
+		if err := admin.Query(stmt).WithContext(ctx).Exec(); err != nil {
+			return nil, err
+		}
+	}
+	cluster := cqlcluster.New(hosts...)
+	cluster.Keyspace = keyspace
+	s, err := cluster.CreateSession()
+	if err != nil {
+		return nil, err
+	}
+	if err := shardq.ApplySchema(ctx, s); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// scheduled is what the producer did.
+type scheduled struct {
+	ids        []uuid.UUID
+	began, end time.Time // scheduling's
+	firstDue   time.Time // where the due window begins
+}
+
+// schedule writes cfg.tasks tasks with random priorities, due uniformly over cfg.spread
+// from cfg.lead after it begins. With -spread 0 every task is due at once and the drain
+// rate is the queue's capacity.
+func schedule(ctx context.Context, s *gocql.Session, queue string, cfg config) (scheduled, error) {
+	p, err := producer.New(s, producer.Config{})
+	if err != nil {
+		return scheduled{}, err
+	}
+	sc := scheduled{began: time.Now()}
+	sc.firstDue = sc.began.Add(cfg.lead)
+	tasks := make([]producer.Task, cfg.tasks)
+	for i := range tasks {
+		tasks[i] = producer.Task{Queue: queue, Payload: []byte("demo"), Priority: rand.IntN(10),
+			DueAt: sc.firstDue.Add(time.Duration(rand.Int64N(int64(cfg.spread) + 1)))}
+	}
 	for chunk := range slices.Chunk(tasks, 1000) {
 		ids, err := p.ScheduleTasks(ctx, chunk)
 		if err != nil {
+			return scheduled{}, err
+		}
+		sc.ids = append(sc.ids, ids...)
+	}
+	sc.end = time.Now()
+	return sc, nil
+}
+
+// drain runs the consumers and tallies what they deliver.
+type drain struct {
+	mu      sync.Mutex
+	tally   *tally
+	lastAck time.Time
+
+	complete chan struct{} // closed once every task was delivered
+	failed   chan error    // a consumer's error; room for each
+	quit     chan struct{} // closed to stop the consumers
+	wg       sync.WaitGroup
+}
+
+func startDrain(ctx context.Context, c *consumer.Consumer, cfg config) *drain {
+	d := &drain{tally: newTally(cfg.tasks), complete: make(chan struct{}),
+		failed: make(chan error, cfg.consumers), quit: make(chan struct{})}
+	for range cfg.consumers {
+		d.wg.Go(func() {
+			if err := d.consume(ctx, c, cfg.batch); err != nil {
+				d.failed <- err
+			}
+		})
+	}
+	return d
+}
+
+// consume takes and acks batches until quit is closed.
+func (d *drain) consume(ctx context.Context, c *consumer.Consumer, batch int) error {
+	for {
+		select {
+		case <-d.quit:
+			return nil
+		default:
+		}
+		got, err := c.AcquireTasks(ctx, batch)
+		delivered := time.Now()
+		if err == nil && len(got) > 0 {
+			err = c.AckTasks(ctx, got...)
+		}
+		if err != nil {
 			return err
 		}
-		scheduled = append(scheduled, ids...)
+		if len(got) == 0 {
+			select { // the worker runtime polls smarter
+			case <-d.quit:
+				return nil
+			case <-time.After(20 * time.Millisecond):
+			}
+			continue
+		}
+		d.record(delivered, got)
 	}
-	scheduleTime := time.Since(t0)
+}
 
+func (d *drain) record(delivered time.Time, got []*consumer.Task) {
+	acked := time.Now()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.lastAck = acked
+	for _, t := range got {
+		if d.tally.add(t.ID, delivered.Sub(t.DueAt)) {
+			close(d.complete)
+		}
+	}
+}
+
+// wait returns once every task was delivered, a consumer failed or timeout passed, with
+// the consumers stopped.
+func (d *drain) wait(timeout time.Duration) error {
+	var err error
 	select {
-	case <-done:
-	case <-time.After(spread + 2*time.Minute):
+	case <-d.complete:
+	case err = <-d.failed:
+	case <-time.After(timeout):
 	}
-	mu.Lock()
-	if len(seen) < total {
-		close(done)
-	}
-	mu.Unlock()
-	wg.Wait()
-	if drainErr != nil {
-		return drainErr
-	}
+	d.stop()
+	return err
+}
 
-	lost, dups := 0, 0
+func (d *drain) stop() {
+	close(d.quit)
+	d.wg.Wait()
+}
+
+// report prints what happened, and fails if a task was lost or delivered twice.
+func report(sc scheduled, d *drain) error {
+	took := sc.end.Sub(sc.began)
+	fmt.Printf("scheduled %d tasks in %v: %.0f tasks/s\n", len(sc.ids), took.Round(time.Millisecond), float64(len(sc.ids))/took.Seconds())
+	if late := sc.end.Sub(sc.firstDue); late > 0 {
+		fmt.Printf("scheduling ended %v after the first due time: lateness includes up to that much scheduling delay (raise -lead)\n",
+			late.Round(time.Millisecond))
+	}
+	if n := len(d.tally.seen); n > 0 {
+		window := d.lastAck.Sub(sc.firstDue)
+		fmt.Printf("drained and acked %d tasks by %v after the first due time: %.0f tasks/s\n",
+			n, window.Round(time.Millisecond), float64(n)/window.Seconds())
+		slices.Sort(d.tally.lateness)
+		fmt.Printf("lateness (delivery - due time): p50 %v, p99 %v, max %v\n",
+			percentile(d.tally.lateness, 0.5), percentile(d.tally.lateness, 0.99), percentile(d.tally.lateness, 1))
+	} else {
+		fmt.Println("nothing was delivered")
+	}
+	lost, dups := d.tally.outcome(sc.ids)
+	fmt.Printf("lost %d, duplicates %d\n", lost, dups)
+	if lost > 0 || dups > 0 {
+		return fmt.Errorf("%d lost, %d duplicated", lost, dups)
+	}
+	return nil
+}
+
+// tally counts deliveries per task and keeps each delivery's lateness.
+type tally struct {
+	want     int
+	seen     map[uuid.UUID]int
+	lateness []time.Duration
+}
+
+func newTally(want int) *tally { return &tally{want: want, seen: make(map[uuid.UUID]int, want)} }
+
+// add counts a delivery of id, late by late. It reports whether the delivery completed
+// the set: true once, for the first delivery of the last task missing, so that
+// duplicates after it signal nothing.
+func (t *tally) add(id uuid.UUID, late time.Duration) bool {
+	t.seen[id]++
+	t.lateness = append(t.lateness, late)
+	return t.seen[id] == 1 && len(t.seen) == t.want
+}
+
+// outcome counts the scheduled tasks never delivered, and the deliveries beyond the
+// first.
+func (t *tally) outcome(scheduled []uuid.UUID) (lost, dups int) {
 	for _, id := range scheduled {
-		switch n := seen[id]; {
+		switch n := t.seen[id]; {
 		case n == 0:
 			lost++
 		case n > 1:
 			dups += n - 1
 		}
 	}
-	slices.Sort(lateness)
-	pct := func(p float64) time.Duration {
-		return lateness[int(p*float64(len(lateness)-1))].Round(time.Millisecond)
+	return lost, dups
+}
+
+// percentile is the p-th (0 to 1) of sorted, rounded to the millisecond; 0 for none.
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
 	}
-	fmt.Printf("scheduled %d tasks in %v: %.0f tasks/s\n", total, scheduleTime.Round(time.Millisecond), float64(total)/scheduleTime.Seconds())
-	fmt.Printf("drained and acked %d tasks by %v after the first due time: %.0f tasks/s\n",
-		len(seen), lastAck.Sub(start).Round(time.Millisecond), float64(len(seen))/lastAck.Sub(start).Seconds())
-	fmt.Printf("lateness (delivery - due time): p50 %v, p99 %v, max %v\n", pct(0.5), pct(0.99), pct(1))
-	fmt.Printf("lost %d, duplicates %d\n", lost, dups)
-	if lost > 0 || dups > 0 {
-		return fmt.Errorf("%d lost, %d duplicated", lost, dups)
-	}
-	return nil
+	return sorted[int(p*float64(len(sorted)-1))].Round(time.Millisecond)
 }

@@ -68,9 +68,11 @@ func Apply(ctx context.Context, write func(context.Context) (bool, error),
 }
 
 // Batch runs a conditional batch and reports whether it applied, closing its iterator.
+// A batch that did not apply returns the current values of the rows it conditioned on,
+// which are read and dropped.
 func Batch(session *gocql.Session, b *gocql.Batch) (bool, error) {
 	b.RetryPolicy(NoRetry)
-	applied, iter, err := session.ExecuteBatchCAS(b)
+	applied, iter, err := session.MapExecuteBatchCAS(b, map[string]any{})
 	if err == nil {
 		err = iter.Close()
 	}

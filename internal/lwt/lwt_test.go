@@ -1,0 +1,63 @@
+package lwt_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/gocql/gocql"
+	"github.com/stretchr/testify/require"
+
+	"github.com/shardq/shardq/internal/cassandratest"
+	"github.com/shardq/shardq/internal/lwt"
+)
+
+// A conditional batch that does not apply reports false, not an error: Cassandra answers
+// with the rows' current values, which Batch must read past. Taken for an error, every
+// swap that lost its lock went down the unknown-outcome path.
+func TestBatchNotApplied(t *testing.T) {
+	t.Parallel()
+	s := cassandratest.Session(t)
+	require.NoError(t, s.Query(`CREATE TABLE kv (k text, c int, v int, PRIMARY KEY (k, c))`).Exec())
+	require.NoError(t, s.Query(`INSERT INTO kv (k, c, v) VALUES ('a', 1, 1)`).Exec())
+	batch := func(want int) *gocql.Batch {
+		b := s.NewBatch(gocql.LoggedBatch)
+		b.Query(`UPDATE kv SET v = 2 WHERE k = 'a' AND c = 1 IF v = ?`, want)
+		b.Query(`DELETE FROM kv WHERE k = 'a' AND c = 2 IF EXISTS`)
+		return b
+	}
+	applied, err := lwt.Batch(s, batch(7))
+	require.NoError(t, err)
+	require.False(t, applied)
+
+	b := s.NewBatch(gocql.LoggedBatch)
+	b.Query(`UPDATE kv SET v = 2 WHERE k = 'a' AND c = 1 IF v = 1`)
+	applied, err = lwt.Batch(s, b)
+	require.NoError(t, err)
+	require.True(t, applied)
+}
+
+// Apply returns a definite failure as it is, and hands an unknown one to settle.
+func TestApplySettlesOnlyUnknownOutcomes(t *testing.T) {
+	t.Parallel()
+	settled := 0
+	settle := func(context.Context, error) (bool, error) { settled++; return true, nil }
+	unavailable := requestError(gocql.ErrCodeUnavailable)
+	_, err := lwt.Apply(context.Background(), func(context.Context) (bool, error) { return false, unavailable }, settle)
+	require.ErrorIs(t, err, unavailable)
+	require.Zero(t, settled)
+
+	timeout := errors.New("no response")
+	applied, err := lwt.Apply(context.Background(), func(context.Context) (bool, error) { return false, timeout }, settle)
+	require.NoError(t, err)
+	require.True(t, applied)
+	require.Equal(t, 1, settled)
+}
+
+// requestError is a coordinator's error answer with a code.
+type requestError int
+
+func (e requestError) Code() int       { return int(e) }
+func (e requestError) Message() string { return "test" }
+func (e requestError) Error() string   { return fmt.Sprintf("test: error code %#x", int(e)) }
