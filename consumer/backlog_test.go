@@ -270,48 +270,53 @@ func TestBacklogInOnePartition(t *testing.T) {
 }
 
 // A producer whose clock trails by 4 s, more than MaxClockSkew, writes rows below the
-// consumers' floors and into buckets their cursors passed. Its tasks are still delivered
-// within a sweep (SweepInterval plus a poll), not when the ring comes back a lap later.
+// consumers' floors, some into the bucket being read (whose signal cell on-time writes
+// touch again before any sweep sees it) and some into buckets the cursors passed. Its
+// tasks are still delivered within a bucket, the skew and a sweep of their write, not
+// when the ring comes back a lap later.
 func TestLateWritesFoundBySweep(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, shardq.QueueConfig{ShardCount: 2, BucketCount: 120, BucketDuration: time.Second, DefaultTimeout: 30 * time.Second})
-	trailing, err := producer.New(e.s, producer.Config{Clock: offsetClock{e.clock, -4 * time.Second}})
-	require.NoError(t, err)
-	c := e.consumer()
-	ctx := context.Background()
-	want := map[uuid.UUID]time.Time{}
-	drain := func() {
-		for {
-			got, err := c.AcquireTasks(ctx, 100)
+	for _, bucket := range []time.Duration{time.Second, 10 * time.Second} {
+		t.Run(bucket.String(), func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 120, BucketDuration: bucket, DefaultTimeout: 30 * time.Second})
+			trailing, err := producer.New(e.s, producer.Config{Clock: offsetClock{e.clock, -4 * time.Second}})
 			require.NoError(t, err)
-			if len(got) == 0 {
-				return
+			c := e.consumer()
+			ctx := context.Background()
+			want := map[uuid.UUID]bool{}
+			drain := func() {
+				for {
+					got, err := c.AcquireTasks(ctx, 100)
+					require.NoError(t, err)
+					if len(got) == 0 {
+						return
+					}
+					require.NoError(t, c.AckTasks(ctx, got...))
+					for _, task := range got {
+						delete(want, task.ID)
+					}
+				}
 			}
-			require.NoError(t, c.AckTasks(ctx, got...))
-			for _, task := range got {
-				delete(want, task.ID)
+			for range 40 {
+				for _, p := range []*producer.Producer{trailing, e.p} { // on-time writes touch the cell last
+					ids, err := p.ScheduleTasks(ctx, []producer.Task{{Queue: e.q.Name}, {Queue: e.q.Name}})
+					require.NoError(t, err)
+					for _, id := range ids {
+						want[id] = true
+					}
+				}
+				drain()
+				e.clock.Add(250 * time.Millisecond)
 			}
-		}
-	}
-	for range 40 {
-		for _, p := range []*producer.Producer{e.p, trailing} {
-			ids, err := p.ScheduleTasks(ctx, []producer.Task{{Queue: e.q.Name}, {Queue: e.q.Name}, {Queue: e.q.Name}})
-			require.NoError(t, err)
-			for _, id := range ids {
-				want[id] = e.clock.Now()
+			bound := e.clock.Now().Add(bucket + consumer.DefaultMaxClockSkew + consumer.SweepInterval + 2*time.Second)
+			for len(want) > 0 && e.clock.Now().Before(bound) {
+				drain()
+				e.clock.Add(500 * time.Millisecond)
 			}
-		}
-		drain()
-		e.clock.Add(250 * time.Millisecond)
+			require.Empty(t, want, "%d late tasks not delivered in time (a lap is 120 buckets)", len(want))
+		})
 	}
-	// Within a sweep and a poll of the last write, everything is delivered; a lap is
-	// two minutes here.
-	bound := e.clock.Now().Add(consumer.SweepInterval + 5*time.Second)
-	for len(want) > 0 && e.clock.Now().Before(bound) {
-		drain()
-		e.clock.Add(500 * time.Millisecond)
-	}
-	require.Empty(t, want, "%d late tasks not delivered within a sweep", len(want))
 }
 
 // queryCounter counts the statements a session executes, and those whose first bound

@@ -393,9 +393,9 @@ func (c *Consumer) untouched(cells map[signal.Cell]gocql.UUID, pt *part) bool {
 
 // sweep finds rows written later than MaxClockSkew. Every write touches its signal cell
 // with the earliest row time it wrote, so once per SweepInterval one read of the lap's
-// cells shows each write since the last sweep. A write since then whose rows are older
-// than the last sweep less MaxClockSkew was late: the rows may lie below this consumer's
-// floors, or in a bucket its cursor passed. Their partition's floors are lowered below
+// cells shows each write since the last sweep. A write since then into a bucket the
+// cursor passed, or whose rows are older than the last sweep less MaxClockSkew, was late:
+// the rows may lie below this consumer's floors, or where its cursor no longer looks. Their partition's floors are lowered below
 // them and the cursor moved back, so the next scan reads them. (A write whose touch
 // failed is found when the ring comes back to its partition.)
 func (c *Consumer) sweep(ctx context.Context, now time.Time) {
@@ -420,7 +420,12 @@ func (c *Consumer) sweep(ctx context.Context, now time.Time) {
 	}
 	for cell, v := range cells {
 		at := shard.IDTime(uuid.UUID(v))
-		if last[cell] == v || !at.Before(lateBefore) || cell.Shard >= len(c.cursors) {
+		if last[cell] == v || cell.Shard >= len(c.cursors) {
+			continue
+		}
+		// Any write into a bucket the cursor passed is late; elsewhere, rows older than
+		// the last sweep less the skew are (later ones were read or will be).
+		if passed := cell.Bucket < c.cursors[cell.Shard]; !passed && !at.Before(lateBefore) {
 			continue
 		}
 		k := pkey{c.layout.Key(cell.Bucket, cell.Shard), cell.Bucket}

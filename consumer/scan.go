@@ -226,7 +226,7 @@ func (c *Consumer) startFloors(pt *part, stored map[int8]gocql.UUID) {
 // look-ahead): how many are visible now, when the next one becomes visible, and, for a
 // bucket that ended more than MaxClockSkew ago, whether nothing of its lap is left.
 // Look-ahead buckets are read from their own start and move no floor.
-func (c *Consumer) peek(ctx context.Context, pt *part, now, upper time.Time) error {
+func (c *Consumer) peek(ctx context.Context, pt *part, now, upper time.Time, touched bool) error {
 	if c.failRead != nil {
 		if err := c.failRead(pt.key); err != nil {
 			return err
@@ -274,9 +274,55 @@ func (c *Consumer) peek(ctx context.Context, pt *part, now, upper time.Time) err
 	if ok {
 		c.raiseFloors(pt, s)
 	}
-	pt.finished = !s.cut && pt.avail == 0 && !pt.ahead &&
-		!now.Before(c.layout.BucketStart(pt.bucket+1).Add(c.cfg.MaxClockSkew))
+	pt.finished = !s.cut && pt.avail == 0 && c.ended(pt, now)
+	if pt.finished && ok && touched && c.lateRow(ctx, pt, now) {
+		pt.finished, pt.avail = false, 1
+	}
 	return nil
+}
+
+// ended reports whether pt's bucket ended more than MaxClockSkew ago, so no row of its
+// lap can still be written into it on time.
+func (c *Consumer) ended(pt *part, now time.Time) bool {
+	return !pt.ahead && !now.Before(c.layout.BucketStart(pt.bucket+1).Add(c.cfg.MaxClockSkew))
+}
+
+// hasFloors reports whether pt was read, or set up to be, in its current lap.
+func (c *Consumer) hasFloors(pt *part) bool {
+	_, ok := c.floorsOf(pt)
+	return ok
+}
+
+// lateRow reads a partition about to be passed from the start of its bucket, once per lap:
+// a row written later than MaxClockSkew into the bucket while it was being read lies
+// below the floors, and its signal cell was touched again by on-time writes since, so no
+// sweep can tell. A row found lowers the floors below it. The read walks the bucket's
+// tombstones once; when it fails, the partition is passed all the same, and such a row
+// waits for the ring to come back.
+func (c *Consumer) lateRow(ctx context.Context, pt *part, now time.Time) bool {
+	var prio int8
+	var id gocql.UUID
+	found := cql.Query(c.session, taskrow.SelectRangeIDs, pt.key, allPriorities,
+		gocql.UUID(shard.MinID(c.layout.BucketStart(pt.bucket))), gocql.UUID(shard.MaxID(now)), 1).
+		WithContext(ctx).Scan(&prio, &id)
+	switch {
+	case errors.Is(found, gocql.ErrNotFound):
+		return false
+	case found != nil:
+		c.log.WarnContext(ctx, "reading a finished partition for late rows; passing it", "queue", c.q.Name, "shard_key", pt.key, "error", found)
+		return false
+	}
+	below := gocql.UUID(shard.MinID(shard.IDTime(uuid.UUID(id)).Add(-100 * time.Nanosecond)))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if f, ok := c.floors[pkey{pt.key, pt.bucket}]; ok {
+		for p := range f {
+			f[p] = minID(f[p], below)
+		}
+	}
+	c.log.WarnContext(ctx, "a row was written later than MaxClockSkew; reading it", "queue", c.q.Name,
+		"shard_key", pt.key, "row_time", shard.IDTime(uuid.UUID(id)))
+	return true
 }
 
 var allPriorities = func() []int8 {
@@ -319,8 +365,13 @@ func (c *Consumer) peekAll(ctx context.Context, parts []part, want int, now time
 		for _, i := range append(current, ahead...) {
 			pt := &parts[i]
 			switch {
-			case pt.ahead && c.untouched(cells, pt):
-			case full || c.changedSinceScan(cells, pt) || c.comingDue(pt, upper):
+			case c.comingDue(pt, now):
+				read = append(read, i)
+			case c.untouched(cells, pt) && (pt.ahead || c.hasFloors(pt)):
+				// Nothing was written into it this lap, and rows left from the last lap
+				// were looked for when it was first read: there is nothing to read.
+				pt.finished = c.ended(pt, now)
+			case full || c.changedSinceScan(cells, pt):
 				read = append(read, i)
 			default:
 				pt.next = c.upcomingOf(pt)
@@ -343,7 +394,7 @@ func (c *Consumer) peekAll(ctx context.Context, parts []part, want int, now time
 		}
 		if err == nil {
 			op = "peek"
-			err = c.peek(ctx, pt, now, upper)
+			err = c.peek(ctx, pt, now, upper, !c.untouched(cells, pt))
 		}
 		if err != nil {
 			pt.err, pt.avail, pt.finished = err, 0, false
@@ -433,10 +484,10 @@ func (c *Consumer) changedSinceScan(cells map[signal.Cell]gocql.UUID, pt *part) 
 	return ok && c.fullCells[cell] != v
 }
 
-// comingDue reports whether a scan saw a row of pt becoming visible by upper.
-func (c *Consumer) comingDue(pt *part, upper time.Time) bool {
+// comingDue reports whether a scan saw a row of pt becoming visible by now.
+func (c *Consumer) comingDue(pt *part, now time.Time) bool {
 	next := c.upcomingOf(pt)
-	return !next.IsZero() && !next.After(upper)
+	return !next.IsZero() && !next.After(now)
 }
 
 func (c *Consumer) upcomingOf(pt *part) time.Time {

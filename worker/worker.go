@@ -222,8 +222,9 @@ func New(session *gocql.Session, cfg Config) (*Worker, error) {
 	w := &Worker{cfg: cfg, session: session, signals: signal.NewWatcher(session, cfg.Queue), log: cfg.Logger, stopFetch: make(chan struct{}),
 		fetchStopped: make(chan struct{}), done: make(chan struct{})}
 	c, err := consumer.New(session, consumer.Config{Queue: cfg.Queue, MaxClockSkew: cfg.MaxClockSkew,
-		// Each full scan of an idle worker looks past the next one.
-		LookAhead: 2 * cfg.MaxIdleInterval, Clock: cfg.Clock, Logger: cfg.Logger,
+		// An idle worker scans fully once per 1.5 idle intervals, polling at least once per
+		// interval, so each full scan looks past the next one.
+		LookAhead: 3 * cfg.MaxIdleInterval, Clock: cfg.Clock, Logger: cfg.Logger,
 		Observer: shardq.ObserverFunc(w.observe)})
 	if err != nil {
 		return nil, err
