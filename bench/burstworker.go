@@ -73,13 +73,8 @@ wait:
 	reqs := b.requests.Load() - req0
 	poll.Stop()
 	close(stop)
-	stopCtx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	if err := w.Stop(stopCtx); err != nil {
+	if err := stopWorker(ctx, w, waitErr); err != nil {
 		return err
-	}
-	if waitErr != nil {
-		return waitErr
 	}
 	lost, dups := tr.lostAndDuplicates(ids)
 	r := result{"workload": "burst-worker", "tasks": n, "handlers": b.o.burstWorkerHandlers,

@@ -53,13 +53,8 @@ func (b *bench) spread(ctx context.Context) error {
 		waitErr = fmt.Errorf("only %d of %d tasks ran", tr.delivered.Load(), n)
 	}
 	close(stop)
-	stopCtx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	if err := w.Stop(stopCtx); err != nil {
+	if err := stopWorker(ctx, w, waitErr); err != nil {
 		return err
-	}
-	if waitErr != nil {
-		return waitErr
 	}
 	lost, dups := tr.lostAndDuplicates(ids)
 	p50, p99, mx := percentiles(tr.lateness)
@@ -67,4 +62,15 @@ func (b *bench) spread(ctx context.Context) error {
 		"shards": q.ShardCount, "lateness_p50_ms": p50, "lateness_p99_ms": p99, "lateness_max_ms": mx,
 		"lost": lost, "duplicates": dups})
 	return nil
+}
+
+// stopWorker stops a workload's worker, allowing it a minute, and then returns the error
+// the workload met while waiting for its tasks, if any.
+func stopWorker(ctx context.Context, w *worker.Worker, waitErr error) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := w.Stop(ctx); err != nil {
+		return err
+	}
+	return waitErr
 }

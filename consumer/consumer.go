@@ -114,19 +114,20 @@ type Consumer struct {
 	locker  *lock.Locker
 	signals *signal.Toucher
 
-	mu        sync.Mutex      // guards the fields below, and the three above while init sets them
-	cursors   []int64         // per concurrency shard: the oldest bucket that may hold work
-	hot       map[string]bool // partitions whose last take was full: tried before any peek
-	floors    map[pkey]*floors
-	next      int                        // the concurrency shard the next scan starts at
-	nextDue   time.Time                  // earliest upcoming row the last scan saw; zero if none
-	short     bool                       // the last call found fewer tasks than it asked for
-	pageRows  int                        // rows per page of a locked read, from the largest payload seen
-	fullAt    time.Time                  // when an idle scan last read every candidate
-	fullCells map[signal.Cell]gocql.UUID // the signal cells as that scan found them
-	upcoming  map[pkey]time.Time         // per partition, the next row seen coming due
-	swept     time.Time                  // when the signal cells were last read for late rows
-	cells     map[signal.Cell]gocql.UUID // the lap's signal cells as last read; nil before
+	mu           sync.Mutex      // guards the fields below, and the three above while init sets them
+	cursors      []int64         // per concurrency shard: the oldest bucket that may hold work
+	hot          map[string]bool // partitions whose last take was full: tried before any peek
+	floors       map[pkey]*floors
+	next         int                        // the concurrency shard the next scan starts at
+	nextDue      time.Time                  // earliest upcoming row the last scan saw; zero if none
+	short        bool                       // the last call found fewer tasks than it asked for
+	pageRows     int                        // rows per page of a locked read, from the largest payload seen
+	fullAt       time.Time                  // when an idle scan last read every candidate
+	fullCells    map[signal.Cell]gocql.UUID // the signal cells as that scan found them
+	upcoming     map[pkey]time.Time         // per partition, the next row seen coming due
+	swept        time.Time                  // when the signal cells were last read for late rows
+	cells        map[signal.Cell]gocql.UUID // the lap's signal cells as last read; nil before
+	sweptCursors []int64                    // the cursors when the cells were last read
 
 	beforeSwap func() // tests only: runs between the locked read and the swap
 	failRead   func(key string) error
@@ -345,23 +346,14 @@ func wrapErr(what, key string, err error) error {
 	return fmt.Errorf("consumer: %s %s: %w", what, key, err)
 }
 
-// touch touches the wake-up signal cells of rows just written, so idle workers elsewhere
-// know what comes due when. A failure only delays them to their next poll.
+// touch touches the wake-up signal cells of markers just written, so idle workers
+// elsewhere know what comes due when. A failure only delays them to their next poll.
 func (c *Consumer) touch(ctx context.Context, rows []taskrow.Row) {
-	seen := map[signal.Cell]bool{}
-	var cells []signal.Touch
+	var touches signal.Touches
 	for _, r := range rows {
-		b := c.layout.Bucket(shard.IDTime(uuid.UUID(r.ID)))
-		cell := signal.Cell{Queue: c.q.Name, Bucket: b, Shard: c.layout.ShardFor(uuid.UUID(r.TaskID))}
-		at := shard.IDTime(uuid.UUID(r.ID))
-		if !seen[cell] {
-			seen[cell] = true
-			cells = append(cells, signal.Touch{Cell: cell, Earliest: at, Until: c.layout.BucketStart(b + 1)})
-		} else if idx := slices.IndexFunc(cells, func(t signal.Touch) bool { return t.Cell == cell }); at.Before(cells[idx].Earliest) {
-			cells[idx].Earliest = at
-		}
+		touches.Add(c.layout, uuid.UUID(r.ID), uuid.UUID(r.TaskID))
 	}
-	if err := c.signals.Touch(ctx, cells); err != nil {
+	if err := c.signals.Touch(ctx, &touches); err != nil {
 		c.log.WarnContext(ctx, "touching wake-up signals", "queue", c.q.Name, "error", err)
 	}
 }
@@ -394,7 +386,8 @@ func (c *Consumer) untouched(cells map[signal.Cell]gocql.UUID, pt *part) bool {
 // sweep finds rows written later than MaxClockSkew. Every write touches its signal cell
 // with the earliest row time it wrote, so once per SweepInterval one read of the lap's
 // cells shows each write since the last sweep. A write since then into a bucket the
-// cursor passed, or whose rows are older than the last sweep less MaxClockSkew, was late:
+// cursor had passed by then, or whose rows are older than the last sweep less
+// MaxClockSkew, was late:
 // the rows may lie below this consumer's floors, or where its cursor no longer looks. Their partition's floors are lowered below
 // them and the cursor moved back, so the next scan reads them. (A write whose touch
 // failed is found when the ring comes back to its partition.)
@@ -412,22 +405,35 @@ func (c *Consumer) sweep(ctx context.Context, now time.Time) {
 		return
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	last, lateBefore := c.cells, c.swept.Add(-c.cfg.MaxClockSkew)
-	c.cells, c.swept = cells, now
-	if last == nil {
-		return // a new consumer reads the whole lap anyway
-	}
+	last, lateBefore, passed := c.cells, c.swept.Add(-c.cfg.MaxClockSkew), c.sweptCursors
+	c.cells, c.swept, c.sweptCursors = cells, now, slices.Clone(c.cursors)
+	var late, unsure []signal.Cell
 	for cell, v := range cells {
-		at := shard.IDTime(uuid.UUID(v))
-		if last[cell] == v || cell.Shard >= len(c.cursors) {
-			continue
+		switch {
+		case last == nil || last[cell] == v || cell.Shard >= len(c.cursors):
+			// A new consumer reads the whole lap anyway.
+		case cell.Bucket < passed[cell.Shard] || shard.IDTime(uuid.UUID(v)).Before(lateBefore):
+			// Written into a bucket the cursor had passed by the last sweep, or rows
+			// older than that sweep less the skew: late.
+			late = append(late, cell)
+		case cell.Bucket < c.cursors[cell.Shard]:
+			// Passed since the last sweep: the write may have come before the pass (and
+			// been read by it) or after.
+			unsure = append(unsure, cell)
 		}
-		// Any write into a bucket the cursor passed is late; elsewhere, rows older than
-		// the last sweep less the skew are (later ones were read or will be).
-		if passed := cell.Bucket < c.cursors[cell.Shard]; !passed && !at.Before(lateBefore) {
-			continue
+	}
+	c.mu.Unlock()
+	for _, cell := range unsure {
+		pt := part{key: c.layout.Key(cell.Bucket, cell.Shard), shard: cell.Shard, bucket: cell.Bucket}
+		if at, ok := c.firstVisible(ctx, &pt, now); ok {
+			cells[cell] = gocql.UUID(shard.MinID(at))
+			late = append(late, cell)
 		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, cell := range late {
+		at := shard.IDTime(uuid.UUID(cells[cell]))
 		k := pkey{c.layout.Key(cell.Bucket, cell.Shard), cell.Bucket}
 		below := gocql.UUID(shard.MinID(at.Add(-100 * time.Nanosecond)))
 		if _, ok := c.floors[k]; !ok {
@@ -443,6 +449,6 @@ func (c *Consumer) sweep(ctx context.Context, now time.Time) {
 		}
 		c.cursors[cell.Shard] = min(c.cursors[cell.Shard], cell.Bucket)
 		c.log.WarnContext(ctx, "a row was written later than MaxClockSkew; reading its partition again",
-			"queue", c.q.Name, "shard_key", k.key, "row_time", at, "lateness_at_least", now.Sub(at)-SweepInterval)
+			"queue", c.q.Name, "shard_key", k.key, "row_time", at)
 	}
 }

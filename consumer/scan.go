@@ -300,19 +300,11 @@ func (c *Consumer) hasFloors(pt *part) bool {
 // tombstones once; when it fails, the partition is passed all the same, and such a row
 // waits for the ring to come back.
 func (c *Consumer) lateRow(ctx context.Context, pt *part, now time.Time) bool {
-	var prio int8
-	var id gocql.UUID
-	found := cql.Query(c.session, taskrow.SelectRangeIDs, pt.key, allPriorities,
-		gocql.UUID(shard.MinID(c.layout.BucketStart(pt.bucket))), gocql.UUID(shard.MaxID(now)), 1).
-		WithContext(ctx).Scan(&prio, &id)
-	switch {
-	case errors.Is(found, gocql.ErrNotFound):
-		return false
-	case found != nil:
-		c.log.WarnContext(ctx, "reading a finished partition for late rows; passing it", "queue", c.q.Name, "shard_key", pt.key, "error", found)
+	at, ok := c.firstVisible(ctx, pt, now)
+	if !ok {
 		return false
 	}
-	below := gocql.UUID(shard.MinID(shard.IDTime(uuid.UUID(id)).Add(-100 * time.Nanosecond)))
+	below := gocql.UUID(shard.MinID(at.Add(-100 * time.Nanosecond)))
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if f, ok := c.floors[pkey{pt.key, pt.bucket}]; ok {
@@ -321,8 +313,26 @@ func (c *Consumer) lateRow(ctx context.Context, pt *part, now time.Time) bool {
 		}
 	}
 	c.log.WarnContext(ctx, "a row was written later than MaxClockSkew; reading it", "queue", c.q.Name,
-		"shard_key", pt.key, "row_time", shard.IDTime(uuid.UUID(id)))
+		"shard_key", pt.key, "row_time", at)
 	return true
+}
+
+// firstVisible reads the earliest row of pt's bucket visible at now, whatever the floors:
+// it walks the bucket's tombstones once. A failed read is logged and finds nothing.
+func (c *Consumer) firstVisible(ctx context.Context, pt *part, now time.Time) (time.Time, bool) {
+	var prio int8
+	var id gocql.UUID
+	err := cql.Query(c.session, taskrow.SelectRangeIDs, pt.key, allPriorities,
+		gocql.UUID(shard.MinID(c.layout.BucketStart(pt.bucket))), gocql.UUID(shard.MaxID(now)), 1).
+		WithContext(ctx).Scan(&prio, &id)
+	switch {
+	case errors.Is(err, gocql.ErrNotFound):
+		return time.Time{}, false
+	case err != nil:
+		c.log.WarnContext(ctx, "reading a partition for late rows", "queue", c.q.Name, "shard_key", pt.key, "error", err)
+		return time.Time{}, false
+	}
+	return shard.IDTime(uuid.UUID(id)), true
 }
 
 var allPriorities = func() []int8 {

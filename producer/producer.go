@@ -184,27 +184,17 @@ func (p *Producer) ScheduleTasks(ctx context.Context, tasks []Task) ([]uuid.UUID
 // others through the signal cells of the partitions written.
 func (p *Producer) notify(ctx context.Context, tasks []Task, rows []taskrow.Row, queues []shardq.QueueConfig) {
 	earliest := map[string]time.Time{}
-	seen := map[signal.Cell]bool{}
-	var cells []signal.Touch
+	var touches signal.Touches
 	for i, t := range tasks {
 		if e, ok := earliest[t.Queue]; !ok || rows[i].DueAt.Before(e) {
 			earliest[t.Queue] = rows[i].DueAt
 		}
-		l := queues[i].Layout()
-		at := shard.IDTime(uuid.UUID(rows[i].ID))
-		b := l.Bucket(at)
-		c := signal.Cell{Queue: t.Queue, Bucket: b, Shard: l.ShardFor(uuid.UUID(rows[i].TaskID))}
-		if !seen[c] {
-			seen[c] = true
-			cells = append(cells, signal.Touch{Cell: c, Earliest: at, Until: l.BucketStart(b + 1)})
-		} else if idx := slices.IndexFunc(cells, func(t signal.Touch) bool { return t.Cell == c }); at.Before(cells[idx].Earliest) {
-			cells[idx].Earliest = at
-		}
+		touches.Add(queues[i].Layout(), uuid.UUID(rows[i].ID), uuid.UUID(rows[i].TaskID))
 	}
 	for q, due := range earliest {
 		wakeup.Notify(q, due)
 	}
-	if err := p.signals.Touch(ctx, cells); err != nil {
+	if err := p.signals.Touch(ctx, &touches); err != nil {
 		// The tasks are written; workers in other processes find them at their next poll.
 		p.cfg.Logger.WarnContext(ctx, "touching wake-up signals", "error", err)
 	}

@@ -22,7 +22,6 @@ import (
 	"github.com/shardq/shardq/internal/defaults"
 	"github.com/shardq/shardq/internal/signal"
 	"github.com/shardq/shardq/internal/wakeup"
-	"github.com/shardq/shardq/shard"
 )
 
 // Defaults for Config.
@@ -159,10 +158,8 @@ func (e *StopError) Unwrap() error { return e.Err }
 // Worker runs a Handler on a queue's tasks.
 type Worker struct {
 	cfg      Config
-	session  *gocql.Session
 	consumer *consumer.Consumer
 	signals  *signal.Watcher
-	layout   shard.Layout // loaded by the fetch loop
 	log      *slog.Logger
 	stats    stats
 
@@ -219,7 +216,7 @@ func New(session *gocql.Session, cfg Config) (*Worker, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = shardq.SystemClock{}
 	}
-	w := &Worker{cfg: cfg, session: session, signals: signal.NewWatcher(session, cfg.Queue), log: cfg.Logger, stopFetch: make(chan struct{}),
+	w := &Worker{cfg: cfg, signals: signal.NewWatcher(session, cfg.Queue), log: cfg.Logger, stopFetch: make(chan struct{}),
 		fetchStopped: make(chan struct{}), done: make(chan struct{})}
 	c, err := consumer.New(session, consumer.Config{Queue: cfg.Queue, MaxClockSkew: cfg.MaxClockSkew,
 		// An idle worker scans fully once per 1.5 idle intervals, polling at least once per
@@ -476,16 +473,13 @@ func (w *Worker) wait(ctx context.Context, sub *wakeup.Sub, wake, looked time.Ti
 
 // signalled reads the wake-up signals of the buckets from just before now to wake.
 func (w *Worker) signalled(ctx context.Context, wake, looked time.Time) bool {
-	if w.layout.Queue == "" {
-		q, err := shardq.LoadQueue(ctx, w.session, w.cfg.Queue)
-		if err != nil {
-			w.log.WarnContext(ctx, "loading the queue's settings", "queue", w.cfg.Queue, "error", err)
-			return false
-		}
-		w.layout = q.Layout()
+	q, err := w.consumer.Queue(ctx)
+	if err != nil {
+		w.log.WarnContext(ctx, "loading the queue's settings", "queue", w.cfg.Queue, "error", err)
+		return false
 	}
-	now := w.cfg.Clock.Now()
-	from, to := w.layout.Bucket(now.Add(-w.cfg.MaxClockSkew)), w.layout.Bucket(now.Add(time.Until(wake)))
+	l, now := q.Layout(), w.cfg.Clock.Now()
+	from, to := l.Bucket(now.Add(-w.cfg.MaxClockSkew)), l.Bucket(now.Add(time.Until(wake)))
 	changed, err := w.signals.Changed(ctx, from, max(from, to), looked.Add(-w.cfg.MaxClockSkew))
 	if err != nil && ctx.Err() == nil {
 		w.log.WarnContext(ctx, "reading wake-up signals", "queue", w.cfg.Queue, "error", err)

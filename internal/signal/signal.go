@@ -27,6 +27,32 @@ type Cell struct {
 	Shard  int
 }
 
+// Touches gathers the cells rows were written into, each with the earliest row time
+// written into it, for one Touch or Defer.
+type Touches struct {
+	idx  map[Cell]int
+	list []Touch
+}
+
+// Add records a row of the queue laid out by l: its ID (whose time is when it becomes
+// visible) and its task's ID (which picks its concurrency shard).
+func (ts *Touches) Add(l shard.Layout, id, taskID uuid.UUID) {
+	at := shard.IDTime(id)
+	b := l.Bucket(at)
+	c := Cell{Queue: l.Queue, Bucket: b, Shard: l.ShardFor(taskID)}
+	if i, ok := ts.idx[c]; ok {
+		if at.Before(ts.list[i].Earliest) {
+			ts.list[i].Earliest = at
+		}
+		return
+	}
+	if ts.idx == nil {
+		ts.idx = map[Cell]int{}
+	}
+	ts.idx[c] = len(ts.list)
+	ts.list = append(ts.list, Touch{Cell: c, Earliest: at, Until: l.BucketStart(b + 1)})
+}
+
 // Touch is a cell to touch: Earliest is the earliest visible time among the rows just
 // written into it, which the cell records (as a timeuuid that also makes every touch
 // unique), and Until the end of its bucket, which the cell outlives by a day.
@@ -69,15 +95,22 @@ func NewToucher(session *gocql.Session, log *slog.Logger) *Toucher {
 	return &Toucher{session: session, log: log, last: map[Cell]time.Time{}, pending: map[Cell]Touch{}}
 }
 
-// Touch records that tasks were written into cells. Call it after the write completed.
-func (t *Toucher) Touch(ctx context.Context, cells []Touch) error {
+// Touch records that the rows in ts were written. Call it after the write completed.
+func (t *Toucher) Touch(ctx context.Context, ts *Touches) error {
+	return write(ctx, t.session, t.gather(ts.list))
+}
+
+// gather returns the cells to touch at once, those not touched in the last Coalesce, and
+// schedules the others.
+func (t *Toucher) gather(cells []Touch) []Touch {
 	now := time.Now()
-	var direct []Touch
+	var out []Touch
 	t.mu.Lock()
+	defer t.mu.Unlock()
 	for _, c := range cells {
 		if now.Sub(t.last[c.Cell]) >= Coalesce {
 			t.last[c.Cell] = now
-			direct = append(direct, c)
+			out = append(out, c)
 			continue
 		}
 		if p, ok := t.pending[c.Cell]; ok && p.Earliest.Before(c.Earliest) {
@@ -94,8 +127,7 @@ func (t *Toucher) Touch(ctx context.Context, cells []Touch) error {
 			delete(t.last, c)
 		}
 	}
-	t.mu.Unlock()
-	return write(ctx, t.session, direct)
+	return out
 }
 
 func (t *Toucher) flush() {
