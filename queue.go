@@ -45,6 +45,8 @@ const (
 	// MinLockTTL is 2 s because Cassandra expires TTLs on whole seconds: a 1 s lock could
 	// last next to nothing.
 	MinLockTTL = 2 * time.Second
+	// MaxCompletedRetention matches how long dead letters are kept.
+	MaxCompletedRetention = 30 * 24 * time.Hour
 )
 
 // QueueConfig is a queue's settings. They are stored when the queue is created and read
@@ -68,6 +70,10 @@ type QueueConfig struct {
 	// LockTTL is how long a shard lock lasts if its holder dies holding it; whole seconds,
 	// because Cassandra's TTLs are, and at least MinLockTTL. Defaults to DefaultLockTTL.
 	LockTTL time.Duration
+	// CompletedRetention is how long Get still reports an acked task as completed; whole
+	// seconds, at most MaxCompletedRetention. Zero keeps nothing: an acked task is not
+	// found. Defaults to 0.
+	CompletedRetention time.Duration
 }
 
 // WithDefaults returns c with every zero field set to its default.
@@ -103,6 +109,8 @@ func (c QueueConfig) Validate() error {
 		return Invalid("QueueConfig.ShardCount", "%d is not in [1, %d]", c.ShardCount, MaxShardCount)
 	case c.LockTTL < MinLockTTL || c.LockTTL%time.Second != 0:
 		return Invalid("QueueConfig.LockTTL", "%v is not a whole number of seconds of at least %v", c.LockTTL, MinLockTTL)
+	case c.CompletedRetention < 0 || c.CompletedRetention > MaxCompletedRetention || c.CompletedRetention%time.Second != 0:
+		return Invalid("QueueConfig.CompletedRetention", "%v is not a whole number of seconds in [0, %v]", c.CompletedRetention, MaxCompletedRetention)
 	}
 	return c.ValidateTimeout("QueueConfig.DefaultTimeout", c.DefaultTimeout)
 }
@@ -137,9 +145,10 @@ func CreateQueue(ctx context.Context, session *gocql.Session, cfg QueueConfig) (
 	applied, err := lwt.Apply(ctx, func(ctx context.Context) (bool, error) {
 		existing := map[string]any{}
 		applied, err := cql.Query(session, `INSERT INTO queues (name, bucket_count, bucket_duration_ms, shard_count,
-			default_timeout_ms, lock_ttl_ms, created_at) VALUES (?, ?, ?, ?, ?, ?, toTimestamp(now())) IF NOT EXISTS`,
+			default_timeout_ms, lock_ttl_ms, completed_retention_ms, created_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, toTimestamp(now())) IF NOT EXISTS`,
 			cfg.Name, cfg.BucketCount, cfg.BucketDuration.Milliseconds(), cfg.ShardCount,
-			cfg.DefaultTimeout.Milliseconds(), cfg.LockTTL.Milliseconds()).
+			cfg.DefaultTimeout.Milliseconds(), cfg.LockTTL.Milliseconds(), cfg.CompletedRetention.Milliseconds()).
 			WithContext(ctx).RetryPolicy(lwt.NoRetry).MapScanCAS(existing)
 		stored = fromRow(existing)
 		return applied, err
@@ -190,7 +199,7 @@ func fromRow(r map[string]any) QueueConfig {
 	bc, _ := r["bucket_count"].(int)
 	sc, _ := r["shard_count"].(int)
 	return QueueConfig{Name: name, BucketCount: bc, BucketDuration: ms("bucket_duration_ms"), ShardCount: sc,
-		DefaultTimeout: ms("default_timeout_ms"), LockTTL: ms("lock_ttl_ms")}
+		DefaultTimeout: ms("default_timeout_ms"), LockTTL: ms("lock_ttl_ms"), CompletedRetention: ms("completed_retention_ms")}
 }
 
 func compare(stored, given QueueConfig) error {
@@ -208,6 +217,8 @@ func compare(stored, given QueueConfig) error {
 		return mismatch("DefaultTimeout", stored.DefaultTimeout, given.DefaultTimeout)
 	case stored.LockTTL != given.LockTTL:
 		return mismatch("LockTTL", stored.LockTTL, given.LockTTL)
+	case stored.CompletedRetention != given.CompletedRetention:
+		return mismatch("CompletedRetention", stored.CompletedRetention, given.CompletedRetention)
 	}
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/shardq/shardq/internal/cql"
 	"github.com/shardq/shardq/internal/fanout"
 	"github.com/shardq/shardq/internal/lwt"
+	"github.com/shardq/shardq/internal/taskindex"
 	"github.com/shardq/shardq/internal/taskrow"
 )
 
@@ -65,8 +66,19 @@ func (c *Consumer) AckTasks(ctx context.Context, tasks ...*Task) error {
 		}
 		return nil
 	})
-	if acked := len(tasks) - len(ackErr.Lost) - len(ackErr.Failed); acked > 0 {
-		c.cfg.Observer.Observe(ctx, shardq.Acked{Queue: c.q.Name, Count: acked})
+	var done []taskindex.Write
+	lost := make(map[uuid.UUID]bool, len(ackErr.Lost))
+	for _, id := range ackErr.Lost {
+		lost[id] = true
+	}
+	for _, t := range tasks {
+		if _, failed := ackErr.Failed[t.ID]; !failed && !lost[t.ID] {
+			done = append(done, c.finishEntry(t, taskindex.Completed, ""))
+		}
+	}
+	c.finish(ctx, done)
+	if len(done) > 0 {
+		c.cfg.Observer.Observe(ctx, shardq.Acked{Queue: c.q.Name, Count: len(done)})
 	}
 	for _, id := range ackErr.Lost {
 		c.cfg.Observer.Observe(ctx, shardq.LeaseLost{Queue: c.q.Name, TaskID: id})

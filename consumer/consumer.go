@@ -98,9 +98,14 @@ type Task struct {
 	Deadline time.Time
 	// Timeout is the task's lease term: how long each delivery has before it is due again.
 	Timeout time.Duration
+	// Token is the fencing token of this delivery: it grows with every delivery of the
+	// task, across retries and replays. Pass it to downstream systems so they can reject
+	// writes from a holder whose lease has passed to another.
+	Token int64
 
 	marker  taskrow.Row // the timeout marker Ack deletes
 	visible time.Time   // when the row it was taken from became visible: its place in line
+	steps   int64       // index writes this delivery made after the swap (taskindex.Stamp)
 }
 
 // Consumer takes and acks tasks of one queue. It is safe for concurrent use.

@@ -11,7 +11,9 @@ import (
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/internal/cql"
 	"github.com/shardq/shardq/internal/lwt"
+	"github.com/shardq/shardq/internal/taskindex"
 	"github.com/shardq/shardq/internal/taskrow"
+	"github.com/shardq/shardq/shard"
 )
 
 // Retry gives a task back to the queue to be delivered again after delay (zero: at
@@ -24,7 +26,7 @@ func (c *Consumer) Retry(ctx context.Context, t *Task, delay time.Duration) erro
 	if delay < 0 || delay > c.q.MaxTimeout() {
 		return shardq.Invalid("delay", "%v is not in [0, %v]", delay, c.q.MaxTimeout())
 	}
-	_, err := c.relocate(ctx, t, c.cfg.Clock.Now().Add(delay))
+	_, err := c.relocate(ctx, t, c.cfg.Clock.Now().Add(delay), taskindex.Retrying)
 	return err
 }
 
@@ -39,7 +41,7 @@ func (c *Consumer) Extend(ctx context.Context, t *Task, d time.Duration) error {
 		return shardq.Invalid("d", "%v is not in (0, %v]", d, c.q.MaxTimeout())
 	}
 	deadline := c.cfg.Clock.Now().Add(d)
-	next, err := c.relocate(ctx, t, deadline)
+	next, err := c.relocate(ctx, t, deadline, taskindex.InFlight)
 	if err != nil {
 		return err
 	}
@@ -47,13 +49,21 @@ func (c *Consumer) Extend(ctx context.Context, t *Task, d time.Duration) error {
 	return nil
 }
 
-// relocate replaces a task's marker with one visible at at. When both lie in the same
+// relocate replaces a task's marker with one visible at at, in state (in flight for an
+// extension, retrying for a retry), telling the index first. When both lie in the same
 // partition, one conditional batch does it. Otherwise the new marker is written first and
 // the old one deleted conditionally; if the old one was gone, the new one is deleted
 // again. A crash or an unsettled outcome in between leaves both: a duplicate, never a
 // loss.
-func (c *Consumer) relocate(ctx context.Context, t *Task, at time.Time) (taskrow.Row, error) {
+func (c *Consumer) relocate(ctx context.Context, t *Task, at time.Time, state taskindex.State) (taskrow.Row, error) {
 	next := c.marker(t.marker, at)
+	moved := *t
+	moved.Deadline = at
+	t.steps++
+	entry := c.moveEntry(&moved, state, next, taskindex.InFlight, t.marker, t.steps)
+	if _, err := taskindex.Apply(ctx, c.session, []taskindex.Write{entry}, 1); err != nil {
+		return t.marker, fmt.Errorf("consumer: moving the lease of %s: %w", t.ID, err)
+	}
 	var write func(context.Context) (bool, error)
 	if next.Key == t.marker.Key {
 		write = func(ctx context.Context) (bool, error) {
@@ -95,7 +105,7 @@ func (c *Consumer) relocate(ctx context.Context, t *Task, at time.Time) (taskrow
 	return next, nil
 }
 
-// DeadLetter moves a task that should not run again to the dead_tasks table, with
+// DeadLetter moves a task that should not run again to the queue's dead letters, with
 // cause as its recorded error, and deletes its marker. The dead letter is written first,
 // so a failure in between leaves a duplicate, never a lost task. It returns
 // ErrLeaseLost (after writing the dead letter) if the lease was already gone.
@@ -108,20 +118,24 @@ func (c *Consumer) DeadLetter(ctx context.Context, t *Task, cause error) error {
 		msg = cause.Error()
 	}
 	now := c.cfg.Clock.Now()
-	err := cql.Query(c.session, `INSERT INTO dead_tasks (queue, day, task_id, payload, priority, due_at, attempt, error, died_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`, c.q.Name, DeadLetterDay(now), gocql.UUID(t.ID), t.Payload, int8(t.Priority),
-		t.DueAt, t.Attempt, msg, now).WithContext(ctx).DefaultTimestamp(false).Exec()
+	err := cql.Query(c.session, `INSERT INTO dead_letters (queue, day, dead_id, task_id, payload, priority, due_at,
+		timeout_ms, attempt, deliveries, error, died_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		c.q.Name, DeadLetterDay(now), gocql.UUID(shard.NewID(now)), gocql.UUID(t.ID), t.Payload, int8(t.Priority),
+		t.DueAt, t.Timeout.Milliseconds(), t.Attempt, t.Token, msg, now).WithContext(ctx).DefaultTimestamp(false).Exec()
 	if err != nil {
 		return fmt.Errorf("consumer: writing dead letter of %s: %w", t.ID, err)
 	}
 	err = c.ackOne(ctx, t)
-	if errors.Is(err, ErrLeaseLost) {
+	switch {
+	case errors.Is(err, ErrLeaseLost):
 		c.cfg.Observer.Observe(ctx, shardq.LeaseLost{Queue: c.q.Name, TaskID: t.ID})
+	case err == nil:
+		c.finish(ctx, []taskindex.Write{c.finishEntry(t, taskindex.Dead, msg)})
 	}
 	return err
 }
 
-// DeadLetterDay is the dead_tasks partition (UTC days since the epoch) of time t.
+// DeadLetterDay is the dead_letters partition (UTC days since the epoch) of time t.
 func DeadLetterDay(t time.Time) int { return int(t.Unix() / 86400) }
 
 func (c *Consumer) checkOwn(ctx context.Context, t *Task, name string) error {

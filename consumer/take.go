@@ -13,6 +13,7 @@ import (
 	"github.com/shardq/shardq/internal/cql"
 	"github.com/shardq/shardq/internal/fanout"
 	"github.com/shardq/shardq/internal/lwt"
+	"github.com/shardq/shardq/internal/taskindex"
 	"github.com/shardq/shardq/internal/taskrow"
 	"github.com/shardq/shardq/lock"
 	"github.com/shardq/shardq/shard"
@@ -182,11 +183,26 @@ func (c *Consumer) swap(ctx context.Context, pt *part, lease *lock.Lease, rows [
 		deadline := now.Add(r.Timeout)
 		markers[i] = c.marker(r, deadline)
 		markers[i].Attempt++
+		markers[i].Token++
 		tasks[i] = &Task{ID: uuid.UUID(r.TaskID), Queue: c.q.Name, Payload: r.Payload, DueAt: r.DueAt,
-			Priority: int(r.Priority), Attempt: markers[i].Attempt, Deadline: deadline, Timeout: r.Timeout, marker: markers[i],
-			visible: shard.IDTime(uuid.UUID(r.ID))}
+			Priority: int(r.Priority), Attempt: markers[i].Attempt, Deadline: deadline, Timeout: r.Timeout,
+			Token: markers[i].Token, marker: markers[i], visible: shard.IDTime(uuid.UUID(r.ID))}
 	}
-	if err := c.writeMarkers(ctx, markers); err != nil {
+	// The index learns of the move before it happens: if the swap then fails, the entry
+	// names the rows read as the previous place, which readers find still there.
+	index := make([]taskindex.Write, len(rows))
+	for i, r := range rows {
+		index[i] = c.moveEntry(tasks[i], taskindex.InFlight, markers[i], rowState(r), r, 0)
+	}
+	var indexErr error
+	indexed := make(chan struct{})
+	go func() {
+		defer close(indexed)
+		_, indexErr = taskindex.Apply(ctx, c.session, index, c.cfg.PartitionsInFlight)
+	}()
+	err := c.writeMarkers(ctx, markers)
+	<-indexed
+	if err = errors.Join(err, indexErr); err != nil {
 		c.dropMarkers(ctx, markers)
 		return nil, errors.Join(wrapErr("writing markers for", pt.key, err), c.release(ctx, lease))
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/shardq/shardq/internal/defaults"
 	"github.com/shardq/shardq/internal/fanout"
 	"github.com/shardq/shardq/internal/signal"
+	"github.com/shardq/shardq/internal/taskindex"
 	"github.com/shardq/shardq/internal/taskrow"
 	"github.com/shardq/shardq/internal/wakeup"
 	"github.com/shardq/shardq/shard"
@@ -65,6 +66,11 @@ type Task struct {
 	// Timeout is how long a consumer has to ack the task before it is delivered again.
 	// Zero means the queue's DefaultTimeout.
 	Timeout time.Duration
+	// Key, when set, makes the task unique in its queue: scheduling fails with a
+	// *DuplicateError while another task with this key is pending, in flight or
+	// retrying. The key is free again once that task is acked, cancelled or dead.
+	// At most MaxKeyBytes bytes.
+	Key string
 }
 
 // Producer schedules tasks. It is safe for concurrent use.
@@ -72,6 +78,7 @@ type Producer struct {
 	session *gocql.Session
 	cfg     Config
 	queues  sync.Map // name -> shardq.QueueConfig; settings never change once created
+	lockers sync.Map // name -> *lock.Locker, for Cancel and Reschedule
 	signals *signal.Toucher
 }
 
@@ -153,11 +160,30 @@ func (p *Producer) ScheduleTasks(ctx context.Context, tasks []Task) ([]uuid.UUID
 		}
 		ids[i] = uuid.UUID(rows[i].TaskID)
 	}
+	if err := checkKeys(tasks); err != nil {
+		return nil, err
+	}
+	ctx, cancel, err := p.claimKeys(ctx, tasks, rows, now)
+	if err != nil {
+		return nil, err
+	}
+	defer cancel()
 
+	index := make([]taskindex.Write, len(tasks))
+	for i, t := range tasks {
+		index[i] = scheduledEntry(t, rows[i], now)
+	}
+	var indexFailed []int
+	var indexErr error
+	indexed := make(chan struct{})
+	go func() {
+		defer close(indexed)
+		indexFailed, indexErr = taskindex.Apply(ctx, p.session, index, p.cfg.WritesInFlight)
+	}()
 	batches := taskrow.Group(rows)
 	failed := make([][]int, len(batches))
 	ts := taskrow.Timestamp()
-	err := fanout.Each(len(batches), p.cfg.WritesInFlight, func(i int) error {
+	err = fanout.Each(len(batches), p.cfg.WritesInFlight, func(i int) error {
 		b := cql.Batch(p.session, gocql.UnloggedBatch).WithContext(ctx)
 		for _, idx := range batches[i] {
 			b.Query(taskrow.Insert, rows[idx].InsertArgs(ts)...)
@@ -168,11 +194,19 @@ func (p *Producer) ScheduleTasks(ctx context.Context, tasks []Task) ([]uuid.UUID
 		}
 		return nil
 	})
-	if err != nil {
+	<-indexed
+	if err = errors.Join(err, indexErr); err != nil {
+		// A task whose index entry failed is written but could not be found by Get:
+		// reported like one whose write failed.
 		perr := &PartialError{Err: err}
-		for _, f := range failed {
-			perr.Failed = append(perr.Failed, f...)
+		seen := map[int]bool{}
+		for _, f := range append(slices.Concat(failed...), indexFailed...) {
+			if !seen[f] {
+				seen[f] = true
+				perr.Failed = append(perr.Failed, f)
+			}
 		}
+		slices.Sort(perr.Failed)
 		return ids, perr
 	}
 	p.notify(ctx, tasks, rows, queues)

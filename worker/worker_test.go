@@ -183,9 +183,13 @@ func TestPanicAndRetry(t *testing.T) {
 	require.Zero(t, e.remaining())
 }
 
+// TestDeadLetter runs a task that fails every attempt: it is listed among the queue's
+// dead letters with its last error, Get reports it dead, and once replayed (and the
+// handler fixed) it runs again from attempt 1 with a greater fencing token and succeeds.
 func TestDeadLetter(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, shardq.QueueConfig{ShardCount: 1})
+	ctx := context.Background()
 	id := func() uuid.UUID {
 		for id := range e.schedule(1) {
 			return id
@@ -193,6 +197,12 @@ func TestDeadLetter(t *testing.T) {
 		return uuid.Nil
 	}()
 	dead := make(chan struct{})
+	var fixed atomic.Bool
+	type run struct {
+		attempt int
+		token   int64
+	}
+	runs := make(chan run, 8)
 	w := e.worker(worker.Config{
 		MaxAttempts: 2,
 		Backoff:     func(int) time.Duration { return 0 },
@@ -201,23 +211,55 @@ func TestDeadLetter(t *testing.T) {
 				close(dead)
 			}
 		}),
-		Handler: worker.HandlerFunc(func(context.Context, *consumer.Task) error { return errors.New("always") }),
+		Handler: worker.HandlerFunc(func(_ context.Context, task *consumer.Task) error {
+			runs <- run{task.Attempt, task.Token}
+			if fixed.Load() {
+				return nil
+			}
+			return errors.New("always")
+		}),
 	})
-	require.NoError(t, w.Start(context.Background()))
+	require.NoError(t, w.Start(ctx))
+	defer stop(t, w)
 	select {
 	case <-dead:
 	case <-time.After(30 * time.Second):
 		t.Fatal("never dead-lettered")
 	}
-	stop(t, w)
-	var attempt int
-	var msg string
-	require.NoError(t, e.s.Query(`SELECT attempt, error FROM dead_tasks WHERE queue = ? AND day = ? AND task_id = ?`,
-		e.q.Name, consumer.DeadLetterDay(time.Now()), gocql.UUID(id)).Scan(&attempt, &msg))
-	require.Equal(t, 2, attempt)
-	require.Equal(t, "always", msg)
+	require.Equal(t, run{1, 1}, <-runs)
+	require.Equal(t, run{2, 2}, <-runs)
+
+	letters, err := e.p.DeadLetters(ctx, e.q.Name, producer.DeadLetterQuery{})
+	require.NoError(t, err)
+	require.Len(t, letters, 1)
+	require.Equal(t, id, letters[0].TaskID)
+	require.Equal(t, 2, letters[0].Attempt)
+	require.Equal(t, "always", letters[0].Error)
+	info, err := e.p.Get(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, shardq.TaskDead, info.State)
+	require.Equal(t, "always", info.LastError)
 	require.Zero(t, e.remaining(), "a dead letter leaves the queue")
 	require.Equal(t, uint64(1), w.Stats().DeadLettered)
+
+	fixed.Store(true)
+	replayed, err := e.p.ReplayDeadLetter(ctx, e.q.Name, letters[0].ID)
+	require.NoError(t, err)
+	require.Equal(t, id, replayed)
+	select {
+	case r := <-runs:
+		require.Equal(t, 1, r.attempt, "attempts start again")
+		require.Greater(t, r.token, int64(2), "the fencing token keeps growing")
+	case <-time.After(30 * time.Second):
+		t.Fatal("the replayed task never ran")
+	}
+	letters, err = e.p.DeadLetters(ctx, e.q.Name, producer.DeadLetterQuery{})
+	require.NoError(t, err)
+	require.Empty(t, letters, "the dead letter is gone once replayed")
+	require.Eventually(t, func() bool {
+		_, err := e.p.Get(ctx, id)
+		return errors.Is(err, shardq.ErrTaskNotFound)
+	}, 10*time.Second, 10*time.Millisecond, "acked after the replay")
 }
 
 // TestRetryDelayCappedAtMaxTimeout fails a task on a queue with default settings, whose

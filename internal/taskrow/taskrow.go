@@ -11,7 +11,8 @@ import (
 
 // Row is one task row. ID's time is when the row becomes visible: the due time of a
 // pending task, or the lease deadline of a task in flight. Attempt counts deliveries
-// so far: 0 for a task never delivered.
+// since the task was scheduled or replayed: 0 for a task never delivered. Token counts
+// every delivery ever, so it keeps growing across replays.
 type Row struct {
 	Key      string
 	Priority int8
@@ -21,6 +22,7 @@ type Row struct {
 	DueAt    time.Time
 	Timeout  time.Duration
 	Attempt  int
+	Token    int64
 }
 
 // LockID is the clustering id of a partition's lock row (kind 0, priority 0): a fixed,
@@ -39,12 +41,22 @@ const TimestampLag = time.Second
 func Timestamp() int64 { return time.Now().Add(-TimestampLag).UnixMicro() }
 
 // Insert writes a row; bind InsertArgs.
-const Insert = `INSERT INTO tasks (shard_key, kind, priority, id, task_id, payload, due_at, timeout_ms, attempt)
-	VALUES (?, 1, ?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?`
+const Insert = `INSERT INTO tasks (shard_key, kind, priority, id, task_id, payload, due_at, timeout_ms, attempt, deliveries)
+	VALUES (?, 1, ?, ?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?`
+
+// InsertLWT writes a row inside a conditional batch, which carries no timestamps of its
+// own; bind InsertLWTArgs.
+const InsertLWT = `INSERT INTO tasks (shard_key, kind, priority, id, task_id, payload, due_at, timeout_ms, attempt, deliveries)
+	VALUES (?, 1, ?, ?, ?, ?, ?, ?, ?, ?)`
 
 // InsertArgs binds r to Insert with write timestamp ts (see Timestamp).
 func (r Row) InsertArgs(ts int64) []any {
-	return []any{r.Key, r.Priority, r.ID, r.TaskID, r.Payload, r.DueAt, r.Timeout.Milliseconds(), r.Attempt, ts}
+	return append(r.InsertLWTArgs(), ts)
+}
+
+// InsertLWTArgs binds r to InsertLWT.
+func (r Row) InsertLWTArgs() []any {
+	return []any{r.Key, r.Priority, r.ID, r.TaskID, r.Payload, r.DueAt, r.Timeout.Milliseconds(), r.Attempt, r.Token}
 }
 
 // Delete removes a row; DeleteIfExists removes it only if it is there, so its
@@ -60,7 +72,7 @@ func (r Row) KeyArgs() []any { return []any{r.Key, r.Priority, r.ID} }
 // SelectRange reads up to LIMIT rows of the given priorities (bind a []int8) whose IDs
 // lie in (floor, upper], highest priority first, then earliest. Bind the floor as an
 // exact ID or shard.MinID(t), and the upper bound as shard.MaxID(t).
-const SelectRange = `SELECT priority, id, task_id, payload, due_at, timeout_ms, attempt FROM tasks
+const SelectRange = `SELECT priority, id, task_id, payload, due_at, timeout_ms, attempt, deliveries FROM tasks
 	WHERE shard_key = ? AND kind = 1 AND priority IN ? AND id > ? AND id <= ? LIMIT ?`
 
 // SelectRangeIDs is SelectRange reading only priorities and IDs.
@@ -70,6 +82,10 @@ const SelectRangeIDs = `SELECT priority, id FROM tasks
 // SelectOne reads one row's ID by primary key.
 const SelectOne = `SELECT id FROM tasks WHERE shard_key = ? AND kind = 1 AND priority = ? AND id = ?`
 
+// SelectRow reads one whole row by primary key, in SelectRange's columns; bind KeyArgs.
+const SelectRow = `SELECT priority, id, task_id, payload, due_at, timeout_ms, attempt, deliveries FROM tasks
+	WHERE shard_key = ? AND kind = 1 AND priority = ? AND id = ?`
+
 // Scan reads the rows of a SelectRange query of partition key, stopping once the rows
 // read hold maxBytes of payload or more (the row that crosses it is kept). It reports
 // whether it stopped early.
@@ -77,7 +93,7 @@ func Scan(iter *gocql.Iter, key string, maxBytes int) (rows []Row, cut bool, err
 	var r Row
 	var timeoutMs int64
 	bytes := 0
-	for iter.Scan(&r.Priority, &r.ID, &r.TaskID, &r.Payload, &r.DueAt, &timeoutMs, &r.Attempt) {
+	for iter.Scan(&r.Priority, &r.ID, &r.TaskID, &r.Payload, &r.DueAt, &timeoutMs, &r.Attempt, &r.Token) {
 		r.Key = key
 		r.Timeout = time.Duration(timeoutMs) * time.Millisecond
 		rows = append(rows, r)

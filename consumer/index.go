@@ -1,0 +1,69 @@
+package consumer
+
+import (
+	"context"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/shardq/shardq/internal/taskindex"
+	"github.com/shardq/shardq/internal/taskrow"
+	"github.com/shardq/shardq/shard"
+)
+
+// DeadLetterRetention is how long dead letters are kept (the dead_letters table's TTL).
+const DeadLetterRetention = 30 * 24 * time.Hour
+
+func loc(r taskrow.Row) taskindex.Loc {
+	return taskindex.Loc{Key: r.Key, Priority: r.Priority, ID: r.ID}
+}
+
+// rowState is the state of a task whose pending row is r: never delivered since it was
+// scheduled, or delivered before and due again.
+func rowState(r taskrow.Row) taskindex.State {
+	if r.Attempt == 0 {
+		return taskindex.Scheduled
+	}
+	return taskindex.Retrying
+}
+
+// moveEntry is the index write announcing that t moves from the row from (in state
+// prev) to the row to (in state state), as step of its delivery.
+func (c *Consumer) moveEntry(t *Task, state taskindex.State, to taskrow.Row, prev taskindex.State, from taskrow.Row, step int64) taskindex.Write {
+	e := taskindex.Entry{TaskID: t.ID, Queue: c.q.Name, State: state, Row: loc(to), PrevState: prev, Prev: loc(from),
+		DueAt: t.DueAt, Attempt: t.Attempt, Token: t.Token}
+	visible := t.Deadline
+	if state == taskindex.InFlight {
+		e.LeaseUntil = t.Deadline
+	} else {
+		visible = shard.IDTime(uuid.UUID(to.ID))
+	}
+	return taskindex.Write{Entry: e, Stamp: taskindex.Stamp(t.ID, t.Token, step), TTL: taskindex.TTL(c.cfg.Clock.Now(), visible)}
+}
+
+// finishEntry is the index write of a delivery's last step: acked (kept as completed for
+// the queue's retention, or removed) or dead.
+func (c *Consumer) finishEntry(t *Task, state taskindex.State, cause string) taskindex.Write {
+	now := c.cfg.Clock.Now()
+	w := taskindex.Write{Stamp: taskindex.Stamp(t.ID, t.Token, taskindex.Final),
+		Entry: taskindex.Entry{TaskID: t.ID, Queue: c.q.Name, State: state, DueAt: t.DueAt, Attempt: t.Attempt,
+			Token: t.Token, Error: cause, DoneAt: now}}
+	switch {
+	case state == taskindex.Dead:
+		w.TTL = DeadLetterRetention
+	case c.q.CompletedRetention > 0:
+		w.TTL = c.q.CompletedRetention
+	default:
+		w.Delete = true
+	}
+	return w
+}
+
+// finish records the last step of tasks' deliveries. Their moves are done, so a failure
+// only leaves entries naming rows that are gone, which readers take for "not found": it
+// is logged, not returned.
+func (c *Consumer) finish(ctx context.Context, ws []taskindex.Write) {
+	if _, err := taskindex.Apply(ctx, c.session, ws, c.cfg.PartitionsInFlight); err != nil {
+		c.log.WarnContext(ctx, "recording finished tasks in the index", "queue", c.q.Name, "tasks", len(ws), "error", err)
+	}
+}

@@ -1,0 +1,247 @@
+// Package taskindex keeps the task_index table: where each task's row is and what state
+// the task is in, for Get, Cancel and Reschedule.
+//
+// Every move of a task writes its entry before the move (so a crash in between leaves the
+// entry pointing at both the old and the new row, and readers check which exists) or after
+// it, for the final step (ack, dead letter, cancel), whose loss leaves an entry pointing at
+// rows that are gone, which readers take for "not found". Write timestamps come from the
+// task, not from clocks: Stamp grows with the task's delivery token and with each step of
+// one delivery, so the later step wins even when the processes that wrote them disagree
+// about the time.
+package taskindex
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/gocql/gocql"
+	"github.com/google/uuid"
+
+	"github.com/shardq/shardq/internal/cql"
+	"github.com/shardq/shardq/internal/fanout"
+	"github.com/shardq/shardq/shard"
+)
+
+// State is a task's state as recorded. The values are stored: never renumber them.
+type State int8
+
+const (
+	Scheduled State = 1
+	InFlight  State = 2
+	Retrying  State = 3
+	Dead      State = 4
+	Completed State = 5
+)
+
+// Slots is how many partitions share one minute of task IDs.
+const Slots = 32
+
+// stepBits leaves room for 2^20-1 steps (extensions, retries, reschedules) per delivery.
+const stepBits = 20
+
+// Final is the step of the write that ends a delivery: ack, dead letter or cancel.
+const Final = 1<<stepBits - 1
+
+// Keep is how long an entry outlives the time its row becomes visible, so an entry of a
+// task that waits in a backlog, or one whose final write was lost, still goes away.
+const Keep = 30 * 24 * time.Hour
+
+// maxTTL is Cassandra's largest TTL (20 years).
+const maxTTL = 20 * 365 * 24 * time.Hour
+
+// Loc is where a row of the tasks table is; a zero Key means nowhere.
+type Loc struct {
+	Key      string
+	Priority int8
+	ID       gocql.UUID
+}
+
+// Entry is one task's index row.
+type Entry struct {
+	TaskID     uuid.UUID
+	Queue      string
+	Key        string // the task's unique key, if any
+	State      State
+	Row        Loc // where the task's row is now, for the pending and in-flight states
+	PrevState  State
+	Prev       Loc // where it was before the last move, until the move is known done
+	DueAt      time.Time
+	Attempt    int
+	Token      int64
+	LeaseUntil time.Time
+	Error      string
+	DoneAt     time.Time
+}
+
+// Stamp is the write timestamp of step of the delivery numbered token (0 before the first).
+func Stamp(taskID uuid.UUID, token int64, step int64) int64 {
+	return shard.IDTime(taskID).UnixMicro() + token<<stepBits + step
+}
+
+// Token returns the delivery token a write timestamp was made for.
+func Token(taskID uuid.UUID, stamp int64) int64 {
+	return (stamp - shard.IDTime(taskID).UnixMicro()) >> stepBits
+}
+
+// TTL is how long an entry whose row becomes visible at visible is kept, from now.
+func TTL(now, visible time.Time) time.Duration {
+	return min(max(visible.Sub(now), 0)+Keep, maxTTL)
+}
+
+func partition(id uuid.UUID) (int32, int8) {
+	minute := shard.IDTime(id).Unix() / 60
+	return int32(minute), int8(binary.BigEndian.Uint64(id[8:]) % Slots)
+}
+
+const insert = `INSERT INTO task_index (minute, slot, task_id, queue, key, state, row_key, row_priority, row_id,
+	prev_state, prev_key, prev_priority, prev_id, due_at, attempt, deliveries, lease_until, error, done_at)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ? AND TTL ?`
+
+const remove = `DELETE FROM task_index USING TIMESTAMP ? WHERE minute = ? AND slot = ? AND task_id = ?`
+
+// Write is one entry to write with its timestamp (Stamp) and TTL, or, when Delete is
+// set, the removal of the entry of Entry.TaskID.
+type Write struct {
+	Entry  Entry
+	Stamp  int64
+	TTL    time.Duration
+	Delete bool
+}
+
+// nullable leaves zero values unset rather than storing them.
+func nullable[T comparable](v T) any {
+	var zero T
+	if v == zero {
+		return nil
+	}
+	return v
+}
+
+func locArgs(l Loc) []any {
+	if l.Key == "" {
+		return []any{nil, nil, nil}
+	}
+	return []any{l.Key, l.Priority, l.ID}
+}
+
+func timeArg(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t
+}
+
+func (w Write) stmt() (string, []any) {
+	minute, slot := partition(w.Entry.TaskID)
+	if w.Delete {
+		return remove, []any{w.Stamp, minute, slot, gocql.UUID(w.Entry.TaskID)}
+	}
+	e := w.Entry
+	args := []any{minute, slot, gocql.UUID(e.TaskID), e.Queue, nullable(e.Key), int8(e.State)}
+	args = append(args, locArgs(e.Row)...)
+	args = append(args, nullable(int8(e.PrevState)))
+	args = append(args, locArgs(e.Prev)...)
+	ttl := max(int64(w.TTL/time.Second), 1)
+	args = append(args, timeArg(e.DueAt), e.Attempt, e.Token, timeArg(e.LeaseUntil), nullable(e.Error), timeArg(e.DoneAt),
+		w.Stamp, ttl)
+	return insert, args
+}
+
+// Apply writes ws, one unlogged batch per index partition, inflight batches at once. On
+// error, failed lists the indexes of ws that may not be written.
+func Apply(ctx context.Context, session *gocql.Session, ws []Write, inflight int) (failed []int, err error) {
+	if len(ws) == 0 {
+		return nil, nil
+	}
+	type pk struct {
+		minute int32
+		slot   int8
+	}
+	groups := map[pk][]int{}
+	var order []pk
+	for i, w := range ws {
+		m, s := partition(w.Entry.TaskID)
+		k := pk{m, s}
+		if _, ok := groups[k]; !ok {
+			order = append(order, k)
+		}
+		groups[k] = append(groups[k], i)
+	}
+	bad := make([]bool, len(order))
+	err = fanout.Each(len(order), max(inflight, 1), func(i int) error {
+		idx := groups[order[i]]
+		var err error
+		if len(idx) == 1 {
+			stmt, args := ws[idx[0]].stmt()
+			err = cql.Query(session, stmt, args...).WithContext(ctx).Exec()
+		} else {
+			b := cql.Batch(session, gocql.UnloggedBatch).WithContext(ctx)
+			for _, j := range idx {
+				stmt, args := ws[j].stmt()
+				b.Query(stmt, args...)
+			}
+			err = session.ExecuteBatch(b)
+		}
+		if err != nil {
+			bad[i] = true
+			return fmt.Errorf("writing the task index: %w", err)
+		}
+		return nil
+	})
+	for i, b := range bad {
+		if b {
+			failed = append(failed, groups[order[i]]...)
+		}
+	}
+	return failed, err
+}
+
+// ErrNotFound means the index holds no entry for the task.
+var ErrNotFound = errors.New("taskindex: no entry")
+
+// Read returns the entry of task id and the timestamp of its last write.
+func Read(ctx context.Context, session *gocql.Session, id uuid.UUID) (Entry, int64, error) {
+	minute, slot := partition(id)
+	var (
+		e                               Entry
+		state, prevState, rowPr, prevPr int8
+		key, rowKey, prevKey, errText   *string
+		rowID, prevID                   *gocql.UUID
+		dueAt, leaseUntil, doneAt       *time.Time
+		stamp                           int64
+	)
+	err := cql.Query(session, `SELECT queue, key, state, row_key, row_priority, row_id, prev_state, prev_key,
+		prev_priority, prev_id, due_at, attempt, deliveries, lease_until, error, done_at, WRITETIME(state)
+		FROM task_index WHERE minute = ? AND slot = ? AND task_id = ?`, minute, slot, gocql.UUID(id)).
+		WithContext(ctx).Scan(&e.Queue, &key, &state, &rowKey, &rowPr, &rowID, &prevState, &prevKey, &prevPr, &prevID,
+		&dueAt, &e.Attempt, &e.Token, &leaseUntil, &errText, &doneAt, &stamp)
+	if errors.Is(err, gocql.ErrNotFound) {
+		return Entry{}, 0, ErrNotFound
+	}
+	if err != nil {
+		return Entry{}, 0, fmt.Errorf("reading the task index: %w", err)
+	}
+	e.TaskID = id
+	e.Key = deref(key)
+	e.State, e.PrevState = State(state), State(prevState)
+	if rowKey != nil && rowID != nil {
+		e.Row = Loc{Key: *rowKey, Priority: rowPr, ID: *rowID}
+	}
+	if prevKey != nil && prevID != nil {
+		e.Prev = Loc{Key: *prevKey, Priority: prevPr, ID: *prevID}
+	}
+	e.DueAt, e.LeaseUntil, e.DoneAt = deref(dueAt), deref(leaseUntil), deref(doneAt)
+	e.Error = deref(errText)
+	return e, stamp, nil
+}
+
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}

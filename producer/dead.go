@@ -1,0 +1,195 @@
+package producer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/gocql/gocql"
+	"github.com/google/uuid"
+
+	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/internal/cql"
+	"github.com/shardq/shardq/internal/taskindex"
+	"github.com/shardq/shardq/internal/taskrow"
+	"github.com/shardq/shardq/shard"
+)
+
+// Limits of DeadLetterQuery.
+const (
+	DefaultDeadLetterLimit = 100
+	MaxDeadLetterLimit     = 1000
+	// DeadLetterDays is how many UTC days back dead letters are kept (their 30-day TTL,
+	// plus the day in progress).
+	DeadLetterDays = 31
+)
+
+// ErrDeadLetterNotFound means no dead letter of that ID is kept in the queue.
+var ErrDeadLetterNotFound = errors.New("producer: dead letter not found")
+
+// DeadLetter is a task that ran out of attempts.
+type DeadLetter struct {
+	// ID identifies the dead letter; its time is when the task died.
+	ID       uuid.UUID
+	TaskID   uuid.UUID
+	Queue    string
+	Payload  []byte
+	Priority int
+	DueAt    time.Time
+	Timeout  time.Duration
+	Attempt  int
+	Token    int64
+	Error    string
+	DiedAt   time.Time
+}
+
+// DeadLetterQuery selects a page of dead letters.
+type DeadLetterQuery struct {
+	// Limit is the most letters returned, at most MaxDeadLetterLimit.
+	// Defaults to DefaultDeadLetterLimit.
+	Limit int
+	// Before returns only letters older than this one: pass the last ID of the previous
+	// page. Defaults to the newest (uuid.Nil).
+	Before uuid.UUID
+}
+
+const deadColumns = `dead_id, task_id, payload, priority, due_at, timeout_ms, attempt, deliveries, error, died_at`
+
+func scanDead(iter *gocql.Iter, queue string) ([]DeadLetter, error) {
+	var out []DeadLetter
+	var d DeadLetter
+	var id, taskID gocql.UUID
+	var prio int8
+	var timeoutMs int64
+	for iter.Scan(&id, &taskID, &d.Payload, &prio, &d.DueAt, &timeoutMs, &d.Attempt, &d.Token, &d.Error, &d.DiedAt) {
+		d.ID, d.TaskID, d.Queue, d.Priority = uuid.UUID(id), uuid.UUID(taskID), queue, int(prio)
+		d.Timeout = time.Duration(timeoutMs) * time.Millisecond
+		out = append(out, d)
+		d = DeadLetter{}
+	}
+	if err := iter.Close(); err != nil {
+		return nil, fmt.Errorf("producer: reading dead letters of %q: %w", queue, err)
+	}
+	return out, nil
+}
+
+func deadDay(t time.Time) int { return int(t.Unix() / 86400) }
+
+// DeadLetters returns a page of queue's dead letters, newest first. Pass the last ID of
+// a page as q.Before to get the next; an empty page is the end.
+func (p *Producer) DeadLetters(ctx context.Context, queue string, q DeadLetterQuery) ([]DeadLetter, error) {
+	if q.Limit == 0 {
+		q.Limit = DefaultDeadLetterLimit
+	}
+	if q.Limit < 0 || q.Limit > MaxDeadLetterLimit {
+		return nil, shardq.Invalid("q.Limit", "%d is not in [1, %d]", q.Limit, MaxDeadLetterLimit)
+	}
+	if _, err := p.queue(ctx, queue); err != nil {
+		return nil, err
+	}
+	today := deadDay(p.cfg.Clock.Now())
+	day := today
+	if q.Before != uuid.Nil {
+		day = min(day, deadDay(shard.IDTime(q.Before)))
+	}
+	var out []DeadLetter
+	for ; day > today-DeadLetterDays && len(out) < q.Limit; day-- {
+		stmt := `SELECT ` + deadColumns + ` FROM dead_letters WHERE queue = ? AND day = ? LIMIT ?`
+		args := []any{queue, day, q.Limit - len(out)}
+		if q.Before != uuid.Nil && day == deadDay(shard.IDTime(q.Before)) {
+			stmt = `SELECT ` + deadColumns + ` FROM dead_letters WHERE queue = ? AND day = ? AND dead_id < ? LIMIT ?`
+			args = []any{queue, day, gocql.UUID(q.Before), q.Limit - len(out)}
+		}
+		page, err := scanDead(cql.Query(p.session, stmt, args...).WithContext(ctx).Iter(), queue)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, page...)
+	}
+	return out, nil
+}
+
+func (p *Producer) deadLetter(ctx context.Context, queue string, id uuid.UUID) (DeadLetter, error) {
+	letters, err := scanDead(cql.Query(p.session, `SELECT `+deadColumns+` FROM dead_letters WHERE queue = ? AND day = ? AND dead_id = ?`,
+		queue, deadDay(shard.IDTime(id)), gocql.UUID(id)).WithContext(ctx).Iter(), queue)
+	if err != nil {
+		return DeadLetter{}, err
+	}
+	if len(letters) == 0 {
+		return DeadLetter{}, fmt.Errorf("%w: %s in queue %q", ErrDeadLetterNotFound, id, queue)
+	}
+	return letters[0], nil
+}
+
+// ReplayDeadLetter puts a dead task back into its queue, due now with its attempts reset
+// (its fencing token keeps growing), and removes the dead letter once the task is
+// written. It returns the task's ID, which is the one it had. A task that had a unique
+// key claims it again, and the replay fails with a *DuplicateError if another task holds
+// it. A replay that fails after writing the task leaves the letter: replaying it again
+// runs the task twice, never loses it.
+func (p *Producer) ReplayDeadLetter(ctx context.Context, queue string, id uuid.UUID) (uuid.UUID, error) {
+	q, err := p.queue(ctx, queue)
+	if err != nil {
+		return uuid.Nil, err
+	}
+	d, err := p.deadLetter(ctx, queue, id)
+	if err != nil {
+		return uuid.Nil, err
+	}
+	now := p.cfg.Clock.Now()
+	lay := q.Layout()
+	row := taskrow.Row{Key: lay.Key(lay.Bucket(now), lay.ShardFor(d.TaskID)), Priority: int8(d.Priority),
+		ID: gocql.UUID(shard.NewID(now)), TaskID: gocql.UUID(d.TaskID), Payload: d.Payload, DueAt: now,
+		Timeout: d.Timeout, Token: d.Token + 1} // the index entry of its death was written at d.Token
+	task := Task{Queue: queue, Payload: d.Payload, Priority: d.Priority, Timeout: d.Timeout}
+	if e, _, err := taskindex.Read(ctx, p.session, d.TaskID); err == nil {
+		task.Key = e.Key
+	} else if !errors.Is(err, taskindex.ErrNotFound) {
+		return uuid.Nil, fmt.Errorf("producer: replaying %s: %w", id, err)
+	}
+	wctx, cancel, err := p.claimKeys(ctx, []Task{task}, []taskrow.Row{row}, now)
+	if err != nil {
+		return uuid.Nil, err
+	}
+	defer cancel()
+	if _, err := taskindex.Apply(wctx, p.session, []taskindex.Write{scheduledEntry(task, row, now)}, 1); err != nil {
+		return uuid.Nil, fmt.Errorf("producer: replaying %s: %w", id, err)
+	}
+	if err := cql.Query(p.session, taskrow.Insert, row.InsertArgs(taskrow.Timestamp())...).WithContext(wctx).Exec(); err != nil {
+		return uuid.Nil, fmt.Errorf("producer: replaying %s: %w", id, err)
+	}
+	p.notify(ctx, []Task{task}, []taskrow.Row{row}, []shardq.QueueConfig{q})
+	if err := p.dropDead(ctx, d); err != nil {
+		return d.TaskID, fmt.Errorf("producer: task %s is replayed, but its dead letter stays: %w", d.TaskID, err)
+	}
+	return d.TaskID, nil
+}
+
+// PurgeDeadLetter deletes a dead letter for good; Get no longer finds its task.
+func (p *Producer) PurgeDeadLetter(ctx context.Context, queue string, id uuid.UUID) error {
+	d, err := p.deadLetter(ctx, queue, id)
+	if err != nil {
+		return err
+	}
+	if err := p.dropDead(ctx, d); err != nil {
+		return err
+	}
+	// Removed at the timestamp of its death's entry: a tie goes to the deletion, and a
+	// replay (written later) is untouched.
+	gone := taskindex.Write{Entry: taskindex.Entry{TaskID: d.TaskID}, Delete: true,
+		Stamp: taskindex.Stamp(d.TaskID, d.Token, taskindex.Final)}
+	if _, err := taskindex.Apply(ctx, p.session, []taskindex.Write{gone}, 1); err != nil {
+		return fmt.Errorf("producer: purging %s: %w", id, err)
+	}
+	return nil
+}
+
+func (p *Producer) dropDead(ctx context.Context, d DeadLetter) error {
+	err := cql.Query(p.session, `DELETE FROM dead_letters WHERE queue = ? AND day = ? AND dead_id = ?`,
+		d.Queue, deadDay(shard.IDTime(d.ID)), gocql.UUID(d.ID)).WithContext(ctx).Exec()
+	if err != nil {
+		return fmt.Errorf("producer: deleting dead letter %s: %w", d.ID, err)
+	}
+	return nil
+}

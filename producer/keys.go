@@ -1,0 +1,208 @@
+package producer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/gocql/gocql"
+	"github.com/google/uuid"
+
+	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/internal/cql"
+	"github.com/shardq/shardq/internal/fanout"
+	"github.com/shardq/shardq/internal/lwt"
+	"github.com/shardq/shardq/internal/taskindex"
+	"github.com/shardq/shardq/internal/taskrow"
+	"github.com/shardq/shardq/shard"
+)
+
+// MaxKeyBytes is the longest unique key accepted.
+const MaxKeyBytes = 512
+
+// KeyClaimGrace is how long a key claimed by a task that cannot be found yet is still
+// honoured: the claimer may be writing it. A call that claims keys writes its tasks
+// within half of it or fails.
+const KeyClaimGrace = time.Minute
+
+// ErrDuplicate is matched by *DuplicateError.
+var ErrDuplicate = errors.New("producer: duplicate key")
+
+// DuplicateError means a task's unique key is held by another task still pending, in
+// flight or retrying (or, for up to KeyClaimGrace, being scheduled). It matches
+// ErrDuplicate. Nothing of the call that returned it was written.
+type DuplicateError struct {
+	Queue      string
+	Key        string
+	ExistingID uuid.UUID
+}
+
+func (e *DuplicateError) Error() string {
+	return fmt.Sprintf("producer: key %q of queue %q is held by task %s", e.Key, e.Queue, e.ExistingID)
+}
+
+func (e *DuplicateError) Unwrap() error { return ErrDuplicate }
+
+func checkKeys(tasks []Task) error {
+	seen := map[[2]string]int{}
+	for i, t := range tasks {
+		if t.Key == "" {
+			continue
+		}
+		if len(t.Key) > MaxKeyBytes {
+			return shardq.Invalid(fmt.Sprintf("tasks[%d].Key", i), "%d bytes is over the %d allowed", len(t.Key), MaxKeyBytes)
+		}
+		k := [2]string{t.Queue, t.Key}
+		if j, ok := seen[k]; ok {
+			return shardq.Invalid(fmt.Sprintf("tasks[%d].Key", i), "%q is also the key of tasks[%d]", t.Key, j)
+		}
+		seen[k] = i
+	}
+	return nil
+}
+
+// claimKeys claims the keys of the tasks that have one. It returns the context to write
+// them under, bounded to half of KeyClaimGrace when keys were claimed. If any key is
+// held, the keys claimed are released and the first *DuplicateError is returned.
+func (p *Producer) claimKeys(ctx context.Context, tasks []Task, rows []taskrow.Row, now time.Time) (context.Context, context.CancelFunc, error) {
+	var keyed []int
+	for i, t := range tasks {
+		if t.Key != "" {
+			keyed = append(keyed, i)
+		}
+	}
+	if len(keyed) == 0 {
+		return ctx, func() {}, nil
+	}
+	claimed := make([]bool, len(keyed))
+	errs := make([]error, len(keyed))
+	_ = fanout.Each(len(keyed), p.cfg.WritesInFlight, func(j int) error {
+		i := keyed[j]
+		ttl := taskindex.TTL(now, shard.IDTime(uuid.UUID(rows[i].ID)))
+		errs[j] = p.claim(ctx, tasks[i].Queue, tasks[i].Key, uuid.UUID(rows[i].TaskID), ttl)
+		claimed[j] = errs[j] == nil
+		return nil
+	})
+	for j, err := range errs {
+		if err == nil {
+			continue
+		}
+		for k, ok := range claimed {
+			if ok {
+				p.unclaim(ctx, tasks[keyed[k]].Queue, tasks[keyed[k]].Key, uuid.UUID(rows[keyed[k]].TaskID))
+			}
+		}
+		return ctx, nil, fmt.Errorf("tasks[%d]: %w", keyed[j], err)
+	}
+	wctx, cancel := context.WithDeadline(ctx, p.cfg.Clock.Now().Add(KeyClaimGrace/2))
+	return wctx, cancel, nil
+}
+
+const (
+	claimStmt = `INSERT INTO task_keys (queue, key, task_id, claimed_at) VALUES (?, ?, ?, ?) IF NOT EXISTS USING TTL ?`
+	stealStmt = `UPDATE task_keys USING TTL ? SET task_id = ?, claimed_at = ? WHERE queue = ? AND key = ? IF task_id = ?`
+	keyStmt   = `SELECT task_id, claimed_at FROM task_keys WHERE queue = ? AND key = ?`
+)
+
+// claim makes id the holder of key, or returns a *DuplicateError. A key row naming a
+// task that is done (or was never written, once KeyClaimGrace has passed) is taken over
+// with a lightweight transaction conditioned on that task, so of racing claimers exactly
+// one wins.
+func (p *Producer) claim(ctx context.Context, queue, key string, id uuid.UUID, ttl time.Duration) error {
+	for range 5 {
+		now := p.cfg.Clock.Now()
+		var holder gocql.UUID
+		var claimedAt time.Time
+		applied, err := lwt.Apply(ctx, func(ctx context.Context) (bool, error) {
+			row := map[string]any{}
+			applied, err := cql.Query(p.session, claimStmt, queue, key, gocql.UUID(id), now, int64(ttl/time.Second)).
+				WithContext(ctx).RetryPolicy(lwt.NoRetry).MapScanCAS(row)
+			holder, _ = row["task_id"].(gocql.UUID)
+			claimedAt, _ = row["claimed_at"].(time.Time)
+			return applied, err
+		}, func(rctx context.Context, cause error) (bool, error) {
+			return p.settleClaim(rctx, queue, key, id, cause, &holder, &claimedAt)
+		})
+		switch {
+		case err != nil:
+			return fmt.Errorf("claiming key %q: %w", key, err)
+		case applied || holder == gocql.UUID(id): // the latter: a straggler of ours applied
+			return nil
+		}
+		live, err := p.holds(ctx, uuid.UUID(holder), claimedAt, now)
+		if err != nil {
+			return fmt.Errorf("claiming key %q: %w", key, err)
+		}
+		if live {
+			return &DuplicateError{Queue: queue, Key: key, ExistingID: uuid.UUID(holder)}
+		}
+		applied, err = lwt.Apply(ctx, func(ctx context.Context) (bool, error) {
+			return cql.Query(p.session, stealStmt, int64(ttl/time.Second), gocql.UUID(id), now, queue, key, holder).
+				WithContext(ctx).RetryPolicy(lwt.NoRetry).MapScanCAS(map[string]any{})
+		}, func(rctx context.Context, cause error) (bool, error) {
+			var h gocql.UUID
+			var at time.Time
+			return p.settleClaim(rctx, queue, key, id, cause, &h, &at)
+		})
+		switch {
+		case err != nil:
+			return fmt.Errorf("claiming key %q: %w", key, err)
+		case applied:
+			return nil
+		}
+		// Another claimer took it over first: look again.
+	}
+	return fmt.Errorf("claiming key %q: %w: contended five times", key, lwt.ErrOutcomeUnknown)
+}
+
+// settleClaim reads the key back at SERIAL: our claim applied if it names id. A
+// straggling claim can only ever make id the holder, which is the outcome we wanted.
+func (p *Producer) settleClaim(ctx context.Context, queue, key string, id uuid.UUID, cause error, holder *gocql.UUID, claimedAt *time.Time) (bool, error) {
+	err := cql.Query(p.session, keyStmt, queue, key).WithContext(ctx).Consistency(lwt.Serial).Scan(holder, claimedAt)
+	switch {
+	case errors.Is(err, gocql.ErrNotFound):
+		return false, fmt.Errorf("%w: %w (key not stored when read back)", lwt.ErrOutcomeUnknown, cause)
+	case err != nil:
+		return false, fmt.Errorf("%w: %w (reading back: %w)", lwt.ErrOutcomeUnknown, cause, err)
+	}
+	return *holder == gocql.UUID(id), nil
+}
+
+// holds reports whether task id, which holds a key claimed at claimedAt, still keeps it.
+func (p *Producer) holds(ctx context.Context, id uuid.UUID, claimedAt, now time.Time) (bool, error) {
+	info, err := p.Get(ctx, id)
+	switch {
+	case errors.Is(err, shardq.ErrTaskNotFound):
+		return now.Sub(claimedAt) < KeyClaimGrace, nil
+	case err != nil:
+		return false, err
+	}
+	return info.State == shardq.TaskScheduled || info.State == shardq.TaskInFlight || info.State == shardq.TaskRetrying, nil
+}
+
+// unclaim gives back a key claimed by a call that then failed before writing anything.
+// A failure leaves the claim, which others take over once KeyClaimGrace has passed.
+func (p *Producer) unclaim(ctx context.Context, queue, key string, id uuid.UUID) {
+	rctx, cancel := lwt.ResolveContext(ctx)
+	defer cancel()
+	_, err := cql.Query(p.session, `DELETE FROM task_keys WHERE queue = ? AND key = ? IF task_id = ?`, queue, key, gocql.UUID(id)).
+		WithContext(rctx).RetryPolicy(lwt.NoRetry).MapScanCAS(map[string]any{})
+	if err != nil {
+		p.cfg.Logger.WarnContext(ctx, "giving back a key claim", "queue", queue, "key", key, "error", err)
+	}
+}
+
+// keyHolder returns the task that last claimed key.
+func (p *Producer) keyHolder(ctx context.Context, queue, key string) (uuid.UUID, error) {
+	var holder gocql.UUID
+	var claimedAt time.Time
+	err := cql.Query(p.session, keyStmt, queue, key).WithContext(ctx).Scan(&holder, &claimedAt)
+	switch {
+	case errors.Is(err, gocql.ErrNotFound):
+		return uuid.Nil, fmt.Errorf("%w: no task holds key %q of queue %q", shardq.ErrTaskNotFound, key, queue)
+	case err != nil:
+		return uuid.Nil, fmt.Errorf("producer: reading key %q: %w", key, err)
+	}
+	return uuid.UUID(holder), nil
+}

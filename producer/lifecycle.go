@@ -1,0 +1,431 @@
+package producer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/gocql/gocql"
+	"github.com/google/uuid"
+
+	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/internal/cql"
+	"github.com/shardq/shardq/internal/lwt"
+	"github.com/shardq/shardq/internal/signal"
+	"github.com/shardq/shardq/internal/taskindex"
+	"github.com/shardq/shardq/internal/taskrow"
+	"github.com/shardq/shardq/internal/wakeup"
+	"github.com/shardq/shardq/lock"
+	"github.com/shardq/shardq/shard"
+)
+
+// maxMoves bounds how often Cancel and Reschedule look again for a task that moved under
+// them (a consumer took it, or another call moved it).
+const maxMoves = 8
+
+// scheduledEntry is the index entry of a task just scheduled as row r.
+func scheduledEntry(t Task, r taskrow.Row, now time.Time) taskindex.Write {
+	id := uuid.UUID(r.TaskID)
+	return taskindex.Write{
+		Entry: taskindex.Entry{TaskID: id, Queue: t.Queue, Key: t.Key, State: taskindex.Scheduled,
+			Row: loc(r), DueAt: r.DueAt, Token: r.Token},
+		Stamp: taskindex.Stamp(id, r.Token, 0),
+		TTL:   taskindex.TTL(now, shard.IDTime(uuid.UUID(r.ID))),
+	}
+}
+
+func loc(r taskrow.Row) taskindex.Loc {
+	return taskindex.Loc{Key: r.Key, Priority: r.Priority, ID: r.ID}
+}
+
+// located is where a task is: its index entry, confirmed against the tasks table.
+type located struct {
+	entry taskindex.Entry
+	stamp int64           // the entry's write timestamp
+	state taskindex.State // the state of the row found, or the entry's final state
+	row   taskrow.Row     // the task's row, for the pending and in-flight states
+}
+
+// locate finds task id: the row its index entry names now, or, when that move has not
+// happened (or a crash cut it short), the row it names as the previous place.
+func (p *Producer) locate(ctx context.Context, id uuid.UUID) (located, error) {
+	e, stamp, err := taskindex.Read(ctx, p.session, id)
+	switch {
+	case errors.Is(err, taskindex.ErrNotFound):
+		return located{}, fmt.Errorf("%w: %s", shardq.ErrTaskNotFound, id)
+	case err != nil:
+		return located{}, fmt.Errorf("producer: %w", err)
+	case e.State == taskindex.Dead || e.State == taskindex.Completed:
+		return located{entry: e, stamp: stamp, state: e.State}, nil
+	}
+	for _, c := range []struct {
+		state taskindex.State
+		at    taskindex.Loc
+	}{{e.State, e.Row}, {e.PrevState, e.Prev}} {
+		if c.at.Key == "" {
+			continue
+		}
+		r, ok, err := p.readRow(ctx, c.at)
+		if err != nil {
+			return located{}, err
+		}
+		if ok {
+			return located{entry: e, stamp: stamp, state: c.state, row: r}, nil
+		}
+	}
+	return located{}, fmt.Errorf("%w: %s", shardq.ErrTaskNotFound, id)
+}
+
+func (p *Producer) readRow(ctx context.Context, at taskindex.Loc) (taskrow.Row, bool, error) {
+	iter := cql.Query(p.session, taskrow.SelectRow, at.Key, at.Priority, at.ID).WithContext(ctx).Iter()
+	rows, _, err := taskrow.Scan(iter, at.Key, math.MaxInt)
+	if err != nil {
+		return taskrow.Row{}, false, fmt.Errorf("producer: reading %s: %w", at.Key, err)
+	}
+	if len(rows) == 0 {
+		return taskrow.Row{}, false, nil
+	}
+	return rows[0], true, nil
+}
+
+// Get reports the state of task id, or returns shardq.ErrTaskNotFound. A task scheduled
+// by a call that returned reports TaskScheduled (or a later state); an acked one reports
+// TaskCompleted within its queue's CompletedRetention, else it is not found.
+//
+// The state may lag a crash by one step: a consumer that dies between leasing a task and
+// recording the lease leaves the task reported as pending until its lease would have
+// ended, and one that dies between acking and recording the ack leaves it not found
+// rather than completed.
+func (p *Producer) Get(ctx context.Context, id uuid.UUID) (*shardq.TaskInfo, error) {
+	l, err := p.locate(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return p.info(l), nil
+}
+
+func (p *Producer) info(l located) *shardq.TaskInfo {
+	e := l.entry
+	info := &shardq.TaskInfo{ID: e.TaskID, Queue: e.Queue, Key: e.Key, DueAt: e.DueAt, Attempt: e.Attempt, Token: e.Token}
+	switch l.state {
+	case taskindex.Dead, taskindex.Completed:
+		info.State = shardq.TaskDead
+		if l.state == taskindex.Completed {
+			info.State = shardq.TaskCompleted
+		}
+		info.LastError, info.FinishedAt = e.Error, e.DoneAt
+		return info
+	}
+	r := l.row
+	info.Priority, info.Attempt, info.Token, info.Payload, info.DueAt = int(r.Priority), r.Attempt, r.Token, r.Payload, r.DueAt
+	visible := shard.IDTime(uuid.UUID(r.ID))
+	switch {
+	case l.state == taskindex.Scheduled:
+		info.State = shardq.TaskScheduled
+	case l.state == taskindex.InFlight && visible.After(p.cfg.Clock.Now()):
+		info.State, info.LeaseUntil = shardq.TaskInFlight, visible
+	default:
+		// Retried, or its lease ran out: due again when its row becomes visible.
+		info.State, info.DueAt = shardq.TaskRetrying, visible
+	}
+	return info
+}
+
+// GetByKey reports the state of the task that holds key in queue, as Get.
+func (p *Producer) GetByKey(ctx context.Context, queue, key string) (*shardq.TaskInfo, error) {
+	id, err := p.keyHolder(ctx, queue, key)
+	if err != nil {
+		return nil, err
+	}
+	return p.Get(ctx, id)
+}
+
+// CancelOptions tunes Cancel.
+type CancelOptions struct {
+	// AfterLease cancels a task in flight too: its current delivery runs on, but it is
+	// never delivered again (its holder's ack, retry or extension then fails with
+	// consumer.ErrLeaseLost). Without it, cancelling a task in flight fails with a
+	// *shardq.TaskInFlightError. Defaults to false.
+	AfterLease bool
+}
+
+// Cancel removes a pending or retrying task so that it is never delivered again. It
+// returns shardq.ErrTaskNotFound for a task that completed, died or does not exist, and a
+// *shardq.TaskInFlightError for one a consumer holds, unless opts.AfterLease is set.
+func (p *Producer) Cancel(ctx context.Context, id uuid.UUID, opts CancelOptions) error {
+	var unsettled error
+	for range maxMoves {
+		l, err := p.locate(ctx, id)
+		switch {
+		case errors.Is(err, shardq.ErrTaskNotFound) && unsettled != nil:
+			return nil // our removal applied after all, or the task's holder acked it meanwhile
+		case err != nil:
+			return err
+		case l.state == taskindex.Dead || l.state == taskindex.Completed:
+			return fmt.Errorf("%w: %s is %s", shardq.ErrTaskNotFound, id, p.info(l).State)
+		}
+		if info := p.info(l); info.State == shardq.TaskInFlight && !opts.AfterLease {
+			return &shardq.TaskInFlightError{ID: id, Token: info.Token, LeaseUntil: info.LeaseUntil}
+		}
+		q, err := p.queue(ctx, l.entry.Queue)
+		if err != nil {
+			return err
+		}
+		removed, err := p.move(ctx, q, l.row, nil)
+		switch {
+		case errors.Is(err, lwt.ErrOutcomeUnknown):
+			unsettled = err
+			continue
+		case err != nil:
+			return fmt.Errorf("producer: cancelling %s: %w", id, err)
+		case !removed:
+			continue // it moved under us: look again
+		}
+		done := taskindex.Write{Entry: taskindex.Entry{TaskID: id}, Delete: true,
+			Stamp: taskindex.Stamp(id, l.row.Token, taskindex.Final)}
+		if _, err := taskindex.Apply(ctx, p.session, []taskindex.Write{done}, 1); err != nil {
+			// The row is gone, so readers find the entry's rows gone: not found.
+			p.cfg.Logger.WarnContext(ctx, "recording a cancel in the index", "task_id", id, "error", err)
+		}
+		return nil
+	}
+	if unsettled != nil {
+		return fmt.Errorf("producer: cancelling %s: %w", id, unsettled)
+	}
+	return fmt.Errorf("producer: cancelling %s: it kept moving (%d tries)", id, maxMoves)
+}
+
+// CancelByKey cancels the task that holds key in queue, as Cancel.
+func (p *Producer) CancelByKey(ctx context.Context, queue, key string, opts CancelOptions) error {
+	id, err := p.keyHolder(ctx, queue, key)
+	if err != nil {
+		return err
+	}
+	return p.Cancel(ctx, id, opts)
+}
+
+// RescheduleOptions says what Reschedule changes; zero fields keep the task's own.
+type RescheduleOptions struct {
+	// DueAt is the new due time; a past time means now. Defaults to the current one.
+	DueAt time.Time
+	// Priority is the new priority. Defaults to the current one (nil).
+	Priority *int
+}
+
+// Reschedule moves a pending or retrying task to a new due time, priority or both. The
+// move is atomic with respect to consumers: the task is delivered once, at its new time.
+// It returns a *shardq.TaskInFlightError for a task a consumer holds, and
+// shardq.ErrTaskNotFound for one that completed, died or does not exist.
+func (p *Producer) Reschedule(ctx context.Context, id uuid.UUID, opts RescheduleOptions) error {
+	if opts.Priority != nil && (*opts.Priority < shardq.MinPriority || *opts.Priority > shardq.MaxPriority) {
+		return shardq.Invalid("opts.Priority", "%d is not in [%d, %d]", *opts.Priority, shardq.MinPriority, shardq.MaxPriority)
+	}
+	if !opts.DueAt.IsZero() && (opts.DueAt.Before(shard.MinIDTime) || opts.DueAt.After(shard.MaxIDTime)) {
+		return shardq.Invalid("opts.DueAt", "%v is outside [%v, %v]", opts.DueAt, shard.MinIDTime.UTC(), shard.MaxIDTime)
+	}
+	for range maxMoves {
+		l, err := p.locate(ctx, id)
+		if err != nil {
+			return err
+		}
+		info := p.info(l)
+		switch info.State {
+		case shardq.TaskDead, shardq.TaskCompleted:
+			return fmt.Errorf("%w: %s is %s", shardq.ErrTaskNotFound, id, info.State)
+		case shardq.TaskInFlight:
+			return &shardq.TaskInFlightError{ID: id, Token: info.Token, LeaseUntil: info.LeaseUntil}
+		}
+		q, err := p.queue(ctx, l.entry.Queue)
+		if err != nil {
+			return err
+		}
+		now := p.cfg.Clock.Now()
+		next := l.row
+		due := opts.DueAt
+		if due.IsZero() {
+			due = info.DueAt
+		}
+		if l.state == taskindex.Scheduled {
+			next.DueAt = due // a retrying row keeps the due time first asked for
+		}
+		if opts.Priority != nil {
+			next.Priority = int8(*opts.Priority)
+		}
+		place := due
+		if place.Before(now) {
+			place = now
+		}
+		next.ID = gocql.UUID(shard.NewID(place))
+		lay := q.Layout()
+		next.Key = lay.Key(lay.Bucket(place), lay.ShardFor(uuid.UUID(next.TaskID)))
+
+		state := l.state
+		if state == taskindex.InFlight {
+			state = taskindex.Retrying // its lease ran out: pending again
+		}
+		entry := taskindex.Entry{TaskID: id, Queue: q.Name, State: state, Row: loc(next), PrevState: state,
+			Prev: loc(l.row), DueAt: next.DueAt, Attempt: next.Attempt, Token: next.Token}
+		ttl := taskindex.TTL(now, place)
+		if _, err := taskindex.Apply(ctx, p.session, []taskindex.Write{{Entry: entry, Stamp: l.stamp + 1, TTL: ttl}}, 1); err != nil {
+			return fmt.Errorf("producer: rescheduling %s: %w", id, err)
+		}
+		moved, err := p.move(ctx, q, l.row, &next)
+		switch {
+		case err != nil:
+			return fmt.Errorf("producer: rescheduling %s: %w", id, err)
+		case !moved:
+			continue
+		}
+		// Confirm the move, so that a racing call's entry (same timestamp, lost move)
+		// cannot stand.
+		entry.Prev, entry.PrevState = taskindex.Loc{}, 0
+		if _, err := taskindex.Apply(ctx, p.session, []taskindex.Write{{Entry: entry, Stamp: l.stamp + 2, TTL: ttl}}, 1); err != nil {
+			p.cfg.Logger.WarnContext(ctx, "confirming a reschedule in the index", "task_id", id, "error", err)
+		}
+		var touches signal.Touches
+		touches.Add(lay, uuid.UUID(next.ID), uuid.UUID(next.TaskID))
+		wakeup.Notify(q.Name, place)
+		if err := p.signals.Touch(ctx, &touches); err != nil {
+			p.cfg.Logger.WarnContext(ctx, "touching wake-up signals", "error", err)
+		}
+		return nil
+	}
+	return fmt.Errorf("producer: rescheduling %s: it kept moving (%d tries)", id, maxMoves)
+}
+
+// RescheduleByKey reschedules the task that holds key in queue, as Reschedule.
+func (p *Producer) RescheduleByKey(ctx context.Context, queue, key string, opts RescheduleOptions) error {
+	id, err := p.keyHolder(ctx, queue, key)
+	if err != nil {
+		return err
+	}
+	return p.Reschedule(ctx, id, opts)
+}
+
+// move deletes the pending row from and, when to is given, writes it in its place,
+// fenced against consumers: it reports false when from was gone (a consumer took it, or
+// another call moved it). A row never delivered is deleted only under its partition's
+// lock, because consumers delete such rows without a condition; to's partition is
+// locked too while to exists beside from, so no consumer can take both.
+func (p *Producer) move(ctx context.Context, q shardq.QueueConfig, from taskrow.Row, to *taskrow.Row) (bool, error) {
+	if to == nil && from.Attempt > 0 {
+		// Consumers take such rows only if they still exist, so a condition is fence enough.
+		return lwt.Apply(ctx, func(ctx context.Context) (bool, error) {
+			return cql.Query(p.session, taskrow.DeleteIfExists, from.KeyArgs()...).WithContext(ctx).
+				RetryPolicy(lwt.NoRetry).MapScanCAS(map[string]any{})
+		}, func(rctx context.Context, cause error) (bool, error) {
+			return false, fmt.Errorf("%w: deleting %s: %w", lwt.ErrOutcomeUnknown, from.Key, cause)
+		})
+	}
+	keys := []string{from.Key}
+	if to != nil && to.Key != from.Key {
+		keys = append(keys, to.Key)
+		if to.Key < from.Key {
+			keys[0], keys[1] = keys[1], keys[0]
+		}
+	}
+	leases := map[string]*lock.Lease{}
+	defer func() {
+		for _, le := range leases {
+			if err := le.Release(ctx); err != nil && !errors.Is(err, lock.ErrLockLost) {
+				p.cfg.Logger.WarnContext(ctx, "releasing a lock", "shard_key", le.Key(), "error", err)
+			}
+		}
+	}()
+	for _, k := range keys {
+		le, err := p.lock(ctx, q, k)
+		if err != nil {
+			return false, err
+		}
+		leases[k] = le
+	}
+	src := leases[from.Key]
+	delete(leases, from.Key) // the batch below releases it
+	b := cql.Batch(p.session, gocql.LoggedBatch).WithContext(ctx)
+	stmt, args := src.ReleaseStatementSetting("swap_holder = ?", gocql.UUID(src.Holder()))
+	b.Query(stmt, args...)
+	b.Query(taskrow.DeleteIfExists, from.KeyArgs()...)
+	apart := to != nil && to.Key != from.Key
+	switch {
+	case apart:
+		ins := cql.Query(p.session, taskrow.Insert, to.InsertArgs(taskrow.Timestamp())...).WithContext(ctx)
+		if err := ins.Exec(); err != nil {
+			p.dropRow(ctx, *to)
+			return false, fmt.Errorf("writing %s: %w", to.Key, err)
+		}
+	case to != nil:
+		b.Query(taskrow.InsertLWT, to.InsertLWTArgs()...)
+	}
+	applied, err := lwt.Apply(ctx, func(context.Context) (bool, error) { return lwt.Batch(p.session, b) },
+		func(rctx context.Context, cause error) (bool, error) { return p.settle(rctx, src, cause) })
+	if apart && err == nil && !applied || apart && err != nil && lwt.Definite(err) {
+		p.dropRow(ctx, *to)
+	}
+	if err != nil || !applied {
+		if rerr := src.Release(ctx); rerr != nil && !errors.Is(rerr, lock.ErrLockLost) {
+			p.cfg.Logger.WarnContext(ctx, "releasing a lock", "shard_key", src.Key(), "error", rerr)
+		}
+	}
+	// An unsettled outcome leaves to in place: if from is gone too, to is the task; if
+	// not, the task is there twice, a duplicate but never a loss.
+	return applied, err
+}
+
+// settle decides a fenced batch whose outcome is unknown, as consumers settle swaps:
+// releasing the lock voids a straggler, then the lock row tells whose batch applied last.
+func (p *Producer) settle(ctx context.Context, le *lock.Lease, cause error) (bool, error) {
+	if err := le.Release(ctx); err != nil && !errors.Is(err, lock.ErrLockLost) {
+		return false, fmt.Errorf("%w: %w (releasing: %w)", lwt.ErrOutcomeUnknown, cause, err)
+	}
+	var last gocql.UUID
+	err := cql.Query(p.session, `SELECT swap_holder FROM tasks WHERE shard_key = ? AND kind = 0 AND priority = 0 AND id = ?`,
+		le.Key(), taskrow.LockID).WithContext(ctx).Consistency(lwt.Serial).Scan(&last)
+	if err != nil && !errors.Is(err, gocql.ErrNotFound) {
+		return false, fmt.Errorf("%w: %w (reading back: %w)", lwt.ErrOutcomeUnknown, cause, err)
+	}
+	return last == gocql.UUID(le.Holder()), nil
+}
+
+// dropRow deletes a row written for a move that did not happen. We hold its partition's
+// lock, so no consumer took it.
+func (p *Producer) dropRow(ctx context.Context, r taskrow.Row) {
+	rctx, cancel := lwt.ResolveContext(ctx)
+	defer cancel()
+	if err := cql.Query(p.session, taskrow.Delete, r.KeyArgs()...).WithContext(rctx).Exec(); err != nil {
+		p.cfg.Logger.WarnContext(ctx, "deleting the row of a move that did not happen; the task may run twice",
+			"shard_key", r.Key, "task_id", uuid.UUID(r.TaskID), "error", err)
+	}
+}
+
+// lockWait bounds how long Cancel and Reschedule wait for a partition's lock, in
+// multiples of the queue's LockTTL: a holder keeps it far shorter, or it expires.
+const lockWait = 3
+
+// lock takes key's lock, waiting while consumers hold it.
+func (p *Producer) lock(ctx context.Context, q shardq.QueueConfig, key string) (*lock.Lease, error) {
+	v, ok := p.lockers.Load(q.Name)
+	if !ok {
+		l, err := lock.New(p.session, lock.Config{TTL: q.LockTTL, Logger: p.cfg.Logger})
+		if err != nil {
+			return nil, err
+		}
+		v, _ = p.lockers.LoadOrStore(q.Name, l)
+	}
+	locker := v.(*lock.Locker)
+	wait := 5 * time.Millisecond
+	give := time.Now().Add(lockWait * q.LockTTL)
+	for {
+		le, err := locker.Acquire(ctx, key)
+		if !errors.Is(err, lock.ErrLockHeld) || time.Now().After(give) {
+			return le, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 200*time.Millisecond)
+	}
+}

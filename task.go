@@ -1,0 +1,89 @@
+package shardq
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// TaskState is where a task is in its life.
+type TaskState int
+
+const (
+	// TaskScheduled: waiting for its due time, never delivered since it was scheduled
+	// or replayed.
+	TaskScheduled TaskState = iota + 1
+	// TaskInFlight: delivered and leased until TaskInfo.LeaseUntil.
+	TaskInFlight
+	// TaskRetrying: delivered before and due again at TaskInfo.DueAt, after a retry or
+	// an expired lease.
+	TaskRetrying
+	// TaskDead: out of attempts, kept in the queue's dead letters.
+	TaskDead
+	// TaskCompleted: acked, and kept for the queue's CompletedRetention.
+	TaskCompleted
+)
+
+func (s TaskState) String() string {
+	switch s {
+	case TaskScheduled:
+		return "scheduled"
+	case TaskInFlight:
+		return "in_flight"
+	case TaskRetrying:
+		return "retrying"
+	case TaskDead:
+		return "dead"
+	case TaskCompleted:
+		return "completed"
+	}
+	return fmt.Sprintf("TaskState(%d)", int(s))
+}
+
+// TaskInfo is what Get reports about a task.
+type TaskInfo struct {
+	ID    uuid.UUID
+	Queue string
+	// Key is the task's unique key, if it has one.
+	Key   string
+	State TaskState
+	// DueAt is when a scheduled task is due, or when a retrying one is due again.
+	DueAt    time.Time
+	Priority int
+	// Attempt counts deliveries since the task was scheduled or replayed.
+	Attempt int
+	// Token counts every delivery of the task ever: the fencing token of its latest one.
+	Token int64
+	// LeaseUntil is when the lease of a task in flight ends.
+	LeaseUntil time.Time
+	// LastError is the error a dead task died of.
+	LastError string
+	// FinishedAt is when a dead or completed task finished.
+	FinishedAt time.Time
+	// Payload is the task's payload, for tasks still pending or in flight.
+	Payload []byte
+}
+
+var (
+	// ErrTaskNotFound means no task of that ID or key is pending, in flight, retrying,
+	// dead, or completed within its queue's retention.
+	ErrTaskNotFound = errors.New("shardq: task not found")
+	// ErrTaskInFlight is matched by *TaskInFlightError.
+	ErrTaskInFlight = errors.New("shardq: task in flight")
+)
+
+// TaskInFlightError is returned by Cancel and Reschedule for a task that a consumer holds
+// right now. It matches ErrTaskInFlight.
+type TaskInFlightError struct {
+	ID         uuid.UUID
+	Token      int64
+	LeaseUntil time.Time
+}
+
+func (e *TaskInFlightError) Error() string {
+	return fmt.Sprintf("shardq: task %s is in flight (delivery %d, leased until %s)", e.ID, e.Token, e.LeaseUntil.UTC().Format(time.RFC3339Nano))
+}
+
+func (e *TaskInFlightError) Unwrap() error { return ErrTaskInFlight }
