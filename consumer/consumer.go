@@ -136,6 +136,7 @@ type Consumer struct {
 
 	beforeSwap func() // tests only: runs between the locked read and the swap
 	failRead   func(key string) error
+	crash      func(step string) bool // tests only: true stops at step as if the process died
 }
 
 // New returns a Consumer of cfg.Queue. The queue's settings are read on first use.

@@ -6,3 +6,8 @@ func SetBeforeSwap(c *Consumer, f func()) { c.beforeSwap = f }
 
 // SetFailRead makes c's reads of a partition fail with f's error when f returns one.
 func SetFailRead(c *Consumer, f func(key string) error) { c.failRead = f }
+
+// SetCrash makes c stop, as if its process died, at the steps for which f returns true:
+// "swap" (after writing markers and index entries, before the swap) and "finish" (after
+// an ack or dead letter, before recording it in the index).
+func SetCrash(c *Consumer, f func(step string) bool) { c.crash = f }

@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/google/uuid"
@@ -42,19 +43,15 @@ func (c *Consumer) moveEntry(t *Task, state taskindex.State, to taskrow.Row, pre
 }
 
 // finishEntry is the index write of a delivery's last step: acked (kept as completed for
-// the queue's retention, or removed) or dead.
+// the queue's retention, and at least taskindex.Finished) or dead.
 func (c *Consumer) finishEntry(t *Task, state taskindex.State, cause string) taskindex.Write {
 	now := c.cfg.Clock.Now()
 	w := taskindex.Write{Stamp: taskindex.Stamp(t.ID, t.Token, taskindex.Final),
 		Entry: taskindex.Entry{TaskID: t.ID, Queue: c.q.Name, State: state, DueAt: t.DueAt, Attempt: t.Attempt,
 			Token: t.Token, Error: cause, DoneAt: now}}
-	switch {
-	case state == taskindex.Dead:
+	w.TTL = max(c.q.CompletedRetention, taskindex.Finished)
+	if state == taskindex.Dead {
 		w.TTL = DeadLetterRetention
-	case c.q.CompletedRetention > 0:
-		w.TTL = c.q.CompletedRetention
-	default:
-		w.Delete = true
 	}
 	return w
 }
@@ -63,7 +60,15 @@ func (c *Consumer) finishEntry(t *Task, state taskindex.State, cause string) tas
 // only leaves entries naming rows that are gone, which readers take for "not found": it
 // is logged, not returned.
 func (c *Consumer) finish(ctx context.Context, ws []taskindex.Write) {
+	if c.crashed("finish") {
+		return
+	}
 	if _, err := taskindex.Apply(ctx, c.session, ws, c.cfg.PartitionsInFlight); err != nil {
 		c.log.WarnContext(ctx, "recording finished tasks in the index", "queue", c.q.Name, "tasks", len(ws), "error", err)
 	}
 }
+
+// errCrashed is what a consumer told by a test to crash returns where it stopped.
+var errCrashed = errors.New("consumer: crashed (test)")
+
+func (c *Consumer) crashed(step string) bool { return c.crash != nil && c.crash(step) }

@@ -206,6 +206,9 @@ func (c *Consumer) swap(ctx context.Context, pt *part, lease *lock.Lease, rows [
 		c.dropMarkers(ctx, markers)
 		return nil, errors.Join(wrapErr("writing markers for", pt.key, err), c.release(ctx, lease))
 	}
+	if c.crashed("swap") {
+		return nil, errCrashed
+	}
 
 	f, _ := c.floorsOf(pt)
 	s.consumed = true

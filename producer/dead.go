@@ -85,6 +85,11 @@ func (p *Producer) DeadLetters(ctx context.Context, queue string, q DeadLetterQu
 	if q.Limit < 0 || q.Limit > MaxDeadLetterLimit {
 		return nil, shardq.Invalid("q.Limit", "%d is not in [1, %d]", q.Limit, MaxDeadLetterLimit)
 	}
+	if q.Before != uuid.Nil {
+		if err := checkID("q.Before", q.Before); err != nil {
+			return nil, err
+		}
+	}
 	if _, err := p.queue(ctx, queue); err != nil {
 		return nil, err
 	}
@@ -111,6 +116,9 @@ func (p *Producer) DeadLetters(ctx context.Context, queue string, q DeadLetterQu
 }
 
 func (p *Producer) deadLetter(ctx context.Context, queue string, id uuid.UUID) (DeadLetter, error) {
+	if err := checkID("id", id); err != nil {
+		return DeadLetter{}, err
+	}
 	letters, err := scanDead(cql.Query(p.session, `SELECT `+deadColumns+` FROM dead_letters WHERE queue = ? AND day = ? AND dead_id = ?`,
 		queue, deadDay(shard.IDTime(id)), gocql.UUID(id)).WithContext(ctx).Iter(), queue)
 	if err != nil {

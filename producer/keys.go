@@ -171,14 +171,16 @@ func (p *Producer) settleClaim(ctx context.Context, queue, key string, id uuid.U
 
 // holds reports whether task id, which holds a key claimed at claimedAt, still keeps it.
 func (p *Producer) holds(ctx context.Context, id uuid.UUID, claimedAt, now time.Time) (bool, error) {
-	info, err := p.Get(ctx, id)
+	l, err := p.locate(ctx, id)
 	switch {
 	case errors.Is(err, shardq.ErrTaskNotFound):
+		// Never written yet, or written and finished so long ago that its entry is gone
+		// (taskindex.Finished is longer than the grace).
 		return now.Sub(claimedAt) < KeyClaimGrace, nil
 	case err != nil:
 		return false, err
 	}
-	return info.State == shardq.TaskScheduled || info.State == shardq.TaskInFlight || info.State == shardq.TaskRetrying, nil
+	return l.state == taskindex.Scheduled || l.state == taskindex.InFlight || l.state == taskindex.Retrying, nil
 }
 
 // unclaim gives back a key claimed by a call that then failed before writing anything.

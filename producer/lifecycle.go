@@ -51,19 +51,25 @@ type located struct {
 // locate finds task id: the row its index entry names now, or, when that move has not
 // happened (or a crash cut it short), the row it names as the previous place.
 func (p *Producer) locate(ctx context.Context, id uuid.UUID) (located, error) {
+	if err := checkID("id", id); err != nil {
+		return located{}, err
+	}
 	e, stamp, err := taskindex.Read(ctx, p.session, id)
 	switch {
 	case errors.Is(err, taskindex.ErrNotFound):
 		return located{}, fmt.Errorf("%w: %s", shardq.ErrTaskNotFound, id)
 	case err != nil:
 		return located{}, fmt.Errorf("producer: %w", err)
-	case e.State == taskindex.Dead || e.State == taskindex.Completed:
+	case e.State == taskindex.Dead || e.State == taskindex.Completed || e.State == taskindex.Cancelled:
 		return located{entry: e, stamp: stamp, state: e.State}, nil
 	}
+	// The previous place first: if it is still there, the move the entry announces has
+	// not happened (or its process died before finishing it), and the state is the one
+	// before.
 	for _, c := range []struct {
 		state taskindex.State
 		at    taskindex.Loc
-	}{{e.State, e.Row}, {e.PrevState, e.Prev}} {
+	}{{e.PrevState, e.Prev}, {e.State, e.Row}} {
 		if c.at.Key == "" {
 			continue
 		}
@@ -103,6 +109,19 @@ func (p *Producer) Get(ctx context.Context, id uuid.UUID) (*shardq.TaskInfo, err
 	if err != nil {
 		return nil, err
 	}
+	switch l.state {
+	case taskindex.Cancelled:
+		return nil, fmt.Errorf("%w: %s was cancelled", shardq.ErrTaskNotFound, id)
+	case taskindex.Completed:
+		// Kept at least taskindex.Finished for key claims; reported for the retention.
+		q, err := p.queue(ctx, l.entry.Queue)
+		if err != nil {
+			return nil, err
+		}
+		if !p.cfg.Clock.Now().Before(l.entry.DoneAt.Add(q.CompletedRetention)) {
+			return nil, fmt.Errorf("%w: %s completed", shardq.ErrTaskNotFound, id)
+		}
+	}
 	return p.info(l), nil
 }
 
@@ -110,9 +129,9 @@ func (p *Producer) info(l located) *shardq.TaskInfo {
 	e := l.entry
 	info := &shardq.TaskInfo{ID: e.TaskID, Queue: e.Queue, Key: e.Key, DueAt: e.DueAt, Attempt: e.Attempt, Token: e.Token}
 	switch l.state {
-	case taskindex.Dead, taskindex.Completed:
+	case taskindex.Dead, taskindex.Completed, taskindex.Cancelled:
 		info.State = shardq.TaskDead
-		if l.state == taskindex.Completed {
+		if l.state != taskindex.Dead {
 			info.State = shardq.TaskCompleted
 		}
 		info.LastError, info.FinishedAt = e.Error, e.DoneAt
@@ -163,8 +182,8 @@ func (p *Producer) Cancel(ctx context.Context, id uuid.UUID, opts CancelOptions)
 			return nil // our removal applied after all, or the task's holder acked it meanwhile
 		case err != nil:
 			return err
-		case l.state == taskindex.Dead || l.state == taskindex.Completed:
-			return fmt.Errorf("%w: %s is %s", shardq.ErrTaskNotFound, id, p.info(l).State)
+		case l.state == taskindex.Dead || l.state == taskindex.Completed || l.state == taskindex.Cancelled:
+			return fmt.Errorf("%w: %s is done", shardq.ErrTaskNotFound, id)
 		}
 		if info := p.info(l); info.State == shardq.TaskInFlight && !opts.AfterLease {
 			return &shardq.TaskInFlightError{ID: id, Token: info.Token, LeaseUntil: info.LeaseUntil}
@@ -183,8 +202,9 @@ func (p *Producer) Cancel(ctx context.Context, id uuid.UUID, opts CancelOptions)
 		case !removed:
 			continue // it moved under us: look again
 		}
-		done := taskindex.Write{Entry: taskindex.Entry{TaskID: id}, Delete: true,
-			Stamp: taskindex.Stamp(id, l.row.Token, taskindex.Final)}
+		done := taskindex.Write{Entry: taskindex.Entry{TaskID: id, Queue: l.entry.Queue, State: taskindex.Cancelled,
+			DueAt: l.row.DueAt, Attempt: l.row.Attempt, Token: l.row.Token, DoneAt: p.cfg.Clock.Now()},
+			Stamp: taskindex.Stamp(id, l.row.Token, taskindex.Final), TTL: taskindex.Finished}
 		if _, err := taskindex.Apply(ctx, p.session, []taskindex.Write{done}, 1); err != nil {
 			// The row is gone, so readers find the entry's rows gone: not found.
 			p.cfg.Logger.WarnContext(ctx, "recording a cancel in the index", "task_id", id, "error", err)
@@ -230,11 +250,11 @@ func (p *Producer) Reschedule(ctx context.Context, id uuid.UUID, opts Reschedule
 		if err != nil {
 			return err
 		}
+		if l.state == taskindex.Dead || l.state == taskindex.Completed || l.state == taskindex.Cancelled {
+			return fmt.Errorf("%w: %s is done", shardq.ErrTaskNotFound, id)
+		}
 		info := p.info(l)
-		switch info.State {
-		case shardq.TaskDead, shardq.TaskCompleted:
-			return fmt.Errorf("%w: %s is %s", shardq.ErrTaskNotFound, id, info.State)
-		case shardq.TaskInFlight:
+		if info.State == shardq.TaskInFlight {
 			return &shardq.TaskInFlightError{ID: id, Token: info.Token, LeaseUntil: info.LeaseUntil}
 		}
 		q, err := p.queue(ctx, l.entry.Queue)
@@ -428,4 +448,12 @@ func (p *Producer) lock(ctx context.Context, q shardq.QueueConfig, key string) (
 		}
 		wait = min(2*wait, 200*time.Millisecond)
 	}
+}
+
+// checkID rejects what cannot be a task or dead letter ID: those are version 1 UUIDs.
+func checkID(field string, id uuid.UUID) error {
+	if id.Version() != 1 {
+		return shardq.Invalid(field, "%s is not a task ID (a version 1 UUID)", id)
+	}
+	return nil
 }

@@ -34,7 +34,13 @@ const (
 	Retrying  State = 3
 	Dead      State = 4
 	Completed State = 5
+	Cancelled State = 6
 )
+
+// Finished is how long the entry of a task that completed or was cancelled is kept at
+// least: long enough for a producer claiming the task's key to tell a finished task from
+// one whose producer is still writing it (producer.KeyClaimGrace).
+const Finished = 10 * time.Minute
 
 // Slots is how many partitions share one minute of task IDs.
 const Slots = 32
@@ -79,11 +85,6 @@ type Entry struct {
 // Stamp is the write timestamp of step of the delivery numbered token (0 before the first).
 func Stamp(taskID uuid.UUID, token int64, step int64) int64 {
 	return shard.IDTime(taskID).UnixMicro() + token<<stepBits + step
-}
-
-// Token returns the delivery token a write timestamp was made for.
-func Token(taskID uuid.UUID, stamp int64) int64 {
-	return (stamp - shard.IDTime(taskID).UnixMicro()) >> stepBits
 }
 
 // TTL is how long an entry whose row becomes visible at visible is kept, from now.

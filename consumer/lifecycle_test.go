@@ -1,0 +1,464 @@
+package consumer_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gocql/gocql"
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/consumer"
+	"github.com/shardq/shardq/producer"
+	"github.com/shardq/shardq/shard"
+)
+
+func (e *env) state(id uuid.UUID) *shardq.TaskInfo {
+	e.t.Helper()
+	info, err := e.p.Get(context.Background(), id)
+	require.NoError(e.t, err)
+	return info
+}
+
+func (e *env) notFound(id uuid.UUID) {
+	e.t.Helper()
+	_, err := e.p.Get(context.Background(), id)
+	require.ErrorIs(e.t, err, shardq.ErrTaskNotFound)
+}
+
+// TestStatusAcrossTransitions follows one task through every move and checks what Get
+// reports after each, then a dead task and an expired lease.
+func TestStatusAcrossTransitions(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 60, BucketDuration: time.Second, CompletedRetention: time.Hour})
+	ctx := context.Background()
+	c := e.consumer()
+
+	id := e.schedule(producer.Task{Payload: []byte("x"), Priority: 3, DueAt: base.Add(2 * time.Second)})[0]
+	info := e.state(id)
+	require.Equal(t, shardq.TaskScheduled, info.State)
+	require.True(t, info.DueAt.Equal(base.Add(2*time.Second)))
+	require.Equal(t, 3, info.Priority)
+	require.Equal(t, []byte("x"), info.Payload)
+	require.Zero(t, info.Attempt)
+	require.Zero(t, info.Token)
+
+	e.clock.Add(2 * time.Second)
+	got := e.acquire(c, 1)
+	require.Len(t, got, 1)
+	require.Equal(t, int64(1), got[0].Token)
+	info = e.state(id)
+	require.Equal(t, shardq.TaskInFlight, info.State)
+	require.Equal(t, 1, info.Attempt)
+	require.Equal(t, int64(1), info.Token)
+	require.True(t, info.LeaseUntil.Equal(got[0].Deadline), "%v != %v", info.LeaseUntil, got[0].Deadline)
+
+	// An extension inside the same bucket and one into another.
+	for _, d := range []time.Duration{5*time.Second + 100*time.Millisecond, 8 * time.Second} {
+		require.NoError(t, c.Extend(ctx, got[0], d))
+		info = e.state(id)
+		require.Equal(t, shardq.TaskInFlight, info.State)
+		require.True(t, info.LeaseUntil.Equal(e.clock.Now().Add(d)))
+	}
+
+	require.NoError(t, c.Retry(ctx, got[0], 4*time.Second))
+	info = e.state(id)
+	require.Equal(t, shardq.TaskRetrying, info.State)
+	require.True(t, info.DueAt.Equal(e.clock.Now().Add(4*time.Second)))
+	require.Equal(t, int64(1), info.Token)
+
+	e.clock.Add(4 * time.Second)
+	got = e.acquire(c, 1)
+	require.Len(t, got, 1)
+	require.Equal(t, 2, got[0].Attempt)
+	require.Equal(t, int64(2), got[0].Token)
+	require.Equal(t, shardq.TaskInFlight, e.state(id).State)
+	require.NoError(t, c.AckTasks(ctx, got[0]))
+	info = e.state(id)
+	require.Equal(t, shardq.TaskCompleted, info.State, "kept for the queue's CompletedRetention")
+	require.Equal(t, int64(2), info.Token)
+
+	// A task that dies.
+	dead := e.schedule(producer.Task{Payload: []byte("d")})[0]
+	got = e.acquire(c, 1)
+	require.Equal(t, []uuid.UUID{dead}, ids(got))
+	require.NoError(t, c.DeadLetter(ctx, got[0], errors.New("boom")))
+	info = e.state(dead)
+	require.Equal(t, shardq.TaskDead, info.State)
+	require.Equal(t, "boom", info.LastError)
+
+	// A lease that ran out: the task is due again at its deadline.
+	lapsed := e.schedule(producer.Task{Payload: []byte("l")})[0]
+	got = e.acquire(c, 1)
+	require.Equal(t, []uuid.UUID{lapsed}, ids(got))
+	e.clock.Add(got[0].Timeout + time.Millisecond)
+	info = e.state(lapsed)
+	require.Equal(t, shardq.TaskRetrying, info.State)
+	require.True(t, info.DueAt.Equal(got[0].Deadline))
+}
+
+// TestStatusAfterCrashes stops a consumer between the two writes of a move: the state
+// Get reports lags by that one step and is never wrong about where the task is.
+func TestStatusAfterCrashes(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 60, BucketDuration: time.Second, CompletedRetention: time.Hour})
+	ctx := context.Background()
+
+	// Died after writing markers and index entries, before the swap: still scheduled.
+	id := e.schedule(producer.Task{Payload: []byte("x")})[0]
+	crashing := e.consumer()
+	consumer.SetCrash(crashing, func(step string) bool { return step == "swap" })
+	_, _ = crashing.AcquireTasks(ctx, 1)
+	info := e.state(id)
+	require.Equal(t, shardq.TaskScheduled, info.State, "the swap never happened")
+
+	// Once a live consumer takes it (after the dead one's lock expired), it is in flight.
+	live := e.consumer()
+	var got []*consumer.Task
+	require.Eventually(t, func() bool {
+		got = e.acquire(live, 1)
+		return len(got) == 1
+	}, 20*time.Second, 50*time.Millisecond, "the crashed consumer's lock never expired")
+	require.Equal(t, id, got[0].ID)
+	require.Equal(t, shardq.TaskInFlight, e.state(id).State)
+
+	// Died after the ack, before recording it: not found, rather than completed.
+	consumer.SetCrash(live, func(step string) bool { return step == "finish" })
+	require.NoError(t, live.AckTasks(ctx, got[0]))
+	e.notFound(id)
+}
+
+// TestAckedTaskNotFoundWithoutRetention: by default an acked task is forgotten.
+func TestAckedTaskNotFoundWithoutRetention(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 60, BucketDuration: time.Second})
+	c := e.consumer()
+	id := e.schedule(producer.Task{Payload: []byte("x")})[0]
+	got := e.acquire(c, 1)
+	require.Len(t, got, 1)
+	require.NoError(t, c.AckTasks(context.Background(), got...))
+	e.notFound(id)
+}
+
+// TestUniqueKeyRace: 16 producers schedule the same key at once; exactly one wins and
+// the others are told which task holds it. The key is free again once its task is
+// acked, cancelled or dead.
+func TestUniqueKeyRace(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, shardq.QueueConfig{ShardCount: 4, BucketCount: 60, BucketDuration: time.Second})
+	ctx := context.Background()
+	const racers = 16
+	type result struct {
+		id  uuid.UUID
+		err error
+	}
+	results := make(chan result, racers)
+	start := make(chan struct{})
+	for range racers {
+		p, err := producer.New(e.s, producer.Config{Clock: e.clock})
+		require.NoError(t, err)
+		go func() {
+			<-start
+			id, err := p.ScheduleTask(ctx, producer.Task{Queue: e.q.Name, Key: "k", Payload: []byte("x")})
+			results <- result{id, err}
+		}()
+	}
+	close(start)
+	var winner uuid.UUID
+	var losers []*producer.DuplicateError
+	for range racers {
+		r := <-results
+		if r.err == nil {
+			require.Equal(t, uuid.Nil, winner, "two producers won the key")
+			winner = r.id
+			continue
+		}
+		var dup *producer.DuplicateError
+		require.ErrorAs(t, r.err, &dup)
+		require.ErrorIs(t, r.err, producer.ErrDuplicate)
+		losers = append(losers, dup)
+	}
+	require.NotEqual(t, uuid.Nil, winner)
+	require.Len(t, losers, racers-1)
+	for _, d := range losers {
+		require.Equal(t, winner, d.ExistingID)
+	}
+	info, err := e.p.GetByKey(ctx, e.q.Name, "k")
+	require.NoError(t, err)
+	require.Equal(t, winner, info.ID)
+	require.Equal(t, "k", info.Key)
+
+	schedule := func() (uuid.UUID, error) {
+		return e.p.ScheduleTask(ctx, producer.Task{Queue: e.q.Name, Key: "k", Payload: []byte("x")})
+	}
+	c := e.consumer()
+	// In flight still holds the key.
+	got := e.acquire(c, 1)
+	require.Equal(t, []uuid.UUID{winner}, ids(got))
+	_, err = schedule()
+	require.ErrorIs(t, err, producer.ErrDuplicate)
+	// Acked frees it.
+	require.NoError(t, c.AckTasks(ctx, got...))
+	second, err := schedule()
+	require.NoError(t, err)
+	// Cancelled frees it.
+	require.NoError(t, e.p.CancelByKey(ctx, e.q.Name, "k", producer.CancelOptions{}))
+	_, err = e.p.GetByKey(ctx, e.q.Name, "k")
+	require.ErrorIs(t, err, shardq.ErrTaskNotFound)
+	third, err := schedule()
+	require.NoError(t, err)
+	require.NotEqual(t, second, third)
+	// Dead frees it.
+	got = e.acquire(c, 1)
+	require.Equal(t, []uuid.UUID{third}, ids(got))
+	require.NoError(t, c.DeadLetter(ctx, got[0], errors.New("boom")))
+	_, err = schedule()
+	require.NoError(t, err)
+
+	// Keys are per queue, and a batch may not name one twice.
+	_, err = e.p.ScheduleTasks(ctx, []producer.Task{{Queue: e.q.Name, Key: "a"}, {Queue: e.q.Name, Key: "a"}})
+	require.ErrorIs(t, err, shardq.ErrInvalid)
+}
+
+// TestAbandonedKeyClaim: a producer that died between claiming a key and writing its
+// task leaves a claim naming a task that never existed. It is honoured for
+// KeyClaimGrace (the claimer might still be writing), then taken over.
+func TestAbandonedKeyClaim(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 60, BucketDuration: time.Second})
+	ctx := context.Background()
+	ghost := shard.NewID(e.clock.Now())
+	require.NoError(t, e.s.Query(`INSERT INTO task_keys (queue, key, task_id, claimed_at) VALUES (?, ?, ?, ?) IF NOT EXISTS`,
+		e.q.Name, "k", gocql.UUID(ghost), e.clock.Now()).Exec())
+	task := producer.Task{Queue: e.q.Name, Key: "k", Payload: []byte("x")}
+	_, err := e.p.ScheduleTask(ctx, task)
+	var dup *producer.DuplicateError
+	require.ErrorAs(t, err, &dup)
+	require.Equal(t, ghost, dup.ExistingID)
+	e.clock.Add(producer.KeyClaimGrace)
+	id, err := e.p.ScheduleTask(ctx, task)
+	require.NoError(t, err)
+	info, err := e.p.GetByKey(ctx, e.q.Name, "k")
+	require.NoError(t, err)
+	require.Equal(t, id, info.ID)
+}
+
+// deliveries records which tasks consumers were handed, and on what clock.
+type deliveries struct {
+	mu sync.Mutex
+	at map[uuid.UUID][]time.Time
+}
+
+func (d *deliveries) add(t *consumer.Task, now time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.at[t.ID] = append(d.at[t.ID], now)
+}
+
+func (d *deliveries) of(id uuid.UUID) []time.Time {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.at[id]
+}
+
+// consume runs n consumers that take and ack tasks until stop is closed, recording
+// each delivery. It returns when they have all stopped.
+func (e *env) consume(n int, d *deliveries, stop <-chan struct{}) (wait func()) {
+	var wg sync.WaitGroup
+	for range n {
+		c := e.consumer()
+		wg.Go(func() {
+			tick := time.NewTicker(2 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				got, err := c.AcquireTasks(context.Background(), 10)
+				require.NoError(e.t, err)
+				now := e.clock.Now()
+				for _, task := range got {
+					d.add(task, now)
+				}
+				if len(got) > 0 {
+					require.NoError(e.t, c.AckTasks(context.Background(), got...))
+					continue
+				}
+				select {
+				case <-stop:
+					return
+				case <-tick.C:
+				}
+			}
+		})
+	}
+	return wg.Wait
+}
+
+// drain takes and acks every task visible at the clock's time, recording deliveries.
+func (e *env) drain(d *deliveries) {
+	e.t.Helper()
+	c := e.consumer()
+	for {
+		got := e.acquire(c, 100)
+		if len(got) == 0 {
+			return
+		}
+		for _, task := range got {
+			d.add(task, e.clock.Now())
+		}
+		require.NoError(e.t, c.AckTasks(context.Background(), got...))
+	}
+}
+
+// TestCancelRacesAcquire cancels 200 tasks while consumers take them. A cancel that
+// succeeded means the task is never delivered, not even after every lease has run out;
+// one that failed says why: in flight, or already done.
+func TestCancelRacesAcquire(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, shardq.QueueConfig{ShardCount: 4, BucketCount: 60, BucketDuration: time.Second})
+	ctx := context.Background()
+	tasks := make([]producer.Task, 200)
+	for i := range tasks {
+		tasks[i] = producer.Task{Payload: []byte{byte(i)}, Priority: i % 10}
+	}
+	taskIDs := e.schedule(tasks...)
+	d := &deliveries{at: map[uuid.UUID][]time.Time{}}
+	stop := make(chan struct{})
+	wait := e.consume(3, d, stop)
+
+	results := make([]error, len(taskIDs))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	for i, id := range taskIDs {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			results[i] = e.p.Cancel(ctx, id, producer.CancelOptions{})
+		})
+	}
+	wg.Wait()
+	close(stop)
+	wait()
+	e.clock.Add(time.Minute) // every lease and retry is due by now
+	e.drain(d)
+
+	cancelled, raced := 0, 0
+	for i, id := range taskIDs {
+		switch err := results[i]; {
+		case err == nil:
+			cancelled++
+			require.Empty(t, d.of(id), "task %d was delivered after its cancel succeeded", i)
+		case errors.Is(err, shardq.ErrTaskInFlight), errors.Is(err, shardq.ErrTaskNotFound):
+			raced++
+			require.Len(t, d.of(id), 1, "task %d: %v", i, err)
+		default:
+			require.NoError(t, err, "task %d", i)
+		}
+	}
+	t.Logf("cancelled %d, delivered before their cancel %d", cancelled, raced)
+	require.Positive(t, cancelled)
+}
+
+// TestCancelAfterLease lets a delivery in flight finish but stops its redelivery.
+func TestCancelAfterLease(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 60, BucketDuration: time.Second})
+	ctx := context.Background()
+	c := e.consumer()
+	id := e.schedule(producer.Task{Payload: []byte("x")})[0]
+	got := e.acquire(c, 1)
+	require.Len(t, got, 1)
+	err := e.p.Cancel(ctx, id, producer.CancelOptions{})
+	var inFlight *shardq.TaskInFlightError
+	require.ErrorAs(t, err, &inFlight)
+	require.Equal(t, int64(1), inFlight.Token)
+	require.True(t, inFlight.LeaseUntil.Equal(got[0].Deadline))
+
+	require.NoError(t, e.p.Cancel(ctx, id, producer.CancelOptions{AfterLease: true}))
+	e.notFound(id)
+	require.ErrorIs(t, c.AckTasks(ctx, got...), consumer.ErrLeaseLost)
+	e.clock.Add(time.Minute)
+	require.Empty(t, e.acquire(c, 10), "never delivered again")
+	require.ErrorIs(t, e.p.Cancel(ctx, id, producer.CancelOptions{}), shardq.ErrTaskNotFound)
+}
+
+// TestRescheduleRacesAcquire moves 200 due tasks 3 s later while consumers take them.
+// Each is delivered exactly once: at its new time when the move succeeded, or before,
+// when the move failed because the task was in flight or done.
+func TestRescheduleRacesAcquire(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, shardq.QueueConfig{ShardCount: 4, BucketCount: 60, BucketDuration: time.Second})
+	ctx := context.Background()
+	tasks := make([]producer.Task, 200)
+	for i := range tasks {
+		tasks[i] = producer.Task{Payload: []byte{byte(i)}, Priority: i % 10}
+	}
+	taskIDs := e.schedule(tasks...)
+	later := base.Add(3 * time.Second)
+	d := &deliveries{at: map[uuid.UUID][]time.Time{}}
+	stop := make(chan struct{})
+	wait := e.consume(3, d, stop)
+
+	results := make([]error, len(taskIDs))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	for i, id := range taskIDs {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			prio := 9 - i%10
+			results[i] = e.p.Reschedule(ctx, id, producer.RescheduleOptions{DueAt: later, Priority: &prio})
+		})
+	}
+	wg.Wait()
+	close(stop)
+	wait()
+	e.clock.Add(3 * time.Second)
+	e.drain(d)
+	e.clock.Add(time.Minute) // any second copy would be visible by now
+	e.drain(d)
+
+	moved := 0
+	for i, id := range taskIDs {
+		at := d.of(id)
+		require.Len(t, at, 1, "task %d (reschedule: %v)", i, results[i])
+		switch err := results[i]; {
+		case err == nil:
+			moved++
+			require.False(t, at[0].Before(later), "task %d delivered at %v, before its new time", i, at[0])
+		case errors.Is(err, shardq.ErrTaskInFlight), errors.Is(err, shardq.ErrTaskNotFound):
+			require.True(t, at[0].Before(later))
+		default:
+			require.NoError(t, err, "task %d", i)
+		}
+	}
+	t.Logf("moved %d of %d", moved, len(taskIDs))
+	require.Positive(t, moved)
+}
+
+// TestRescheduleMovesWithinAPartition changes only the priority: the old and new rows
+// share a partition and move in one conditional batch.
+func TestRescheduleMovesWithinAPartition(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 60, BucketDuration: time.Second})
+	ctx := context.Background()
+	low := e.schedule(producer.Task{Payload: []byte("low"), DueAt: base.Add(100 * time.Millisecond)})[0]
+	high := e.schedule(producer.Task{Payload: []byte("high"), Priority: 5, DueAt: base.Add(200 * time.Millisecond)})[0]
+	prio := 9
+	require.NoError(t, e.p.Reschedule(ctx, low, producer.RescheduleOptions{Priority: &prio}))
+	info := e.state(low)
+	require.Equal(t, 9, info.Priority)
+	require.True(t, info.DueAt.Equal(base.Add(100*time.Millisecond)))
+	e.clock.Add(time.Second)
+	c := e.consumer()
+	require.Equal(t, []uuid.UUID{low, high}, ids(e.acquire(c, 10)), "the raised task goes first")
+	bad := 10
+	require.ErrorIs(t, e.p.Reschedule(ctx, high, producer.RescheduleOptions{Priority: &bad}), shardq.ErrInvalid)
+	_, err := e.p.Get(ctx, uuid.New())
+	require.ErrorIs(t, err, shardq.ErrInvalid, "not a task ID")
+	_, err = e.p.Get(ctx, shard.NewID(base))
+	require.ErrorIs(t, err, shardq.ErrTaskNotFound)
+}
+
