@@ -95,7 +95,7 @@ func (p *Producer) claimKeys(ctx context.Context, tasks []Task, rows []taskrow.R
 		}
 		return ctx, nil, fmt.Errorf("tasks[%d]: %w", keyed[j], err)
 	}
-	wctx, cancel := context.WithDeadline(ctx, p.cfg.Clock.Now().Add(KeyClaimGrace/2))
+	wctx, cancel := context.WithTimeout(ctx, KeyClaimGrace/2)
 	return wctx, cancel, nil
 }
 
