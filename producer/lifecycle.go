@@ -57,7 +57,7 @@ func (p *Producer) locate(ctx context.Context, id uuid.UUID) (located, error) {
 	e, stamp, err := taskindex.Read(ctx, p.session, id)
 	switch {
 	case errors.Is(err, taskindex.ErrNotFound):
-		return located{}, fmt.Errorf("%w: %s", shardq.ErrTaskNotFound, id)
+		return p.home(ctx, id)
 	case err != nil:
 		return located{}, fmt.Errorf("producer: %w", err)
 	case e.State == taskindex.Dead || e.State == taskindex.Completed || e.State == taskindex.Cancelled:
@@ -82,6 +82,64 @@ func (p *Producer) locate(ctx context.Context, id uuid.UUID) (located, error) {
 		}
 	}
 	return located{}, fmt.Errorf("%w: %s", shardq.ErrTaskNotFound, id)
+}
+
+// home finds a task that has not moved since it was scheduled without a key, and so has
+// no index entry: its row is where its ID puts it, in a queue whose hint the ID carries.
+func (p *Producer) home(ctx context.Context, id uuid.UUID) (located, error) {
+	names, err := p.queuesHinted(ctx, shard.QueueHint(id))
+	if err != nil {
+		return located{}, err
+	}
+	for _, name := range names {
+		q, err := p.queue(ctx, name)
+		if err != nil {
+			return located{}, err
+		}
+		lay := q.Layout()
+		key := lay.Key(lay.Bucket(shard.IDTime(id)), lay.ShardFor(id))
+		iter := cql.Query(p.session, taskrow.SelectAnyPriority, key, allPriorities, gocql.UUID(id)).WithContext(ctx).Iter()
+		rows, _, err := taskrow.Scan(iter, key, math.MaxInt)
+		if err != nil {
+			return located{}, fmt.Errorf("producer: reading %s: %w", key, err)
+		}
+		if len(rows) > 0 && rows[0].TaskID == gocql.UUID(id) {
+			r := rows[0]
+			e := taskindex.Entry{TaskID: id, Queue: name, State: taskindex.Scheduled, Row: loc(r), DueAt: r.DueAt}
+			return located{entry: e, stamp: taskindex.Stamp(id, 0, 0), state: taskindex.Scheduled, row: r}, nil
+		}
+	}
+	return located{}, fmt.Errorf("%w: %s", shardq.ErrTaskNotFound, id)
+}
+
+var allPriorities = func() []int8 {
+	var ps []int8
+	for p := shardq.MinPriority; p <= shardq.MaxPriority; p++ {
+		ps = append(ps, int8(p))
+	}
+	return ps
+}()
+
+// queuesHinted returns the queues whose task IDs carry hint, reading the queue names
+// again when none does (a queue made since).
+func (p *Producer) queuesHinted(ctx context.Context, hint uint16) ([]string, error) {
+	p.hintsMu.Lock()
+	defer p.hintsMu.Unlock()
+	if names, ok := p.hints[hint]; ok {
+		return names, nil
+	}
+	iter := cql.Query(p.session, `SELECT name FROM queues`).WithContext(ctx).Iter()
+	hints := map[uint16][]string{}
+	var name string
+	for iter.Scan(&name) {
+		h := shard.HintOf(name)
+		hints[h] = append(hints[h], name)
+	}
+	if err := iter.Close(); err != nil {
+		return nil, fmt.Errorf("producer: listing queues: %w", err)
+	}
+	p.hints = hints
+	return hints[hint], nil
 }
 
 func (p *Producer) readRow(ctx context.Context, at taskindex.Loc) (taskrow.Row, bool, error) {

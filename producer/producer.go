@@ -80,6 +80,9 @@ type Producer struct {
 	queues  sync.Map // name -> shardq.QueueConfig; settings never change once created
 	lockers sync.Map // name -> *lock.Locker, for Cancel and Reschedule
 	signals *signal.Toucher
+
+	hintsMu sync.Mutex
+	hints   map[uint16][]string // shard.QueueHint -> queue names, as last read
 }
 
 // New returns a Producer writing through session, whose keyspace holds shardq's tables.
@@ -169,16 +172,26 @@ func (p *Producer) ScheduleTasks(ctx context.Context, tasks []Task) ([]uuid.UUID
 	}
 	defer cancel()
 
-	index := make([]taskindex.Write, len(tasks))
+	// A task without a key is found at its first place by its ID (see home): only keyed
+	// tasks need an index entry before their first move, to find them by key.
+	var index []taskindex.Write
+	var indexed []int
 	for i, t := range tasks {
-		index[i] = scheduledEntry(t, rows[i], now)
+		if t.Key != "" {
+			index = append(index, scheduledEntry(t, rows[i], now))
+			indexed = append(indexed, i)
+		}
 	}
 	var indexFailed []int
 	var indexErr error
-	indexed := make(chan struct{})
+	indexDone := make(chan struct{})
 	go func() {
-		defer close(indexed)
-		indexFailed, indexErr = taskindex.Apply(ctx, p.session, index, p.cfg.WritesInFlight)
+		defer close(indexDone)
+		var failed []int
+		failed, indexErr = taskindex.Apply(ctx, p.session, index, p.cfg.WritesInFlight)
+		for _, f := range failed {
+			indexFailed = append(indexFailed, indexed[f])
+		}
 	}()
 	batches := taskrow.Group(rows)
 	failed := make([][]int, len(batches))
@@ -194,7 +207,7 @@ func (p *Producer) ScheduleTasks(ctx context.Context, tasks []Task) ([]uuid.UUID
 		}
 		return nil
 	})
-	<-indexed
+	<-indexDone
 	if err = errors.Join(err, indexErr); err != nil {
 		// A task whose index entry failed is written but could not be found by Get:
 		// reported like one whose write failed.
@@ -283,7 +296,7 @@ func (p *Producer) row(q shardq.QueueConfig, t Task, now time.Time, name string)
 	if place.Before(now) {
 		place = now
 	}
-	id := shard.NewID(place)
+	id := shard.NewTaskID(place, q.Name)
 	gid := gocql.UUID(id)
 	return taskrow.Row{
 		Key: l.Key(l.Bucket(place), l.ShardFor(id)), Priority: int8(t.Priority), ID: gid, TaskID: gid,

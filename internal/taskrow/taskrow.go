@@ -82,6 +82,11 @@ const SelectRangeIDs = `SELECT priority, id FROM tasks
 // SelectOne reads one row's ID by primary key.
 const SelectOne = `SELECT id FROM tasks WHERE shard_key = ? AND kind = 1 AND priority = ? AND id = ?`
 
+// SelectAnyPriority reads the row of an ID whatever its priority (bind a []int8 of every
+// priority), in SelectRange's columns.
+const SelectAnyPriority = `SELECT priority, id, task_id, payload, due_at, timeout_ms, attempt, deliveries FROM tasks
+	WHERE shard_key = ? AND kind = 1 AND priority IN ? AND id = ?`
+
 // SelectRow reads one whole row by primary key, in SelectRange's columns; bind KeyArgs.
 const SelectRow = `SELECT priority, id, task_id, payload, due_at, timeout_ms, attempt, deliveries FROM tasks
 	WHERE shard_key = ? AND kind = 1 AND priority = ? AND id = ?`
