@@ -461,4 +461,3 @@ func TestRescheduleMovesWithinAPartition(t *testing.T) {
 	_, err = e.p.Get(ctx, shard.NewID(base))
 	require.ErrorIs(t, err, shardq.ErrTaskNotFound)
 }
-
