@@ -46,7 +46,7 @@ func (c *Consumer) moveEntry(t *Task, state taskindex.State, to taskrow.Row, pre
 // the queue's retention, and at least taskindex.Finished) or dead.
 func (c *Consumer) finishEntry(t *Task, state taskindex.State, cause string) taskindex.Write {
 	now := c.cfg.Clock.Now()
-	w := taskindex.Write{Stamp: taskindex.Stamp(t.ID, t.Token, taskindex.Final),
+	w := taskindex.Write{Stamp: taskindex.Stamp(t.ID, t.Token, taskindex.Final), Replace: true,
 		Entry: taskindex.Entry{TaskID: t.ID, Queue: c.q.Name, State: state, DueAt: t.DueAt, Attempt: t.Attempt,
 			Token: t.Token, Error: cause, DoneAt: now}}
 	w.TTL = max(c.q.CompletedRetention, taskindex.Finished)

@@ -199,6 +199,10 @@ func TestUniqueKeyRace(t *testing.T) {
 	// In flight still holds the key.
 	got := e.acquire(c, 1)
 	require.Equal(t, []uuid.UUID{winner}, ids(got))
+	info, err = e.p.GetByKey(ctx, e.q.Name, "k")
+	require.NoError(t, err)
+	require.Equal(t, shardq.TaskInFlight, info.State)
+	require.Equal(t, "k", info.Key, "the key outlives the move")
 	_, err = schedule()
 	require.ErrorIs(t, err, producer.ErrDuplicate)
 	// Acked frees it.

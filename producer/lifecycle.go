@@ -262,7 +262,7 @@ func (p *Producer) Cancel(ctx context.Context, id uuid.UUID, opts CancelOptions)
 		}
 		done := taskindex.Write{Entry: taskindex.Entry{TaskID: id, Queue: l.entry.Queue, State: taskindex.Cancelled,
 			DueAt: l.row.DueAt, Attempt: l.row.Attempt, Token: l.row.Token, DoneAt: p.cfg.Clock.Now()},
-			Stamp: taskindex.Stamp(id, l.row.Token, taskindex.Final), TTL: taskindex.Finished}
+			Stamp: taskindex.Stamp(id, l.row.Token, taskindex.Final), TTL: taskindex.Finished, Replace: true}
 		if _, err := taskindex.Apply(ctx, p.session, []taskindex.Write{done}, 1); err != nil {
 			// The row is gone, so readers find the entry's rows gone: not found.
 			p.cfg.Logger.WarnContext(ctx, "recording a cancel in the index", "task_id", id, "error", err)

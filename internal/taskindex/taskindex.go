@@ -15,6 +15,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/gocql/gocql"
@@ -97,58 +98,66 @@ func partition(id uuid.UUID) (int32, int8) {
 	return int32(minute), int8(binary.BigEndian.Uint64(id[8:]) % Slots)
 }
 
-const insert = `INSERT INTO task_index (minute, slot, task_id, queue, key, state, row_key, row_priority, row_id,
-	prev_state, prev_key, prev_priority, prev_id, due_at, attempt, deliveries, lease_until, error, done_at)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ? AND TTL ?`
-
 const remove = `DELETE FROM task_index USING TIMESTAMP ? WHERE minute = ? AND slot = ? AND task_id = ?`
 
-// Write is one entry to write with its timestamp (Stamp) and TTL, or, when Delete is
-// set, the removal of the entry of Entry.TaskID.
+// Write is one entry to write with its timestamp (Stamp) and TTL; with Replace, in place
+// of all the entry held; with Delete, the removal of the entry of Entry.TaskID.
 type Write struct {
-	Entry  Entry
-	Stamp  int64
-	TTL    time.Duration
-	Delete bool
+	Entry   Entry
+	Stamp   int64
+	TTL     time.Duration
+	Replace bool
+	Delete  bool
 }
 
-// nullable leaves zero values unset rather than storing them.
-func nullable[T comparable](v T) any {
-	var zero T
-	if v == zero {
-		return nil
-	}
-	return v
-}
-
-func locArgs(l Loc) []any {
-	if l.Key == "" {
-		return []any{nil, nil, nil}
-	}
-	return []any{l.Key, l.Priority, l.ID}
-}
-
-func timeArg(t time.Time) any {
-	if t.IsZero() {
-		return nil
-	}
-	return t
-}
-
-func (w Write) stmt() (string, []any) {
+// stmts returns the statements of w. Columns whose value is zero are left out rather
+// than written as nulls (tombstones): what an earlier step wrote there is either still
+// true (the key) or never read in the new state. A final entry (Replace) first deletes
+// the entry, so that the cells of earlier steps, which live as long as their own TTLs,
+// go with it.
+func (w Write) stmts() (stmts []string, args [][]any) {
 	minute, slot := partition(w.Entry.TaskID)
-	if w.Delete {
-		return remove, []any{w.Stamp, minute, slot, gocql.UUID(w.Entry.TaskID)}
+	id := gocql.UUID(w.Entry.TaskID)
+	if w.Delete || w.Replace {
+		stmts, args = append(stmts, remove), append(args, []any{w.Stamp - 1, minute, slot, id})
+		if w.Delete {
+			return stmts, args
+		}
 	}
 	e := w.Entry
-	args := []any{minute, slot, gocql.UUID(e.TaskID), e.Queue, nullable(e.Key), int8(e.State)}
-	args = append(args, locArgs(e.Row)...)
-	args = append(args, nullable(int8(e.PrevState)))
-	args = append(args, locArgs(e.Prev)...)
-	ttl := max(int64(w.TTL/time.Second), 1)
-	args = append(args, timeArg(e.DueAt), e.Attempt, e.Token, timeArg(e.LeaseUntil), nullable(e.Error), timeArg(e.DoneAt),
-		w.Stamp, ttl)
-	return insert, args
+	cols := []string{"minute", "slot", "task_id", "queue", "state", "attempt", "deliveries"}
+	vals := []any{minute, slot, id, e.Queue, int8(e.State), e.Attempt, e.Token}
+	add := func(col string, v any) {
+		cols, vals = append(cols, col), append(vals, v)
+	}
+	if e.Key != "" {
+		add("key", e.Key)
+	}
+	if e.Row.Key != "" {
+		add("row_key", e.Row.Key)
+		add("row_priority", e.Row.Priority)
+		add("row_id", e.Row.ID)
+	}
+	if e.Prev.Key != "" {
+		add("prev_state", int8(e.PrevState))
+		add("prev_key", e.Prev.Key)
+		add("prev_priority", e.Prev.Priority)
+		add("prev_id", e.Prev.ID)
+	}
+	for _, c := range []struct {
+		col string
+		t   time.Time
+	}{{"due_at", e.DueAt}, {"lease_until", e.LeaseUntil}, {"done_at", e.DoneAt}} {
+		if !c.t.IsZero() {
+			add(c.col, c.t)
+		}
+	}
+	if e.Error != "" {
+		add("error", e.Error)
+	}
+	marks := strings.Repeat("?, ", len(cols)-1) + "?"
+	stmt := "INSERT INTO task_index (" + strings.Join(cols, ", ") + ") VALUES (" + marks + ") USING TIMESTAMP ? AND TTL ?"
+	return append(stmts, stmt), append(args, append(vals, w.Stamp, max(int64(w.TTL/time.Second), 1)))
 }
 
 // Apply writes ws, one unlogged batch per index partition, inflight batches at once. On
@@ -173,16 +182,19 @@ func Apply(ctx context.Context, session *gocql.Session, ws []Write, inflight int
 	}
 	bad := make([]bool, len(order))
 	err = fanout.Each(len(order), max(inflight, 1), func(i int) error {
-		idx := groups[order[i]]
+		var stmts []string
+		var args [][]any
+		for _, j := range groups[order[i]] {
+			s, a := ws[j].stmts()
+			stmts, args = append(stmts, s...), append(args, a...)
+		}
 		var err error
-		if len(idx) == 1 {
-			stmt, args := ws[idx[0]].stmt()
-			err = cql.Query(session, stmt, args...).WithContext(ctx).Exec()
+		if len(stmts) == 1 {
+			err = cql.Query(session, stmts[0], args[0]...).WithContext(ctx).Exec()
 		} else {
 			b := cql.Batch(session, gocql.UnloggedBatch).WithContext(ctx)
-			for _, j := range idx {
-				stmt, args := ws[j].stmt()
-				b.Query(stmt, args...)
+			for k, stmt := range stmts {
+				b.Query(stmt, args[k]...)
 			}
 			err = session.ExecuteBatch(b)
 		}
