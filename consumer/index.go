@@ -31,15 +31,9 @@ func rowState(r taskrow.Row) taskindex.State {
 // moveEntry is the index write announcing that t moves from the row from (in state
 // prev) to the row to (in state state), as step of its delivery.
 func (c *Consumer) moveEntry(t *Task, state taskindex.State, to taskrow.Row, prev taskindex.State, from taskrow.Row, step int64) taskindex.Write {
-	e := taskindex.Entry{TaskID: t.ID, Queue: c.q.Name, State: state, Row: loc(to), PrevState: prev, Prev: loc(from),
-		DueAt: t.DueAt, Attempt: t.Attempt, Token: t.Token}
-	visible := t.Deadline
-	if state == taskindex.InFlight {
-		e.LeaseUntil = t.Deadline
-	} else {
-		visible = shard.IDTime(uuid.UUID(to.ID))
-	}
-	return taskindex.Write{Entry: e, Stamp: taskindex.Stamp(t.ID, t.Token, step), TTL: taskindex.TTL(c.cfg.Clock.Now(), visible)}
+	e := taskindex.Entry{TaskID: t.ID, State: state, Row: loc(to), PrevState: prev, Prev: loc(from)}
+	return taskindex.Write{Entry: e, Stamp: taskindex.Stamp(t.ID, t.Token, step),
+		TTL: taskindex.TTL(c.cfg.Clock.Now(), shard.IDTime(uuid.UUID(to.ID)))}
 }
 
 // finishEntry is the index write of a delivery's last step: acked (kept as completed for

@@ -68,20 +68,24 @@ type Loc struct {
 
 // Entry is one task's index row.
 type Entry struct {
-	TaskID     uuid.UUID
-	Queue      string
-	Key        string // the task's unique key, if any
-	State      State
-	Row        Loc // where the task's row is now, for the pending and in-flight states
-	PrevState  State
-	Prev       Loc // where it was before the last move, until the move is known done
-	DueAt      time.Time
-	Attempt    int
-	Token      int64
-	LeaseUntil time.Time
-	Error      string
-	DoneAt     time.Time
+	TaskID    uuid.UUID
+	Queue     string
+	Key       string // the task's unique key, if any
+	State     State
+	Row       Loc // where the task's row is now, for the pending and in-flight states
+	PrevState State
+	Prev      Loc // where it was before the last move, until the move is known done
+	// The rest is recorded only by final entries: a task still pending or in flight is
+	// described by its row, which readers read anyway.
+	DueAt   time.Time
+	Attempt int
+	Token   int64
+	Error   string
+	DoneAt  time.Time
 }
+
+// Final reports whether s ends a task's life (until a replay).
+func (s State) Final() bool { return s == Dead || s == Completed || s == Cancelled }
 
 // Stamp is the write timestamp of step of the delivery numbered token (0 before the first).
 func Stamp(taskID uuid.UUID, token int64, step int64) int64 {
@@ -125,13 +129,25 @@ func (w Write) stmts() (stmts []string, args [][]any) {
 		}
 	}
 	e := w.Entry
-	cols := []string{"minute", "slot", "task_id", "queue", "state", "attempt", "deliveries"}
-	vals := []any{minute, slot, id, e.Queue, int8(e.State), e.Attempt, e.Token}
+	cols := []string{"minute", "slot", "task_id", "state"}
+	vals := []any{minute, slot, id, int8(e.State)}
 	add := func(col string, v any) {
 		cols, vals = append(cols, col), append(vals, v)
 	}
 	if e.Key != "" {
 		add("key", e.Key)
+	}
+	if e.State.Final() {
+		add("queue", e.Queue)
+		add("attempt", e.Attempt)
+		add("deliveries", e.Token)
+		add("done_at", e.DoneAt)
+		if !e.DueAt.IsZero() {
+			add("due_at", e.DueAt)
+		}
+		if e.Error != "" {
+			add("error", e.Error)
+		}
 	}
 	if e.Row.Key != "" {
 		add("row_key", e.Row.Key)
@@ -143,17 +159,6 @@ func (w Write) stmts() (stmts []string, args [][]any) {
 		add("prev_key", e.Prev.Key)
 		add("prev_priority", e.Prev.Priority)
 		add("prev_id", e.Prev.ID)
-	}
-	for _, c := range []struct {
-		col string
-		t   time.Time
-	}{{"due_at", e.DueAt}, {"lease_until", e.LeaseUntil}, {"done_at", e.DoneAt}} {
-		if !c.t.IsZero() {
-			add(c.col, c.t)
-		}
-	}
-	if e.Error != "" {
-		add("error", e.Error)
 	}
 	marks := strings.Repeat("?, ", len(cols)-1) + "?"
 	stmt := "INSERT INTO task_index (" + strings.Join(cols, ", ") + ") VALUES (" + marks + ") USING TIMESTAMP ? AND TTL ?"
@@ -221,16 +226,17 @@ func Read(ctx context.Context, session *gocql.Session, id uuid.UUID) (Entry, int
 	var (
 		e                               Entry
 		state, prevState, rowPr, prevPr int8
-		key, rowKey, prevKey, errText   *string
+		queue, key, rowKey, prevKey     *string
+		errText                         *string
 		rowID, prevID                   *gocql.UUID
-		dueAt, leaseUntil, doneAt       *time.Time
+		dueAt, doneAt                   *time.Time
 		stamp                           int64
 	)
 	err := cql.Query(session, `SELECT queue, key, state, row_key, row_priority, row_id, prev_state, prev_key,
-		prev_priority, prev_id, due_at, attempt, deliveries, lease_until, error, done_at, WRITETIME(state)
+		prev_priority, prev_id, due_at, attempt, deliveries, error, done_at, WRITETIME(state)
 		FROM task_index WHERE minute = ? AND slot = ? AND task_id = ?`, minute, slot, gocql.UUID(id)).
-		WithContext(ctx).Scan(&e.Queue, &key, &state, &rowKey, &rowPr, &rowID, &prevState, &prevKey, &prevPr, &prevID,
-		&dueAt, &e.Attempt, &e.Token, &leaseUntil, &errText, &doneAt, &stamp)
+		WithContext(ctx).Scan(&queue, &key, &state, &rowKey, &rowPr, &rowID, &prevState, &prevKey, &prevPr, &prevID,
+		&dueAt, &e.Attempt, &e.Token, &errText, &doneAt, &stamp)
 	if errors.Is(err, gocql.ErrNotFound) {
 		return Entry{}, 0, ErrNotFound
 	}
@@ -246,8 +252,15 @@ func Read(ctx context.Context, session *gocql.Session, id uuid.UUID) (Entry, int
 	if prevKey != nil && prevID != nil {
 		e.Prev = Loc{Key: *prevKey, Priority: prevPr, ID: *prevID}
 	}
-	e.DueAt, e.LeaseUntil, e.DoneAt = deref(dueAt), deref(leaseUntil), deref(doneAt)
+	e.DueAt, e.DoneAt = deref(dueAt), deref(doneAt)
 	e.Error = deref(errText)
+	// Entries of tasks still moving leave the queue out: their rows' keys name it.
+	e.Queue = deref(queue)
+	for _, at := range []Loc{e.Row, e.Prev} {
+		if e.Queue == "" && at.Key != "" {
+			e.Queue, _, _, _ = shard.ParseKey(at.Key)
+		}
+	}
 	return e, stamp, nil
 }
 
