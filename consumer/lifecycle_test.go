@@ -465,3 +465,62 @@ func TestRescheduleMovesWithinAPartition(t *testing.T) {
 	_, err = e.p.Get(ctx, shard.NewID(base))
 	require.ErrorIs(t, err, shardq.ErrTaskNotFound)
 }
+
+// TestDeadLettersPageReplayPurge lists five dead letters in pages, newest first, then
+// replays one, purges one, and purges the rest in bulk.
+func TestDeadLettersPageReplayPurge(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 60, BucketDuration: time.Second})
+	ctx := context.Background()
+	c := e.consumer()
+	tasks := make([]producer.Task, 5)
+	for i := range tasks {
+		tasks[i] = producer.Task{Payload: []byte{byte(i)}, DueAt: base.Add(time.Duration(i) * time.Millisecond)}
+	}
+	taskIDs := e.schedule(tasks...)
+	e.clock.Add(5 * time.Millisecond)
+	got := e.acquire(c, 5)
+	require.Equal(t, taskIDs, ids(got))
+	for i, task := range got {
+		e.clock.Add(time.Millisecond) // distinct times of death, in order
+		require.NoError(t, c.DeadLetter(ctx, task, errors.New(string(rune('a'+i)))))
+	}
+
+	var listed []uuid.UUID
+	var before uuid.UUID
+	for {
+		page, err := e.p.DeadLetters(ctx, e.q.Name, producer.DeadLetterQuery{Limit: 2, Before: before})
+		require.NoError(t, err)
+		if len(page) == 0 {
+			break
+		}
+		require.LessOrEqual(t, len(page), 2)
+		for _, d := range page {
+			listed = append(listed, d.TaskID)
+		}
+		before = page[len(page)-1].ID
+	}
+	require.Equal(t, []uuid.UUID{taskIDs[4], taskIDs[3], taskIDs[2], taskIDs[1], taskIDs[0]}, listed, "newest first")
+
+	letters, err := e.p.DeadLetters(ctx, e.q.Name, producer.DeadLetterQuery{})
+	require.NoError(t, err)
+	require.Equal(t, "e", letters[0].Error)
+	_, err = e.p.ReplayDeadLetter(ctx, e.q.Name, letters[0].ID)
+	require.NoError(t, err)
+	require.Equal(t, shardq.TaskScheduled, e.state(taskIDs[4]).State)
+	require.NoError(t, e.p.PurgeDeadLetter(ctx, e.q.Name, letters[1].ID))
+	e.notFound(taskIDs[3])
+	require.ErrorIs(t, e.p.PurgeDeadLetter(ctx, e.q.Name, letters[1].ID), producer.ErrDeadLetterNotFound)
+
+	var progress []int
+	n, err := e.p.PurgeAllDeadLetters(ctx, e.q.Name, producer.BulkOptions{Progress: func(done int) { progress = append(progress, done) }})
+	require.NoError(t, err)
+	require.Equal(t, 3, n)
+	require.Equal(t, []int{1, 2, 3}, progress)
+	letters, err = e.p.DeadLetters(ctx, e.q.Name, producer.DeadLetterQuery{})
+	require.NoError(t, err)
+	require.Empty(t, letters)
+	got = e.acquire(c, 5)
+	require.Equal(t, []uuid.UUID{taskIDs[4]}, ids(got), "only the replayed task is back")
+	require.Equal(t, 1, got[0].Attempt)
+}

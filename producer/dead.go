@@ -201,3 +201,45 @@ func (p *Producer) dropDead(ctx context.Context, d DeadLetter) error {
 	}
 	return nil
 }
+
+// BulkOptions tunes the operations on all of a queue's dead letters.
+type BulkOptions struct {
+	// Progress, when set, is called after each letter with how many were done so far.
+	// Defaults to nil.
+	Progress func(done int)
+}
+
+// ReplayAllDeadLetters replays every dead letter of queue, newest first, as
+// ReplayDeadLetter does, and returns how many it replayed. It stops at the first error.
+func (p *Producer) ReplayAllDeadLetters(ctx context.Context, queue string, opts BulkOptions) (int, error) {
+	return p.eachDeadLetter(ctx, queue, opts, func(d DeadLetter) error {
+		_, err := p.ReplayDeadLetter(ctx, queue, d.ID)
+		return err
+	})
+}
+
+// PurgeAllDeadLetters deletes every dead letter of queue for good and returns how many.
+func (p *Producer) PurgeAllDeadLetters(ctx context.Context, queue string, opts BulkOptions) (int, error) {
+	return p.eachDeadLetter(ctx, queue, opts, func(d DeadLetter) error { return p.PurgeDeadLetter(ctx, queue, d.ID) })
+}
+
+func (p *Producer) eachDeadLetter(ctx context.Context, queue string, opts BulkOptions, do func(DeadLetter) error) (int, error) {
+	done := 0
+	var before uuid.UUID
+	for {
+		page, err := p.DeadLetters(ctx, queue, DeadLetterQuery{Limit: DefaultDeadLetterLimit, Before: before})
+		if err != nil || len(page) == 0 {
+			return done, err
+		}
+		for _, d := range page {
+			if err := do(d); err != nil {
+				return done, err
+			}
+			done++
+			if opts.Progress != nil {
+				opts.Progress(done)
+			}
+		}
+		before = page[len(page)-1].ID
+	}
+}

@@ -122,11 +122,11 @@ type Write struct {
 func (w Write) stmts() (stmts []string, args [][]any) {
 	minute, slot := partition(w.Entry.TaskID)
 	id := gocql.UUID(w.Entry.TaskID)
-	if w.Delete || w.Replace {
+	switch {
+	case w.Delete:
+		return []string{remove}, [][]any{{w.Stamp, minute, slot, id}}
+	case w.Replace:
 		stmts, args = append(stmts, remove), append(args, []any{w.Stamp - 1, minute, slot, id})
-		if w.Delete {
-			return stmts, args
-		}
 	}
 	e := w.Entry
 	cols := []string{"minute", "slot", "task_id", "state"}
