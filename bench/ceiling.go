@@ -41,7 +41,8 @@ func (b *bench) ceiling(ctx context.Context) error {
 	t0 := time.Now()
 	err = fanout.Each(producer.DefaultWritesInFlight, producer.DefaultWritesInFlight, func(int) error {
 		for i := next.Add(1) - 1; i < int64(n); i = next.Add(1) - 1 {
-			if err := s.Query(taskrow.Insert, rows[i].InsertArgs(taskrow.Timestamp())...).WithContext(ctx).Exec(); err != nil {
+			stmt, args := rows[i].Insert(taskrow.Timestamp())
+			if err := s.Query(stmt, args...).WithContext(ctx).Exec(); err != nil {
 				return err
 			}
 		}
@@ -111,7 +112,8 @@ func drainCeiling(ctx context.Context, s *gocql.Session, now time.Time, n, worke
 			for i := chunk; i < min(chunk+100, per); i++ {
 				id := gocql.UUID(shard.NewID(now))
 				r := taskrow.Row{Key: key, Priority: int8(i % 10), ID: id, TaskID: id, Payload: payload, DueAt: now, Timeout: timeout}
-				b.Query(taskrow.Insert, r.InsertArgs(taskrow.Timestamp())...)
+				stmt, args := r.Insert(taskrow.Timestamp())
+				b.Query(stmt, args...)
 			}
 			if err := s.ExecuteBatch(b); err != nil {
 				return err
@@ -145,7 +147,8 @@ func drainCeiling(ctx context.Context, s *gocql.Session, now time.Time, n, worke
 				lease.Key = fmt.Sprintf("ceiling-drain:%d:1", w)
 				lease.ID = gocql.UUID(shard.NewID(time.Now().Add(timeout)))
 				lease.Attempt++
-				markers.Query(taskrow.Insert, lease.InsertArgs(taskrow.Timestamp())...)
+				stmt, args := lease.Insert(taskrow.Timestamp())
+				markers.Query(stmt, args...)
 				ack.Query(taskrow.DeleteIfExists, lease.KeyArgs()...)
 			}
 			if err := s.ExecuteBatch(markers); err != nil {

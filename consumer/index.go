@@ -36,16 +36,23 @@ func (c *Consumer) moveEntry(t *Task, state taskindex.State, to taskrow.Row, pre
 		TTL: taskindex.TTL(c.cfg.Clock.Now(), shard.IDTime(uuid.UUID(to.ID)))}
 }
 
-// finishEntry is the index write of a delivery's last step: acked (kept as completed for
-// the queue's retention, and at least taskindex.Finished) or dead.
+// finishEntry is the index write of a delivery's last step: dead, or acked (kept as
+// completed for the queue's retention, and at least taskindex.Finished when the task has
+// a key, else removed).
 func (c *Consumer) finishEntry(t *Task, state taskindex.State, cause string) taskindex.Write {
 	now := c.cfg.Clock.Now()
 	w := taskindex.Write{Stamp: taskindex.Stamp(t.ID, t.Token, taskindex.Final), Replace: true,
 		Entry: taskindex.Entry{TaskID: t.ID, Queue: c.q.Name, State: state, DueAt: t.DueAt, Attempt: t.Attempt,
 			Token: t.Token, Error: cause, DoneAt: now}}
-	w.TTL = max(c.q.CompletedRetention, taskindex.Finished)
-	if state == taskindex.Dead {
+	switch {
+	case state == taskindex.Dead:
 		w.TTL = DeadLetterRetention
+	case c.q.CompletedRetention == 0 && !t.marker.Keyed:
+		// Nothing will ask: Get reports acked tasks only for a retention, and only a
+		// keyed task's next claimer needs to see that it ended.
+		w.Replace, w.Delete = false, true
+	default:
+		w.TTL = max(c.q.CompletedRetention, taskindex.Finished)
 	}
 	return w
 }

@@ -69,7 +69,8 @@ func (c *Consumer) relocate(ctx context.Context, t *Task, at time.Time, state ta
 		write = func(ctx context.Context) (bool, error) {
 			b := cql.Batch(c.session, gocql.LoggedBatch).WithContext(ctx)
 			b.Query(taskrow.DeleteIfExists, t.marker.KeyArgs()...)
-			b.Query(taskrow.Insert, next.InsertArgs(taskrow.Timestamp())...)
+			stmt, args := next.Insert(taskrow.Timestamp())
+			b.Query(stmt, args...)
 			return lwt.Batch(c.session, b)
 		}
 	} else {

@@ -272,7 +272,8 @@ func (c *Consumer) writeMarkers(ctx context.Context, rows []taskrow.Row) error {
 	return fanout.Each(len(batches), c.cfg.PartitionsInFlight, func(i int) error {
 		b := cql.Batch(c.session, gocql.UnloggedBatch).WithContext(ctx)
 		for _, idx := range batches[i] {
-			b.Query(taskrow.Insert, rows[idx].InsertArgs(ts)...)
+			stmt, args := rows[idx].Insert(ts)
+			b.Query(stmt, args...)
 		}
 		return c.session.ExecuteBatch(b)
 	})

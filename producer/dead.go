@@ -152,7 +152,7 @@ func (p *Producer) ReplayDeadLetter(ctx context.Context, queue string, id uuid.U
 		Timeout: d.Timeout, Token: d.Token + 1} // the index entry of its death was written at d.Token
 	task := Task{Queue: queue, Payload: d.Payload, Priority: d.Priority, Timeout: d.Timeout}
 	if e, _, err := taskindex.Read(ctx, p.session, d.TaskID); err == nil {
-		task.Key = e.Key
+		task.Key, row.Keyed = e.Key, e.Key != ""
 	} else if !errors.Is(err, taskindex.ErrNotFound) {
 		return uuid.Nil, fmt.Errorf("producer: replaying %s: %w", id, err)
 	}
@@ -164,7 +164,8 @@ func (p *Producer) ReplayDeadLetter(ctx context.Context, queue string, id uuid.U
 	if _, err := taskindex.Apply(wctx, p.session, []taskindex.Write{scheduledEntry(task, row, now)}, 1); err != nil {
 		return uuid.Nil, fmt.Errorf("producer: replaying %s: %w", id, err)
 	}
-	if err := cql.Query(p.session, taskrow.Insert, row.InsertArgs(taskrow.Timestamp())...).WithContext(wctx).Exec(); err != nil {
+	stmt, args := row.Insert(taskrow.Timestamp())
+	if err := cql.Query(p.session, stmt, args...).WithContext(wctx).Exec(); err != nil {
 		return uuid.Nil, fmt.Errorf("producer: replaying %s: %w", id, err)
 	}
 	p.notify(ctx, []Task{task}, []taskrow.Row{row}, []shardq.QueueConfig{q})

@@ -260,9 +260,11 @@ func (p *Producer) Cancel(ctx context.Context, id uuid.UUID, opts CancelOptions)
 		case !removed:
 			continue // it moved under us: look again
 		}
+		// A cancelled task is not found; only its key's next claimer needs to see it ended.
 		done := taskindex.Write{Entry: taskindex.Entry{TaskID: id, Queue: l.entry.Queue, State: taskindex.Cancelled,
 			DueAt: l.row.DueAt, Attempt: l.row.Attempt, Token: l.row.Token, DoneAt: p.cfg.Clock.Now()},
-			Stamp: taskindex.Stamp(id, l.row.Token, taskindex.Final), TTL: taskindex.Finished, Replace: true}
+			Stamp: taskindex.Stamp(id, l.row.Token, taskindex.Final), TTL: taskindex.Finished,
+			Replace: l.row.Keyed, Delete: !l.row.Keyed}
 		if _, err := taskindex.Apply(ctx, p.session, []taskindex.Write{done}, 1); err != nil {
 			// The row is gone, so readers find the entry's rows gone: not found.
 			p.cfg.Logger.WarnContext(ctx, "recording a cancel in the index", "task_id", id, "error", err)
@@ -428,13 +430,15 @@ func (p *Producer) move(ctx context.Context, q shardq.QueueConfig, from taskrow.
 	apart := to != nil && to.Key != from.Key
 	switch {
 	case apart:
-		ins := cql.Query(p.session, taskrow.Insert, to.InsertArgs(taskrow.Timestamp())...).WithContext(ctx)
+		stmt, args := to.Insert(taskrow.Timestamp())
+		ins := cql.Query(p.session, stmt, args...).WithContext(ctx)
 		if err := ins.Exec(); err != nil {
 			p.dropRow(ctx, *to)
 			return false, fmt.Errorf("writing %s: %w", to.Key, err)
 		}
 	case to != nil:
-		b.Query(taskrow.InsertLWT, to.InsertLWTArgs()...)
+		stmt, args := to.InsertLWT()
+		b.Query(stmt, args...)
 	}
 	applied, err := lwt.Apply(ctx, func(context.Context) (bool, error) { return lwt.Batch(p.session, b) },
 		func(rctx context.Context, cause error) (bool, error) { return p.settle(rctx, src, cause) })

@@ -199,7 +199,8 @@ func (p *Producer) ScheduleTasks(ctx context.Context, tasks []Task) ([]uuid.UUID
 	err = fanout.Each(len(batches), p.cfg.WritesInFlight, func(i int) error {
 		b := cql.Batch(p.session, gocql.UnloggedBatch).WithContext(ctx)
 		for _, idx := range batches[i] {
-			b.Query(taskrow.Insert, rows[idx].InsertArgs(ts)...)
+			stmt, args := rows[idx].Insert(ts)
+			b.Query(stmt, args...)
 		}
 		if err := p.session.ExecuteBatch(b); err != nil {
 			failed[i] = batches[i]
@@ -300,7 +301,7 @@ func (p *Producer) row(q shardq.QueueConfig, t Task, now time.Time, name string)
 	gid := gocql.UUID(id)
 	return taskrow.Row{
 		Key: l.Key(l.Bucket(place), l.ShardFor(id)), Priority: int8(t.Priority), ID: gid, TaskID: gid,
-		Payload: t.Payload, DueAt: due, Timeout: timeout,
+		Payload: t.Payload, DueAt: due, Timeout: timeout, Keyed: t.Key != "",
 	}, nil
 }
 

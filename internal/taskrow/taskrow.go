@@ -23,6 +23,8 @@ type Row struct {
 	Timeout  time.Duration
 	Attempt  int
 	Token    int64
+	// Keyed says the task has a unique key: its end is recorded for key claims.
+	Keyed bool
 }
 
 // LockID is the clustering id of a partition's lock row (kind 0, priority 0): a fixed,
@@ -40,23 +42,26 @@ const TimestampLag = time.Second
 // injected one: storage order must follow real time) less TimestampLag, in microseconds.
 func Timestamp() int64 { return time.Now().Add(-TimestampLag).UnixMicro() }
 
-// Insert writes a row; bind InsertArgs.
-const Insert = `INSERT INTO tasks (shard_key, kind, priority, id, task_id, payload, due_at, timeout_ms, attempt, deliveries)
-	VALUES (?, 1, ?, ?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?`
+const (
+	insertCols = `INSERT INTO tasks (shard_key, kind, priority, id, task_id, payload, due_at, timeout_ms, attempt, deliveries`
+	insertVals = `) VALUES (?, 1, ?, ?, ?, ?, ?, ?, ?, ?`
+)
 
-// InsertLWT writes a row inside a conditional batch, which carries no timestamps of its
-// own; bind InsertLWTArgs.
-const InsertLWT = `INSERT INTO tasks (shard_key, kind, priority, id, task_id, payload, due_at, timeout_ms, attempt, deliveries)
-	VALUES (?, 1, ?, ?, ?, ?, ?, ?, ?, ?)`
-
-// InsertArgs binds r to Insert with write timestamp ts (see Timestamp).
-func (r Row) InsertArgs(ts int64) []any {
-	return append(r.InsertLWTArgs(), ts)
+// Insert returns the statement writing r with write timestamp ts (see Timestamp).
+func (r Row) Insert(ts int64) (string, []any) {
+	stmt, args := r.InsertLWT()
+	return stmt + ` USING TIMESTAMP ?`, append(args, ts)
 }
 
-// InsertLWTArgs binds r to InsertLWT.
-func (r Row) InsertLWTArgs() []any {
-	return []any{r.Key, r.Priority, r.ID, r.TaskID, r.Payload, r.DueAt, r.Timeout.Milliseconds(), r.Attempt, r.Token}
+// InsertLWT returns the statement writing r inside a conditional batch, which carries
+// no timestamps of its own. Only a keyed row writes the keyed column, so rows without a
+// key cost no cell for it.
+func (r Row) InsertLWT() (string, []any) {
+	args := []any{r.Key, r.Priority, r.ID, r.TaskID, r.Payload, r.DueAt, r.Timeout.Milliseconds(), r.Attempt, r.Token}
+	if r.Keyed {
+		return insertCols + `, keyed` + insertVals + `, true)`, args
+	}
+	return insertCols + insertVals + `)`, args
 }
 
 // Delete removes a row; DeleteIfExists removes it only if it is there, so its
@@ -72,7 +77,7 @@ func (r Row) KeyArgs() []any { return []any{r.Key, r.Priority, r.ID} }
 // SelectRange reads up to LIMIT rows of the given priorities (bind a []int8) whose IDs
 // lie in (floor, upper], highest priority first, then earliest. Bind the floor as an
 // exact ID or shard.MinID(t), and the upper bound as shard.MaxID(t).
-const SelectRange = `SELECT priority, id, task_id, payload, due_at, timeout_ms, attempt, deliveries FROM tasks
+const SelectRange = `SELECT priority, id, task_id, payload, due_at, timeout_ms, attempt, deliveries, keyed FROM tasks
 	WHERE shard_key = ? AND kind = 1 AND priority IN ? AND id > ? AND id <= ? LIMIT ?`
 
 // SelectRangeIDs is SelectRange reading only priorities and IDs.
@@ -84,11 +89,11 @@ const SelectOne = `SELECT id FROM tasks WHERE shard_key = ? AND kind = 1 AND pri
 
 // SelectAnyPriority reads the row of an ID whatever its priority (bind a []int8 of every
 // priority), in SelectRange's columns.
-const SelectAnyPriority = `SELECT priority, id, task_id, payload, due_at, timeout_ms, attempt, deliveries FROM tasks
+const SelectAnyPriority = `SELECT priority, id, task_id, payload, due_at, timeout_ms, attempt, deliveries, keyed FROM tasks
 	WHERE shard_key = ? AND kind = 1 AND priority IN ? AND id = ?`
 
 // SelectRow reads one whole row by primary key, in SelectRange's columns; bind KeyArgs.
-const SelectRow = `SELECT priority, id, task_id, payload, due_at, timeout_ms, attempt, deliveries FROM tasks
+const SelectRow = `SELECT priority, id, task_id, payload, due_at, timeout_ms, attempt, deliveries, keyed FROM tasks
 	WHERE shard_key = ? AND kind = 1 AND priority = ? AND id = ?`
 
 // Scan reads the rows of a SelectRange query of partition key, stopping once the rows
@@ -98,7 +103,7 @@ func Scan(iter *gocql.Iter, key string, maxBytes int) (rows []Row, cut bool, err
 	var r Row
 	var timeoutMs int64
 	bytes := 0
-	for iter.Scan(&r.Priority, &r.ID, &r.TaskID, &r.Payload, &r.DueAt, &timeoutMs, &r.Attempt, &r.Token) {
+	for iter.Scan(&r.Priority, &r.ID, &r.TaskID, &r.Payload, &r.DueAt, &timeoutMs, &r.Attempt, &r.Token, &r.Keyed) {
 		r.Key = key
 		r.Timeout = time.Duration(timeoutMs) * time.Millisecond
 		rows = append(rows, r)
