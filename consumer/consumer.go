@@ -123,6 +123,7 @@ type Consumer struct {
 	cursors      []int64         // per concurrency shard: the oldest bucket that may hold work
 	hot          map[string]bool // partitions whose last take was full: tried before any peek
 	floors       map[pkey]*floors
+	keptFloors   map[string]lapFloors       // per partition, the floors of the latest lap forgotten
 	next         int                        // the concurrency shard the next scan starts at
 	nextDue      time.Time                  // earliest upcoming row the last scan saw; zero if none
 	short        bool                       // the last call found fewer tasks than it asked for
@@ -166,7 +167,7 @@ func New(session *gocql.Session, cfg Config) (*Consumer, error) {
 		cfg.Observer = shardq.NopObserver{}
 	}
 	return &Consumer{session: session, cfg: cfg, log: cfg.Logger, hot: map[string]bool{},
-		floors: map[pkey]*floors{}, upcoming: map[pkey]time.Time{}, pageRows: initialPageRows, signals: signal.NewToucher(session, cfg.Logger)}, nil
+		floors: map[pkey]*floors{}, keptFloors: map[string]lapFloors{}, upcoming: map[pkey]time.Time{}, pageRows: initialPageRows, signals: signal.NewToucher(session, cfg.Logger)}, nil
 }
 
 // init loads the queue's settings once; a failure is retried on the next call.
@@ -313,8 +314,11 @@ func (c *Consumer) advance(parts []part, now time.Time) {
 		}
 	}
 	lapStart := c.layout.Bucket(now) - int64(c.q.BucketCount) + 1
-	for k := range c.floors {
+	for k, f := range c.floors {
 		if _, _, s, err := shard.ParseKey(k.key); err != nil || k.bucket < max(c.cursors[s], lapStart) {
+			if kept, ok := c.keptFloors[k.key]; !ok || kept.bucket < k.bucket {
+				c.keptFloors[k.key] = lapFloors{k.bucket, *f}
+			}
 			delete(c.floors, k)
 			delete(c.hot, k.key)
 			delete(c.upcoming, k)

@@ -39,6 +39,12 @@ const nPriorities = shardq.MaxPriority - shardq.MinPriority + 1
 // partition's lap.
 type floors [nPriorities]gocql.UUID
 
+// lapFloors are a partition's floors in the lap of bucket.
+type lapFloors struct {
+	bucket int64
+	f      floors
+}
+
 type pkey struct {
 	key    string
 	bucket int64
@@ -185,8 +191,7 @@ func (c *Consumer) raiseFloors(pt *part, s span) {
 }
 
 // loadFloors reads the floors the last swap of pt recorded, for a partition this
-// consumer has none for. Floors recorded in an earlier lap, or none, give the start of
-// the previous lap.
+// consumer has none for, and starts from them (see startFloors).
 func (c *Consumer) loadFloors(ctx context.Context, pt *part) error {
 	if _, ok := c.floorsOf(pt); ok {
 		return nil
@@ -197,29 +202,34 @@ func (c *Consumer) loadFloors(ctx context.Context, pt *part) error {
 	if err != nil && !errors.Is(err, gocql.ErrNotFound) {
 		return wrapErr("reading the floors of", pt.key, err)
 	}
-	if bucket != pt.bucket {
-		stored = nil
-	}
 	c.startFloors(pt, stored)
 	return nil
 }
 
-// startFloors sets pt's floors, unless it has some: those stored, or the start of the
-// previous lap.
+// startFloors sets pt's floors, unless it has some. Every floor ever recorded for the
+// partition, in whatever lap, bounds rows consumed (none is left or written below it), so
+// each priority starts at the highest of those stored and those this consumer kept from
+// an earlier lap; with neither, at the beginning of time. Starting any later, at the
+// previous lap say, would leave for good a row that waited in the partition through two
+// laps without a consumer.
 func (c *Consumer) startFloors(pt *part, stored map[int8]gocql.UUID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.floors[pkey{pt.key, pt.bucket}]; ok {
+		return
+	}
+	kept, haveKept := c.keptFloors[pt.key]
 	var f floors
-	start := gocql.UUID(shard.MinID(c.layout.BucketStart(pt.bucket - int64(c.q.BucketCount))))
 	for p := range f {
-		f[p] = start
+		f[p] = gocql.UUID(shard.MinID(shard.MinIDTime))
 		if v, ok := stored[int8(p)]; ok {
 			f[p] = v
 		}
+		if haveKept && kept.bucket < pt.bucket && shard.CompareIDs(uuid.UUID(kept.f[p]), uuid.UUID(f[p])) > 0 {
+			f[p] = kept.f[p]
+		}
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if _, ok := c.floors[pkey{pt.key, pt.bucket}]; !ok {
-		c.floors[pkey{pt.key, pt.bucket}] = &f
-	}
+	c.floors[pkey{pt.key, pt.bucket}] = &f
 }
 
 // peek reads the IDs of pt's rows from its floors up to upper (now, or now plus the
