@@ -112,8 +112,9 @@ type starts [nPriorities]gocql.UUID
 const selectFloors = `SELECT floor_bucket, floors FROM tasks WHERE shard_key = ? AND kind = 0 AND priority = 0 AND id = ?`
 
 // readStarts returns where consumers read pt from, priority by priority: the floors
-// the last swap recorded in the lock row when it did so in this lap, else the start of
-// the previous lap (see package consumer).
+// the last swap recorded in the lock row when it did so in this lap (or a later one, by
+// a consumer whose clock runs ahead: rows are never written below a floor), else the
+// start of the previous lap (see package consumer).
 func (in *Inspector) readStarts(ctx context.Context, pt partition) (starts, error) {
 	var bucket int64
 	var stored map[int8]gocql.UUID

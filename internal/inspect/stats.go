@@ -126,8 +126,9 @@ const DeadDays = 31
 
 // Stats counts the rows of the current lap's partitions: due now, due again, scheduled
 // later in the lap, in flight, by concurrency shard; when the earliest due row became
-// visible; and the dead letters kept. It reads 2 × BucketCount × ShardCount times plus
-// DeadDays, and every row pending in the lap once, in pages, so memory stays small
+// visible; and the dead letters kept. It reads 2 × BucketCount × ShardCount times (one
+// more for each priority whose floor lags the others', a backlog) plus DeadDays, and
+// every row pending in the lap once, in pages, so memory stays small
 // whatever the queue holds. A partition that cannot be read is listed in Failed; the
 // error returned is ctx's, or one for an invalid queue.
 func (in *Inspector) Stats(ctx context.Context, opts StatsOptions) (*Stats, error) {
