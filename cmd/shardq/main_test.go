@@ -99,7 +99,8 @@ func jsonLines(t *testing.T, out string) []map[string]any {
 func schemaKeyspace(t *testing.T) (*cli, string) {
 	ks := cassandratest.Keyspace(t)
 	c := newCLI(t, ks)
-	require.Equal(t, "schema applied to keyspace "+ks+" (4 statements)\n", c.ok("schema", "apply"))
+	// Tables are created one after another, each agreed by every node: slow on a busy node.
+	require.Equal(t, "schema applied to keyspace "+ks+" (4 statements)\n", c.ok("--request-timeout", "1m", "schema", "apply"))
 	return c, ks
 }
 
@@ -189,6 +190,8 @@ func TestOperationFailures(t *testing.T) {
 	c.fails(exitFailed, []string{"--keyspace", "system", "queue", "list"}, "shardq schema apply")
 	c.fails(exitFailed, []string{"--hosts", "127.0.0.1:1", "queue", "list"}, "cannot connect to Cassandra at 127.0.0.1:1", "check --hosts")
 	c.fails(exitFailed, []string{"--tls", "queue", "list"}, "check the --tls flags")
+	// Whether connecting or the first read times out, the message says which knob to turn.
+	c.fails(exitFailed, []string{"--request-timeout", "1us", "stats", "q"}, "raise", "--request-timeout 1µs")
 }
 
 func TestSchemaAndQueues(t *testing.T) {
@@ -234,15 +237,10 @@ lock ttl         3s
 	shown := jsonLines(t, c.ok("queue", "show", "emails", "--json"))
 	require.Len(t, shown, 1)
 	require.Equal(t, list[0], shown[0])
-}
 
-// Flags win over the environment.
-func TestFlagsOverEnvironment(t *testing.T) {
-	t.Parallel()
-	c, ks := schemaKeyspace(t)
-	hosts := c.env[envHosts]
-	c.env = map[string]string{envHosts: "127.0.0.1:1", envKeyspace: "nosuch_ks"}
-	require.Contains(t, c.ok("--hosts", hosts, "--keyspace", ks, "queue", "list"), "no queues")
+	// Flags win over the environment.
+	flags := &cli{t: t, env: map[string]string{envHosts: "127.0.0.1:1", envKeyspace: "nosuch_ks"}}
+	require.Contains(t, flags.ok("--hosts", c.env[envHosts], "--keyspace", ks, "queue", "list"), "emails")
 }
 
 func TestScheduleStatsPeek(t *testing.T) {
@@ -319,6 +317,8 @@ func TestScheduleStatsPeek(t *testing.T) {
 	require.Equal(t, "no task due in queue empty\n", c.ok("peek", "empty"))
 	require.Empty(t, c.ok("--json", "peek", "empty"))
 	require.Contains(t, c.ok("stats", "empty"), "oldest due task: none due\n")
+
+	t.Run("watch", func(t *testing.T) { watch(t, c) })
 }
 
 // lines is a writer that hands each complete line to a channel.
@@ -342,13 +342,11 @@ func (l *lines) Write(p []byte) (int, error) {
 	}
 }
 
-// --watch prints a pass per interval until interrupted, which is a success; a terminal
-// gets a progress bar on stderr.
-func TestStatsWatch(t *testing.T) {
-	t.Parallel()
-	c, _ := schemaKeyspace(t)
-	c.ok("queue", "create", "q", "--shards", "2", "--buckets", "60")
-	c.terminal = true
+// watch checks that --watch prints a pass per interval until interrupted, which is a
+// success, and that a terminal gets a progress bar on stderr.
+func watch(t *testing.T, base *cli) {
+	c := *base
+	c.t, c.terminal = t, true
 	out := &lines{ch: make(chan string, 100)}
 	var stderr bytes.Buffer
 	ctx, cancel := context.WithCancel(context.Background())
