@@ -1,0 +1,177 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/gocql/gocql"
+	"github.com/spf13/cobra"
+
+	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/internal/inspect"
+)
+
+func (a *app) queueCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "queue",
+		Short: "Create queues and show their stored settings",
+	}
+	c.AddCommand(a.queueCreateCmd(), a.queueListCmd(), a.queueShowCmd())
+	return c
+}
+
+func (a *app) queueCreateCmd() *cobra.Command {
+	var cfg shardq.QueueConfig
+	c := &cobra.Command{
+		Use:   "create NAME",
+		Short: "Create a queue, or check an existing one's settings",
+		Long: `Create a queue with the settings given (defaults for the others). Settings are
+stored and cannot change: when the queue exists with the same settings, this succeeds
+and says so; with other settings, it fails and names the first that differs.
+
+One lap of the ring, buckets x bucket, should exceed the schema's gc_grace_seconds
+(10 minutes) so tombstones are purged before consumers come back; --timeout must be
+shorter than the lap less one bucket.`,
+		Example: `  shardq queue create emails
+  shardq queue create reports --shards 4 --buckets 150 --bucket 5s --timeout 2m`,
+		Args: args("NAME"),
+		RunE: a.command(func(ctx context.Context, _ *cobra.Command, args []string) error {
+			cfg.Name = args[0]
+			if err := queueArg(cfg.Name); err != nil {
+				return err
+			}
+			// The flags' defaults are the library's: a zero given is rejected, not defaulted.
+			if err := cfg.Validate(); err != nil {
+				return &usageError{err}
+			}
+			return a.withSession(ctx, func(s *gocql.Session) error {
+				_, err := shardq.LoadQueue(ctx, s, cfg.Name)
+				existed := err == nil
+				if err != nil && !errors.Is(err, shardq.ErrQueueNotFound) {
+					return err
+				}
+				q, err := shardq.CreateQueue(ctx, s, cfg)
+				var mismatch *shardq.QueueMismatchError
+				if errors.As(err, &mismatch) {
+					return fmt.Errorf("%w; settings cannot change: create a queue of another name, or see 'shardq queue show %s'", err, cfg.Name)
+				}
+				if err != nil {
+					return err
+				}
+				if a.json {
+					return a.emit(map[string]any{"created": !existed, "queue": queueJSON(inspect.QueueInfo{Config: q})})
+				}
+				verb := "created"
+				if existed {
+					verb = "exists already, with these settings"
+				}
+				fmt.Fprintf(a.stdout, "queue %s %s\n", q.Name, verb)
+				return a.showQueue(inspect.QueueInfo{Config: q})
+			})
+		}),
+	}
+	f := c.Flags()
+	f.IntVar(&cfg.ShardCount, "shards", shardq.DefaultShardCount, "concurrency shards: the most consumers that take tasks at once without contending")
+	f.IntVar(&cfg.BucketCount, "buckets", shardq.DefaultBucketCount, "time shards in one lap of the ring")
+	f.DurationVar(&cfg.BucketDuration, "bucket", shardq.DefaultBucketDuration, "how long each time shard collects due tasks")
+	f.DurationVar(&cfg.DefaultTimeout, "timeout", shardq.DefaultTimeout, "how long a consumer has to ack a task before it is delivered again, unless the task sets its own")
+	f.DurationVar(&cfg.LockTTL, "lock-ttl", shardq.DefaultLockTTL, "how long a shard lock outlives a consumer that died holding it (whole seconds)")
+	return c
+}
+
+func (a *app) queueListCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "list",
+		Short: "List the queues of the keyspace with their settings",
+		Args:  args(),
+		RunE: a.command(func(ctx context.Context, _ *cobra.Command, _ []string) error {
+			return a.withSession(ctx, func(s *gocql.Session) error {
+				qs, err := inspect.Queues(ctx, s)
+				if err != nil {
+					return err
+				}
+				if a.json {
+					for _, q := range qs {
+						if err := a.emit(queueJSON(q)); err != nil {
+							return err
+						}
+					}
+					return nil
+				}
+				if len(qs) == 0 {
+					_, err := fmt.Fprintf(a.stdout, "no queues in keyspace %s; create one with 'shardq queue create NAME'\n", a.keyspace)
+					return err
+				}
+				w := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(w, "NAME\tSHARDS\tBUCKETS\tBUCKET\tLAP\tTIMEOUT\tLOCK TTL\tCREATED")
+				for _, q := range qs {
+					c := q.Config
+					fmt.Fprintf(w, "%s\t%d\t%d\t%v\t%v\t%v\t%v\t%s\n", c.Name, c.ShardCount, c.BucketCount, c.BucketDuration,
+						c.Layout().Window(), c.DefaultTimeout, c.LockTTL, created(q.CreatedAt))
+				}
+				return w.Flush()
+			})
+		}),
+	}
+}
+
+func (a *app) queueShowCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "show NAME",
+		Short: "Show a queue's stored settings",
+		Args:  args("NAME"),
+		RunE: a.command(func(ctx context.Context, _ *cobra.Command, args []string) error {
+			if err := queueArg(args[0]); err != nil {
+				return err
+			}
+			return a.withSession(ctx, func(s *gocql.Session) error {
+				q, err := inspect.Queue(ctx, s, args[0])
+				if err != nil {
+					return err
+				}
+				if a.json {
+					return a.emit(queueJSON(q))
+				}
+				return a.showQueue(q)
+			})
+		}),
+	}
+}
+
+func (a *app) showQueue(q inspect.QueueInfo) error {
+	c := q.Config
+	w := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(w, "name\t%s\n", c.Name)
+	fmt.Fprintf(w, "shards\t%d\n", c.ShardCount)
+	fmt.Fprintf(w, "buckets\t%d x %v (one lap: %v)\n", c.BucketCount, c.BucketDuration, c.Layout().Window())
+	fmt.Fprintf(w, "default timeout\t%v (at most %v)\n", c.DefaultTimeout, c.MaxTimeout())
+	fmt.Fprintf(w, "lock ttl\t%v\n", c.LockTTL)
+	if !q.CreatedAt.IsZero() {
+		fmt.Fprintf(w, "created\t%s\n", created(q.CreatedAt))
+	}
+	return w.Flush()
+}
+
+func created(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return utc(t)
+}
+
+// queueJSON is a queue's settings for --json: durations in milliseconds.
+func queueJSON(q inspect.QueueInfo) map[string]any {
+	c := q.Config
+	m := map[string]any{
+		"name": c.Name, "shard_count": c.ShardCount, "bucket_count": c.BucketCount,
+		"bucket_duration_ms": ms(c.BucketDuration), "lap_ms": ms(c.Layout().Window()),
+		"default_timeout_ms": ms(c.DefaultTimeout), "max_timeout_ms": ms(c.MaxTimeout()), "lock_ttl_ms": ms(c.LockTTL),
+	}
+	if !q.CreatedAt.IsZero() {
+		m["created_at"] = q.CreatedAt.UTC()
+	}
+	return m
+}

@@ -1,0 +1,261 @@
+package inspect_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gocql/gocql"
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/consumer"
+	"github.com/shardq/shardq/internal/cassandratest"
+	"github.com/shardq/shardq/internal/inspect"
+	"github.com/shardq/shardq/internal/testclock"
+	"github.com/shardq/shardq/producer"
+)
+
+func TestClassify(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		attempt int
+		visible time.Time
+		want    inspect.Class
+	}{
+		{0, now, inspect.Due},
+		{0, now.Add(-time.Hour), inspect.Due},
+		{1, now, inspect.DueAgain},
+		{3, now.Add(-time.Second), inspect.DueAgain},
+		{0, now.Add(time.Nanosecond), inspect.Scheduled},
+		{1, now.Add(time.Minute), inspect.InFlight},
+	} {
+		require.Equal(t, tc.want, inspect.Classify(tc.attempt, tc.visible, now), "attempt %d visible %v", tc.attempt, tc.visible.Sub(now))
+	}
+}
+
+// world is a queue holding rows of every class, written by producers and consumers
+// whose clocks stand where each class needs them, so nothing waits for real time.
+type world struct {
+	s              *gocql.Session
+	q              shardq.QueueConfig
+	past, stranded time.Time // the clocks of the past and stranded writers
+}
+
+// newWorld writes, in a queue of 2 shards and a 10-minute lap:
+//   - 3 tasks due now, leased by a consumer for 30 s (in flight), one of which it then
+//     dead-letters: 2 in flight, 1 dead letter;
+//   - 5 tasks written by a producer whose clock trails by 2 minutes, 2 of which a
+//     consumer on that clock leases for 1 s: 3 due, 2 due again (their leases ran out
+//     2 minutes ago);
+//   - 4 tasks due in 3 minutes (scheduled) and 1 due in an hour (beyond the lap);
+//   - 1 task written by a producer 35 minutes behind: older than the previous lap of its
+//     partition, so below where consumers read it (the consumers never deliver it).
+func newWorld(t *testing.T) *world {
+	t.Helper()
+	ctx := context.Background()
+	s := cassandratest.SchemaSession(t)
+	q, err := shardq.CreateQueue(ctx, s, shardq.QueueConfig{Name: "q", ShardCount: 2, BucketCount: 60, BucketDuration: 10 * time.Second})
+	require.NoError(t, err)
+	w := &world{s: s, q: q}
+	now := time.Now()
+
+	p, err := producer.New(s, producer.Config{})
+	require.NoError(t, err)
+	schedule := func(p *producer.Producer, n int, task producer.Task) []uuid.UUID {
+		tasks := make([]producer.Task, n)
+		for i := range tasks {
+			tasks[i] = task
+			tasks[i].Queue = q.Name
+		}
+		ids, err := p.ScheduleTasks(ctx, tasks)
+		require.NoError(t, err)
+		return ids
+	}
+	acquire := func(c *consumer.Consumer, n int) []*consumer.Task {
+		got, err := c.AcquireTasks(ctx, n)
+		require.NoError(t, err)
+		require.Len(t, got, n)
+		return got
+	}
+
+	schedule(p, 3, producer.Task{Payload: []byte("leased"), Priority: 9})
+	c, err := consumer.New(s, consumer.Config{Queue: q.Name})
+	require.NoError(t, err)
+	leased := acquire(c, 3)
+	require.NoError(t, c.DeadLetter(ctx, leased[0], errors.New("boom")))
+
+	w.past = now.Add(-2 * time.Minute)
+	pastClock := testclock.New(w.past)
+	pp, err := producer.New(s, producer.Config{Clock: pastClock})
+	require.NoError(t, err)
+	schedule(pp, 5, producer.Task{Payload: []byte("late"), Timeout: time.Second})
+	cp, err := consumer.New(s, consumer.Config{Queue: q.Name, Clock: pastClock})
+	require.NoError(t, err)
+	acquire(cp, 2)
+
+	schedule(p, 4, producer.Task{Payload: []byte("soon"), DueAt: now.Add(3 * time.Minute)})
+	schedule(p, 1, producer.Task{Payload: []byte("next hour"), DueAt: now.Add(time.Hour)})
+
+	w.stranded = now.Add(-35 * time.Minute)
+	ps, err := producer.New(s, producer.Config{Clock: testclock.New(w.stranded)})
+	require.NoError(t, err)
+	schedule(ps, 1, producer.Task{Payload: []byte("stranded")})
+
+	return w
+}
+
+func (w *world) inspector(t *testing.T, cfg inspect.Config) *inspect.Inspector {
+	t.Helper()
+	cfg.Queue = w.q
+	in, err := inspect.New(w.s, cfg)
+	require.NoError(t, err)
+	return in
+}
+
+func TestStats(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	in := w.inspector(t, inspect.Config{})
+	ctx := context.Background()
+	var mu sync.Mutex
+	var calls, last, total int
+	st, err := in.Stats(ctx, inspect.StatsOptions{Progress: func(done, all int) {
+		mu.Lock()
+		defer mu.Unlock()
+		require.Equal(t, last+1, done, "progress counts up one read at a time")
+		calls, last, total = calls+1, done, all
+	}})
+	require.NoError(t, err)
+	require.Empty(t, st.Failed)
+	require.Equal(t, inspect.Counts{Due: 3, DueAgain: 2, Scheduled: 4, InFlight: 2}, st.Total,
+		"the stranded task lies below the consumers' floors, the next hour's beyond the lap")
+	require.Len(t, st.Shards, 2)
+	var sum inspect.Counts
+	for _, c := range st.Shards {
+		sum.Due += c.Due
+		sum.DueAgain += c.DueAgain
+		sum.Scheduled += c.Scheduled
+		sum.InFlight += c.InFlight
+	}
+	require.Equal(t, st.Total, sum)
+	require.WithinDuration(t, w.past, st.OldestDue, time.Second, "the oldest due task is the one written two minutes ago")
+	require.Equal(t, 1, st.DeadLetters)
+	require.Equal(t, 120, st.Partitions)
+	require.Equal(t, 11, st.RowsRead)
+	require.Equal(t, 10*time.Minute, st.Window)
+	require.Equal(t, st.Partitions+inspect.DeadDays, total)
+	require.Equal(t, total, calls)
+
+	t.Run("full", func(t *testing.T) {
+		st, err := in.Stats(ctx, inspect.StatsOptions{Full: true})
+		require.NoError(t, err)
+		require.Equal(t, inspect.Counts{Due: 4, DueAgain: 2, Scheduled: 4, InFlight: 2, BehindFloors: 1}, st.Total)
+		require.WithinDuration(t, w.stranded, st.OldestDue, time.Second)
+	})
+	t.Run("pages", func(t *testing.T) {
+		// Counting streams pages: pages of two rows give the same counts.
+		st, err := w.inspector(t, inspect.Config{PageSize: 2, PartitionsInFlight: 1}).Stats(ctx, inspect.StatsOptions{})
+		require.NoError(t, err)
+		require.Equal(t, inspect.Counts{Due: 3, DueAgain: 2, Scheduled: 4, InFlight: 2}, st.Total)
+		require.Equal(t, 11, st.RowsRead)
+	})
+}
+
+func TestPeek(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := cassandratest.SchemaSession(t)
+	q, err := shardq.CreateQueue(ctx, s, shardq.QueueConfig{Name: "q", ShardCount: 3})
+	require.NoError(t, err)
+	p, err := producer.New(s, producer.Config{})
+	require.NoError(t, err)
+	var tasks []producer.Task
+	for i, prio := range []int{3, 9, 0, 9, 5} {
+		tasks = append(tasks, producer.Task{Queue: q.Name, Priority: prio, Payload: []byte{byte('a' + i)}})
+	}
+	tasks = append(tasks, producer.Task{Queue: q.Name, Priority: 9, Payload: []byte("later"), DueAt: time.Now().Add(time.Minute)})
+	ids, err := p.ScheduleTasks(ctx, tasks)
+	require.NoError(t, err)
+	in, err := inspect.New(s, inspect.Config{Queue: q})
+	require.NoError(t, err)
+
+	got, err := in.Peek(ctx, 3)
+	require.NoError(t, err)
+	require.Empty(t, got.Failed)
+	require.Equal(t, []uuid.UUID{ids[1], ids[3], ids[4]}, taskIDs(got.Tasks), "highest priority first, then earliest")
+	require.Equal(t, []byte("b"), got.Tasks[0].Payload)
+	require.Equal(t, 9, got.Tasks[0].Priority)
+	require.Zero(t, got.Tasks[0].Attempt)
+	require.Equal(t, q.DefaultTimeout, got.Tasks[0].Timeout)
+
+	got, err = in.Peek(ctx, inspect.MaxPeek)
+	require.NoError(t, err)
+	require.Equal(t, []uuid.UUID{ids[1], ids[3], ids[4], ids[0], ids[2]}, taskIDs(got.Tasks), "the task due in a minute is not due")
+
+	var locks int
+	require.NoError(t, s.Query(`SELECT COUNT(*) FROM tasks WHERE kind = 0 ALLOW FILTERING`).Scan(&locks))
+	require.Zero(t, locks, "peeking takes no lock")
+	c, err := consumer.New(s, consumer.Config{Queue: q.Name})
+	require.NoError(t, err)
+	leased, err := c.AcquireTasks(ctx, 10)
+	require.NoError(t, err)
+	require.Len(t, leased, 5, "peeking leased nothing")
+	for _, l := range leased {
+		require.Equal(t, 1, l.Attempt)
+	}
+
+	got, err = in.Peek(ctx, 10)
+	require.NoError(t, err)
+	require.Empty(t, got.Tasks, "leased tasks are not due")
+
+	_, err = in.Peek(ctx, 0)
+	require.ErrorIs(t, err, shardq.ErrInvalid)
+	_, err = in.Peek(ctx, inspect.MaxPeek+1)
+	require.ErrorIs(t, err, shardq.ErrInvalid)
+}
+
+func taskIDs(ts []inspect.Task) []uuid.UUID {
+	var out []uuid.UUID
+	for _, t := range ts {
+		out = append(out, t.ID)
+	}
+	return out
+}
+
+func TestQueues(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := cassandratest.SchemaSession(t)
+	qs, err := inspect.Queues(ctx, s)
+	require.NoError(t, err)
+	require.Empty(t, qs)
+	for _, name := range []string{"zeta", "alpha"} {
+		_, err := shardq.CreateQueue(ctx, s, shardq.QueueConfig{Name: name, ShardCount: 3})
+		require.NoError(t, err)
+	}
+	qs, err = inspect.Queues(ctx, s)
+	require.NoError(t, err)
+	require.Len(t, qs, 2)
+	require.Equal(t, "alpha", qs[0].Config.Name)
+	require.Equal(t, "zeta", qs[1].Config.Name)
+	require.Equal(t, 3, qs[1].Config.ShardCount)
+	require.WithinDuration(t, time.Now(), qs[0].CreatedAt, time.Minute)
+
+	one, err := inspect.Queue(ctx, s, "zeta")
+	require.NoError(t, err)
+	require.Equal(t, qs[1], one)
+	_, err = inspect.Queue(ctx, s, "missing")
+	require.ErrorIs(t, err, shardq.ErrQueueNotFound)
+
+	_, err = inspect.New(s, inspect.Config{})
+	require.ErrorIs(t, err, shardq.ErrInvalid, "a queue is required")
+	_, err = inspect.New(s, inspect.Config{Queue: one.Config, PageSize: -1})
+	require.ErrorIs(t, err, shardq.ErrInvalid)
+	_, err = inspect.New(nil, inspect.Config{Queue: one.Config})
+	require.ErrorIs(t, err, shardq.ErrInvalid)
+}

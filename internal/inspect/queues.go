@@ -1,0 +1,61 @@
+package inspect
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/gocql/gocql"
+
+	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/internal/cql"
+)
+
+// QueueInfo is a stored queue: its settings and when it was created.
+type QueueInfo struct {
+	Config    shardq.QueueConfig
+	CreatedAt time.Time
+}
+
+// Queue reads one queue's settings, or returns an error matching shardq.ErrQueueNotFound.
+func Queue(ctx context.Context, session *gocql.Session, name string) (QueueInfo, error) {
+	q, err := shardq.LoadQueue(ctx, session, name)
+	if err != nil {
+		return QueueInfo{}, err
+	}
+	info := QueueInfo{Config: q}
+	err = cql.Query(session, `SELECT created_at FROM queues WHERE name = ?`, name).WithContext(ctx).Scan(&info.CreatedAt)
+	if err != nil && !errors.Is(err, gocql.ErrNotFound) {
+		return QueueInfo{}, fmt.Errorf("inspect: reading when queue %q was created: %w", name, err)
+	}
+	return info, nil
+}
+
+// Queues reads every stored queue, by name. The queues table is small (one row a
+// queue): it is read whole, in pages, and each queue's settings through
+// shardq.LoadQueue.
+func Queues(ctx context.Context, session *gocql.Session) ([]QueueInfo, error) {
+	iter := cql.Query(session, `SELECT name, created_at FROM queues`).WithContext(ctx).Iter()
+	created := map[string]time.Time{}
+	var name string
+	var at time.Time
+	for iter.Scan(&name, &at) {
+		created[name] = at
+	}
+	if err := iter.Close(); err != nil {
+		return nil, fmt.Errorf("inspect: listing queues: %w", err)
+	}
+	out := make([]QueueInfo, 0, len(created))
+	for name, at := range created {
+		q, err := shardq.LoadQueue(ctx, session, name)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, QueueInfo{Config: q, CreatedAt: at})
+	}
+	slices.SortFunc(out, func(a, b QueueInfo) int { return strings.Compare(a.Config.Name, b.Config.Name) })
+	return out, nil
+}

@@ -1,0 +1,250 @@
+package inspect
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/gocql/gocql"
+	"github.com/google/uuid"
+
+	"github.com/shardq/shardq/consumer"
+	"github.com/shardq/shardq/internal/cql"
+	"github.com/shardq/shardq/internal/fanout"
+	"github.com/shardq/shardq/shard"
+)
+
+// Class is what a task row counts as in Stats.
+type Class int
+
+// Classes of task rows.
+const (
+	// Due rows are visible now and were never delivered.
+	Due Class = iota
+	// DueAgain rows are visible now and were delivered before: a lease ran out, or a
+	// retry's delay did.
+	DueAgain
+	// Scheduled rows become visible later in this lap and were never delivered.
+	Scheduled
+	// InFlight rows are timeout markers of delivered tasks, visible again at their lease
+	// deadline, or retries waiting out their delay.
+	InFlight
+)
+
+// Classify tells what a task row counts as: its delivery count and the time its ID
+// carries (when it becomes visible), at now. This is the one place to change when task
+// rows record their state: until then a row delivered before and visible now counts as
+// due again whether its lease ran out or a retry came due, and one not yet visible as
+// in flight whether it is leased or waits out a retry delay.
+func Classify(attempt int, visible, now time.Time) Class {
+	switch {
+	case !visible.After(now) && attempt == 0:
+		return Due
+	case !visible.After(now):
+		return DueAgain
+	case attempt == 0:
+		return Scheduled
+	}
+	return InFlight
+}
+
+// Counts counts task rows by class.
+type Counts struct {
+	Due       int `json:"due"`
+	DueAgain  int `json:"due_again"`
+	Scheduled int `json:"scheduled"`
+	InFlight  int `json:"in_flight"`
+	// BehindFloors counts the rows, among Due and DueAgain, that lie below where
+	// consumers read their partition: consumers do not deliver them. Only a StatsOptions.Full
+	// pass looks there.
+	BehindFloors int `json:"behind_floors,omitempty"`
+}
+
+func (c *Counts) add(o Counts) {
+	c.Due += o.Due
+	c.DueAgain += o.DueAgain
+	c.Scheduled += o.Scheduled
+	c.InFlight += o.InFlight
+	c.BehindFloors += o.BehindFloors
+}
+
+func (c *Counts) count(cl Class) {
+	switch cl {
+	case Due:
+		c.Due++
+	case DueAgain:
+		c.DueAgain++
+	case Scheduled:
+		c.Scheduled++
+	case InFlight:
+		c.InFlight++
+	}
+}
+
+// Stats is what one pass over a queue's lap found.
+type Stats struct {
+	// At is the time the pass counted from: rows visible by At are due.
+	At time.Time
+	// Window is how far past At rows are counted: one lap. Rows due later are not read.
+	Window time.Duration
+	// Shards counts rows by concurrency shard.
+	Shards []Counts
+	// Total adds Shards up.
+	Total Counts
+	// OldestDue is when the earliest row that is due became visible; zero when none is.
+	OldestDue time.Time
+	// DeadLetters counts the rows of dead_tasks kept for the queue (the last DeadDays
+	// days' partitions).
+	DeadLetters int
+	DeadDays    int
+	// Partitions is how many partitions of tasks were read, RowsRead how many task rows.
+	Partitions int
+	RowsRead   int
+	// Failed lists the partitions that could not be read; their rows are not counted.
+	// When the dead letters could not be read, the last one names dead_tasks.
+	Failed []*PartitionError
+}
+
+// StatsOptions tunes one Stats call.
+type StatsOptions struct {
+	// Full reads every partition from its start instead of from where consumers read it,
+	// and counts the due rows below that in Counts.BehindFloors. It walks the tombstones
+	// of every task consumed since they were last purged (gc_grace_seconds, 10 minutes),
+	// and a partition drained of more than Cassandra's tombstone_failure_threshold
+	// (100,000) in that time fails to read.
+	Full bool
+	// Progress, when set, is called after each partition read, with how many of total
+	// reads are done; calls may come from several goroutines, one at a time.
+	Progress func(done, total int)
+}
+
+// DeadDays is how many daily partitions of dead_tasks Stats counts: the table's 30-day
+// TTL runs from the time of each write, so the partition of the day 30 days ago still
+// holds the dead letters of its later hours.
+const DeadDays = 31
+
+// Stats counts the rows of the current lap's partitions: due now, due again, scheduled
+// later in the lap, in flight, by concurrency shard; when the earliest due row became
+// visible; and the dead letters kept. It reads 2 × BucketCount × ShardCount times (one
+// more for each priority whose floor lags the others', a backlog) plus DeadDays, and
+// every row pending in the lap once, in pages, so memory stays small
+// whatever the queue holds. A partition that cannot be read is listed in Failed; the
+// error returned is ctx's, or one for an invalid queue.
+func (in *Inspector) Stats(ctx context.Context, opts StatsOptions) (*Stats, error) {
+	now := in.cfg.Clock.Now()
+	parts := in.lap(now)
+	st := &Stats{At: now, Window: in.layout.Window(), Shards: make([]Counts, in.layout.ShardCount),
+		Partitions: len(parts), DeadDays: DeadDays}
+	total := len(parts) + DeadDays
+	var mu sync.Mutex
+	done := 0
+	progress := func(n int) {
+		mu.Lock()
+		defer mu.Unlock()
+		done += n
+		if opts.Progress != nil {
+			opts.Progress(done, total)
+		}
+	}
+	upper := gocql.UUID(shard.MaxID(now.Add(st.Window)))
+	_ = fanout.Each(len(parts), in.cfg.PartitionsInFlight, func(i int) error {
+		c, oldest, rows, err := in.countPartition(ctx, parts[i], now, upper, opts.Full)
+		mu.Lock()
+		if err != nil {
+			st.Failed = append(st.Failed, &PartitionError{ShardKey: parts[i].key, Err: err})
+		} else {
+			st.Shards[parts[i].shard].add(c)
+			st.RowsRead += rows
+			if !oldest.IsZero() && (st.OldestDue.IsZero() || oldest.Before(st.OldestDue)) {
+				st.OldestDue = oldest
+			}
+		}
+		mu.Unlock()
+		progress(1)
+		return nil
+	})
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	dead, err := in.deadLetters(ctx, now, func() { progress(1) })
+	if err != nil {
+		st.Failed = append(st.Failed, &PartitionError{ShardKey: "dead_tasks", Err: err})
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	st.DeadLetters = dead
+	for _, c := range st.Shards {
+		st.Total.add(c)
+	}
+	return st, nil
+}
+
+const countStmt = `SELECT priority, id, attempt FROM tasks
+	WHERE shard_key = ? AND kind = 1 AND priority IN ? AND id > ? AND id <= ?`
+
+// countPartition counts the rows of pt up to upper, from where consumers read it, or
+// from its start when full.
+func (in *Inspector) countPartition(ctx context.Context, pt partition, now time.Time, upper gocql.UUID, full bool) (c Counts, oldest time.Time, rows int, err error) {
+	s, err := in.readStarts(ctx, pt)
+	if err != nil {
+		return c, oldest, 0, err
+	}
+	groups := plan(&s)
+	var from starts // where consumers' reads of each priority begin (exclusive)
+	for _, g := range groups {
+		for _, p := range g.prios {
+			from[p] = g.from
+		}
+	}
+	if full {
+		groups = []group{{prios: allPriorities, from: gocql.UUID(shard.MinID(shard.MinIDTime))}}
+	}
+	for _, g := range groups {
+		iter := cql.Query(in.session, countStmt, pt.key, g.prios, g.from, upper).
+			WithContext(ctx).PageSize(in.cfg.PageSize).Iter()
+		var prio int8
+		var id gocql.UUID
+		var attempt int
+		for iter.Scan(&prio, &id, &attempt) {
+			rows++
+			at := shard.IDTime(uuid.UUID(id))
+			cl := Classify(attempt, at, now)
+			c.count(cl)
+			if cl != Due && cl != DueAgain {
+				continue
+			}
+			if oldest.IsZero() || at.Before(oldest) {
+				oldest = at
+			}
+			if shard.CompareIDs(uuid.UUID(id), uuid.UUID(from[prio])) <= 0 {
+				c.BehindFloors++
+			}
+		}
+		if err := iter.Close(); err != nil {
+			return Counts{}, time.Time{}, 0, fmt.Errorf("counting the rows of %s: %w", pt.key, err)
+		}
+	}
+	return c, oldest, rows, nil
+}
+
+// deadLetters counts the dead letters of the last DeadDays days, calling done after each
+// day's partition.
+func (in *Inspector) deadLetters(ctx context.Context, now time.Time, done func()) (int, error) {
+	today := consumer.DeadLetterDay(now)
+	n := 0
+	for day := today - DeadDays + 1; day <= today; day++ {
+		iter := cql.Query(in.session, `SELECT task_id FROM dead_tasks WHERE queue = ? AND day = ?`, in.layout.Queue, day).
+			WithContext(ctx).PageSize(in.cfg.PageSize).Iter()
+		var id gocql.UUID
+		for iter.Scan(&id) {
+			n++
+		}
+		if err := iter.Close(); err != nil {
+			return 0, fmt.Errorf("counting dead letters of day %d: %w", day, err)
+		}
+		done()
+	}
+	return n, nil
+}
