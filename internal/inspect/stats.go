@@ -94,7 +94,7 @@ type Stats struct {
 	Total Counts
 	// OldestDue is when the earliest row that is due became visible; zero when none is.
 	OldestDue time.Time
-	// DeadLetters counts the rows of dead_tasks kept for the queue (the last DeadDays
+	// DeadLetters counts the dead letters kept for the queue (the last DeadDays
 	// days' partitions).
 	DeadLetters int
 	DeadDays    int
@@ -102,7 +102,7 @@ type Stats struct {
 	Partitions int
 	RowsRead   int
 	// Failed lists the partitions that could not be read; their rows are not counted.
-	// When the dead letters could not be read, the last one names dead_tasks.
+	// When the dead letters could not be read, the last one names dead_letters.
 	Failed []*PartitionError
 }
 
@@ -119,7 +119,7 @@ type StatsOptions struct {
 	Progress func(done, total int)
 }
 
-// DeadDays is how many daily partitions of dead_tasks Stats counts: the table's 30-day
+// DeadDays is how many daily partitions of dead_letters Stats counts: the table's 30-day
 // TTL runs from the time of each write, so the partition of the day 30 days ago still
 // holds the dead letters of its later hours.
 const DeadDays = 31
@@ -169,7 +169,7 @@ func (in *Inspector) Stats(ctx context.Context, opts StatsOptions) (*Stats, erro
 	}
 	dead, err := in.deadLetters(ctx, now, func() { progress(1) })
 	if err != nil {
-		st.Failed = append(st.Failed, &PartitionError{ShardKey: "dead_tasks", Err: err})
+		st.Failed = append(st.Failed, &PartitionError{ShardKey: "dead_letters", Err: err})
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -235,7 +235,7 @@ func (in *Inspector) deadLetters(ctx context.Context, now time.Time, done func()
 	today := consumer.DeadLetterDay(now)
 	n := 0
 	for day := today - DeadDays + 1; day <= today; day++ {
-		iter := cql.Query(in.session, `SELECT task_id FROM dead_tasks WHERE queue = ? AND day = ?`, in.layout.Queue, day).
+		iter := cql.Query(in.session, `SELECT dead_id FROM dead_letters WHERE queue = ? AND day = ?`, in.layout.Queue, day).
 			WithContext(ctx).PageSize(in.cfg.PageSize).Iter()
 		var id gocql.UUID
 		for iter.Scan(&id) {
