@@ -441,7 +441,7 @@ func (p *Producer) move(ctx context.Context, q shardq.QueueConfig, from taskrow.
 		b.Query(stmt, args...)
 	}
 	applied, err := lwt.Apply(ctx, func(context.Context) (bool, error) { return lwt.Batch(p.session, b) },
-		func(rctx context.Context, cause error) (bool, error) { return p.settle(rctx, src, cause) })
+		func(rctx context.Context, cause error) (bool, error) { return p.settle(rctx, src, from, cause) })
 	if apart && err == nil && !applied || apart && err != nil && lwt.Definite(err) {
 		p.dropRow(ctx, *to)
 	}
@@ -457,7 +457,10 @@ func (p *Producer) move(ctx context.Context, q shardq.QueueConfig, from taskrow.
 
 // settle decides a fenced batch whose outcome is unknown, as consumers settle swaps:
 // releasing the lock voids a straggler, then the lock row tells whose batch applied last.
-func (p *Producer) settle(ctx context.Context, le *lock.Lease, cause error) (bool, error) {
+// Another's may have applied since ours (the lock is free once ours applies), so then the
+// row moved tells: still there, ours did not apply; gone, ours did, or a consumer took it
+// since, and keeping the new row risks a duplicate where dropping it could lose the task.
+func (p *Producer) settle(ctx context.Context, le *lock.Lease, from taskrow.Row, cause error) (bool, error) {
 	if err := le.Release(ctx); err != nil && !errors.Is(err, lock.ErrLockLost) {
 		return false, fmt.Errorf("%w: %w (releasing: %w)", lwt.ErrOutcomeUnknown, cause, err)
 	}
@@ -467,7 +470,17 @@ func (p *Producer) settle(ctx context.Context, le *lock.Lease, cause error) (boo
 	if err != nil && !errors.Is(err, gocql.ErrNotFound) {
 		return false, fmt.Errorf("%w: %w (reading back: %w)", lwt.ErrOutcomeUnknown, cause, err)
 	}
-	return last == gocql.UUID(le.Holder()), nil
+	if last == gocql.UUID(le.Holder()) {
+		return true, nil
+	}
+	err = cql.Query(p.session, taskrow.SelectOne, from.KeyArgs()...).WithContext(ctx).Consistency(lwt.Serial).Scan(new(gocql.UUID))
+	switch {
+	case errors.Is(err, gocql.ErrNotFound):
+		return true, nil
+	case err != nil:
+		return false, fmt.Errorf("%w: %w (reading back: %w)", lwt.ErrOutcomeUnknown, cause, err)
+	}
+	return false, nil
 }
 
 // dropRow deletes a row written for a move that did not happen. We hold its partition's
