@@ -316,22 +316,17 @@ func (e *env) drain(d *deliveries) {
 	}
 }
 
-// TestCancelRacesAcquire cancels 200 tasks while consumers take them. A cancel that
-// succeeded means the task is never delivered, not even after every lease has run out;
-// one that failed says why: in flight, or already done.
-func TestCancelRacesAcquire(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t, shardq.QueueConfig{ShardCount: 4, BucketCount: 60, BucketDuration: time.Second})
-	ctx := context.Background()
+// race schedules 200 due tasks and runs op on each, 16 at a time, while 3 consumers take
+// and ack them, recording deliveries in d. It returns the tasks and op's results once
+// every op and consumer has stopped.
+func (e *env) race(d *deliveries, op func(i int, id uuid.UUID) error) ([]uuid.UUID, []error) {
 	tasks := make([]producer.Task, 200)
 	for i := range tasks {
 		tasks[i] = producer.Task{Payload: []byte{byte(i)}, Priority: i % 10}
 	}
 	taskIDs := e.schedule(tasks...)
-	d := &deliveries{at: map[uuid.UUID][]time.Time{}}
 	stop := make(chan struct{})
 	wait := e.consume(3, d, stop)
-
 	results := make([]error, len(taskIDs))
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 16)
@@ -339,12 +334,24 @@ func TestCancelRacesAcquire(t *testing.T) {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			results[i] = e.p.Cancel(ctx, id, producer.CancelOptions{})
+			results[i] = op(i, id)
 		})
 	}
 	wg.Wait()
 	close(stop)
 	wait()
+	return taskIDs, results
+}
+
+// TestCancelRacesAcquire cancels 200 tasks while consumers take them. A cancel that
+// succeeded means the task is never delivered, not even after every lease has run out;
+// one that failed says why: in flight, or already done.
+func TestCancelRacesAcquire(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, shardq.QueueConfig{ShardCount: 4, BucketCount: 60, BucketDuration: time.Second})
+	ctx := context.Background()
+	d := &deliveries{at: map[uuid.UUID][]time.Time{}}
+	taskIDs, results := e.race(d, func(_ int, id uuid.UUID) error { return e.p.Cancel(ctx, id, producer.CancelOptions{}) })
 	e.clock.Add(time.Minute) // every lease and retry is due by now
 	e.drain(d)
 
@@ -395,30 +402,12 @@ func TestRescheduleRacesAcquire(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, shardq.QueueConfig{ShardCount: 4, BucketCount: 60, BucketDuration: time.Second})
 	ctx := context.Background()
-	tasks := make([]producer.Task, 200)
-	for i := range tasks {
-		tasks[i] = producer.Task{Payload: []byte{byte(i)}, Priority: i % 10}
-	}
-	taskIDs := e.schedule(tasks...)
 	later := base.Add(3 * time.Second)
 	d := &deliveries{at: map[uuid.UUID][]time.Time{}}
-	stop := make(chan struct{})
-	wait := e.consume(3, d, stop)
-
-	results := make([]error, len(taskIDs))
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 16)
-	for i, id := range taskIDs {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			prio := 9 - i%10
-			results[i] = e.p.Reschedule(ctx, id, producer.RescheduleOptions{DueAt: later, Priority: &prio})
-		})
-	}
-	wg.Wait()
-	close(stop)
-	wait()
+	taskIDs, results := e.race(d, func(i int, id uuid.UUID) error {
+		prio := 9 - i%10
+		return e.p.Reschedule(ctx, id, producer.RescheduleOptions{DueAt: later, Priority: &prio})
+	})
 	e.clock.Add(3 * time.Second)
 	e.drain(d)
 	e.clock.Add(time.Minute) // any second copy would be visible by now
