@@ -42,7 +42,7 @@ func newBench(o options) (*bench, error) {
 		hosts = strings.Split(o.hosts, ",")
 	}
 	b := &bench{o: o, hosts: hosts, jsonOut: os.Stdout, results: map[string]result{}}
-	admin, err := cqlcluster.Admin(hosts...).CreateSession()
+	admin, err := cqlcluster.New(hosts...).CreateSession()
 	if err != nil {
 		return nil, fmt.Errorf("connecting to %v: %w", hosts, err)
 	}

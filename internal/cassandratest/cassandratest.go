@@ -84,7 +84,7 @@ func find() ([]string, error) {
 
 func adminSession(t testing.TB) *gocql.Session {
 	h := Hosts(t)
-	adminOnce.Do(func() { admin, adminErr = cqlcluster.Admin(h...).CreateSession() })
+	adminOnce.Do(func() { admin, adminErr = cqlcluster.New(h...).CreateSession() })
 	if adminErr != nil {
 		t.Fatalf("connecting to Cassandra at %v: %v", h, adminErr)
 	}
@@ -188,7 +188,7 @@ func ExampleSession(name string) (*gocql.Session, func()) {
 	findOnce.Do(func() { hosts, findErr = find() })
 	adminOnce.Do(func() {
 		if findErr == nil {
-			admin, adminErr = cqlcluster.Admin(hosts...).CreateSession()
+			admin, adminErr = cqlcluster.New(hosts...).CreateSession()
 		}
 	})
 	for _, err := range []error{findErr, adminErr} {
