@@ -135,7 +135,8 @@ type Consumer struct {
 	cells        map[signal.Cell]gocql.UUID // the lap's signal cells as last read; nil before
 	sweptCursors []int64                    // the cursors when the cells were last read
 
-	beforeSwap func() // tests only: runs between the locked read and the swap
+	beforeSwap func()            // tests only: runs between the locked read and the swap
+	afterSwap  func(error) error // tests only: what the swap's LWT returned, and what to make of it
 	failRead   func(key string) error
 	crash      func(step string) bool // tests only: true stops at step as if the process died
 }

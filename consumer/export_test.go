@@ -4,6 +4,10 @@ package consumer
 // tests can put another consumer's move exactly there.
 func SetBeforeSwap(c *Consumer, f func()) { c.beforeSwap = f }
 
+// SetAfterSwap makes c pass the error its swap LWT returned through f, and go on with
+// what f returns, so tests can make an applied swap look unsettled.
+func SetAfterSwap(c *Consumer, f func(error) error) { c.afterSwap = f }
+
 // SetFailRead makes c's reads of a partition fail with f's error when f returns one.
 func SetFailRead(c *Consumer, f func(key string) error) { c.failRead = f }
 

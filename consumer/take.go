@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/gocql/gocql"
@@ -227,8 +228,13 @@ func (c *Consumer) swap(ctx context.Context, pt *part, lease *lock.Lease, rows [
 			b.Query(taskrow.DeleteIfExists, r.KeyArgs()...)
 		}
 	}
-	applied, err := lwt.Apply(ctx, func(context.Context) (bool, error) { return lwt.Batch(c.session, b) },
-		func(rctx context.Context, cause error) (bool, error) { return c.settleSwap(rctx, lease, cause) })
+	applied, err := lwt.Apply(ctx, func(context.Context) (bool, error) {
+		applied, err := lwt.Batch(c.session, b)
+		if c.afterSwap != nil {
+			err = c.afterSwap(err)
+		}
+		return applied, err
+	}, func(rctx context.Context, cause error) (bool, error) { return c.settleSwap(rctx, lease, rows, cause) })
 	switch {
 	case err != nil && lwt.Definite(err):
 		c.dropMarkers(ctx, markers)
@@ -304,10 +310,14 @@ func (c *Consumer) release(ctx context.Context, lease *lock.Lease) error {
 	return nil
 }
 
-// settleSwap decides a swap whose outcome is unknown. Releasing the lock first, as a new
-// LWT, voids a straggling swap (it is conditioned on our holding the lock); after that a
-// SERIAL read of the lock row tells whether our swap was the last one applied.
-func (c *Consumer) settleSwap(rctx context.Context, lease *lock.Lease, cause error) (bool, error) {
+// settleSwap decides a swap of rows whose outcome is unknown. Releasing the lock first,
+// as a new LWT, voids a straggling swap (it is conditioned on our holding the lock); after
+// that a SERIAL read of the lock row tells whether our swap was the last one applied. If
+// another was applied since (the lock was free again as soon as ours applied), it reads
+// the rows: ours deleted all of them at once, so one still there says it did not apply.
+// None there says it did, or another consumer took them since; either way keeping the
+// markers delivers each task, twice at worst, where dropping them could lose it.
+func (c *Consumer) settleSwap(rctx context.Context, lease *lock.Lease, rows []taskrow.Row, cause error) (bool, error) {
 	c.log.WarnContext(rctx, "swap outcome unknown, settling", "shard_key", lease.Key(), "error", cause)
 	if err := c.release(rctx, lease); err != nil {
 		return false, fmt.Errorf("%w: swap in %s: %w (%w)", ErrOutcomeUnknown, lease.Key(), cause, err)
@@ -318,5 +328,23 @@ func (c *Consumer) settleSwap(rctx context.Context, lease *lock.Lease, cause err
 	if err != nil && !errors.Is(err, gocql.ErrNotFound) {
 		return false, fmt.Errorf("%w: swap in %s: %w (reading back: %w)", ErrOutcomeUnknown, lease.Key(), cause, err)
 	}
-	return last == gocql.UUID(lease.Holder()), nil
+	if last == gocql.UUID(lease.Holder()) {
+		return true, nil
+	}
+	stmt := `SELECT id FROM tasks WHERE shard_key = ? AND (kind, priority, id) IN (` +
+		strings.TrimSuffix(strings.Repeat("(1, ?, ?), ", len(rows)), ", ") + `) LIMIT 1`
+	args := []any{lease.Key()}
+	for _, r := range rows {
+		args = append(args, r.Priority, r.ID)
+	}
+	err = cql.Query(c.session, stmt, args...).WithContext(rctx).Consistency(lwt.Serial).Scan(new(gocql.UUID))
+	switch {
+	case errors.Is(err, gocql.ErrNotFound):
+		c.log.WarnContext(rctx, "a swap whose outcome was unknown is taken as applied: its rows are gone; its tasks may run twice",
+			"shard_key", lease.Key(), "tasks", len(rows))
+		return true, nil
+	case err != nil:
+		return false, fmt.Errorf("%w: swap in %s: %w (reading rows back: %w)", ErrOutcomeUnknown, lease.Key(), cause, err)
+	}
+	return false, nil
 }

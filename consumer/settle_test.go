@@ -1,0 +1,43 @@
+package consumer_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+
+	"github.com/gocql/gocql"
+	"github.com/stretchr/testify/require"
+
+	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/consumer"
+	"github.com/shardq/shardq/producer"
+)
+
+// A swap whose LWT applied but came back with an unknown outcome (a coordinator timeout,
+// or a competing Paxos round that completed it) is settled as applied even when another
+// consumer swapped in the same partition before the settling read: the lock row then names
+// the other consumer, and only the rows, all gone, tell. Taking it as not applied would
+// drop its markers and lose its tasks (seen with three nodes at RF 3 and a frozen node).
+func TestUnknownSwapSettledAfterAnotherSwap(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t, shardq.QueueConfig{ShardCount: 1})
+	want := e.schedule(producer.Task{}, producer.Task{}, producer.Task{}, producer.Task{})
+	a, b := e.consumer(), e.consumer()
+	var once sync.Once
+	var fromB []*consumer.Task
+	consumer.SetAfterSwap(a, func(err error) error {
+		once.Do(func() {
+			require.NoError(t, err)
+			fromB = e.acquire(b, 10)
+			err = gocql.ErrTimeoutNoResponse
+		})
+		return err
+	})
+	fromA := e.acquire(a, 2)
+	require.Len(t, fromA, 2, "the swap applied: its tasks are a's")
+	require.Len(t, fromB, 2)
+	require.ElementsMatch(t, want, append(ids(fromA), ids(fromB)...))
+	require.NoError(t, a.AckTasks(ctx, fromA...))
+	require.NoError(t, b.AckTasks(ctx, fromB...))
+}
