@@ -67,6 +67,7 @@ func (c *Consumer) AckTasks(ctx context.Context, tasks ...*Task) error {
 		return nil
 	})
 	var done []taskindex.Write
+	var acked []*Task
 	lost := make(map[uuid.UUID]bool, len(ackErr.Lost))
 	for _, id := range ackErr.Lost {
 		lost[id] = true
@@ -74,9 +75,11 @@ func (c *Consumer) AckTasks(ctx context.Context, tasks ...*Task) error {
 	for _, t := range tasks {
 		if _, failed := ackErr.Failed[t.ID]; !failed && !lost[t.ID] {
 			done = append(done, c.finishEntry(t, taskindex.Completed, ""))
+			acked = append(acked, t)
 		}
 	}
 	c.finish(ctx, done)
+	c.advanceSeries(ctx, acked, false)
 	if len(done) > 0 {
 		c.cfg.Observer.Observe(ctx, shardq.Acked{Queue: c.q.Name, Count: len(done)})
 	}
@@ -148,3 +151,18 @@ func (c *Consumer) ackOne(ctx context.Context, t *Task) error {
 }
 
 var errRetryAck = errors.New("consumer: ack did not apply")
+
+// advanceSeries moves the series of occurrences just taken (taken) or finished past
+// them, scheduling their next occurrences. A failure leaves the series to the keepers
+// of the queue's workers, which find it stalled and move it then.
+func (c *Consumer) advanceSeries(ctx context.Context, tasks []*Task, taken bool) {
+	for _, t := range tasks {
+		if t.Series == "" {
+			continue
+		}
+		if err := c.series.Advance(ctx, c.q, t.Series, t.ID, taken); err != nil {
+			c.log.WarnContext(ctx, "scheduling the next occurrence of a series", "queue", c.q.Name,
+				"series", t.Series, "task_id", t.ID, "error", err)
+		}
+	}
+}

@@ -26,6 +26,7 @@ import (
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/internal/defaults"
 	"github.com/shardq/shardq/internal/lwt"
+	"github.com/shardq/shardq/internal/series"
 	"github.com/shardq/shardq/internal/signal"
 	"github.com/shardq/shardq/internal/taskrow"
 	"github.com/shardq/shardq/lock"
@@ -102,6 +103,9 @@ type Task struct {
 	// task, across retries and replays. Pass it to downstream systems so they can reject
 	// writes from a holder whose lease has passed to another.
 	Token int64
+	// Series names the recurring series (package series) the task is an occurrence of;
+	// empty for other tasks. DueAt is then the occurrence's time in the series.
+	Series string
 
 	marker  taskrow.Row // the timeout marker Ack deletes
 	visible time.Time   // when the row it was taken from became visible: its place in line
@@ -118,6 +122,7 @@ type Consumer struct {
 	layout  shard.Layout
 	locker  *lock.Locker
 	signals *signal.Toucher
+	series  *series.Env
 
 	mu           sync.Mutex      // guards the fields below, and the three above while init sets them
 	cursors      []int64         // per concurrency shard: the oldest bucket that may hold work
@@ -167,8 +172,10 @@ func New(session *gocql.Session, cfg Config) (*Consumer, error) {
 	if cfg.Observer == nil {
 		cfg.Observer = shardq.NopObserver{}
 	}
+	signals := signal.NewToucher(session, cfg.Logger)
 	return &Consumer{session: session, cfg: cfg, log: cfg.Logger, hot: map[string]bool{},
-		floors: map[pkey]*floors{}, keptFloors: map[string]lapFloors{}, upcoming: map[pkey]time.Time{}, pageRows: initialPageRows, signals: signal.NewToucher(session, cfg.Logger)}, nil
+		floors: map[pkey]*floors{}, keptFloors: map[string]lapFloors{}, upcoming: map[pkey]time.Time{}, pageRows: initialPageRows,
+		signals: signals, series: &series.Env{Session: session, Clock: cfg.Clock, Log: cfg.Logger, Signals: signals}}, nil
 }
 
 // init loads the queue's settings once; a failure is retried on the next call.

@@ -132,6 +132,7 @@ func (c *Consumer) DeadLetter(ctx context.Context, t *Task, cause error) error {
 		c.cfg.Observer.Observe(ctx, shardq.LeaseLost{Queue: c.q.Name, TaskID: t.ID})
 	case err == nil:
 		c.finish(ctx, []taskindex.Write{c.finishEntry(t, taskindex.Dead, msg)})
+		c.advanceSeries(ctx, []*Task{t}, false)
 	}
 	return err
 }

@@ -187,7 +187,7 @@ func (c *Consumer) swap(ctx context.Context, pt *part, lease *lock.Lease, rows [
 		markers[i].Token++
 		tasks[i] = &Task{ID: uuid.UUID(r.TaskID), Queue: c.q.Name, Payload: r.Payload, DueAt: r.DueAt,
 			Priority: int(r.Priority), Attempt: markers[i].Attempt, Deadline: deadline, Timeout: r.Timeout,
-			Token: markers[i].Token, marker: markers[i], visible: shard.IDTime(uuid.UUID(r.ID))}
+			Token: markers[i].Token, Series: r.Series, marker: markers[i], visible: shard.IDTime(uuid.UUID(r.ID))}
 	}
 	// The index learns of the move before it happens: if the swap then fails, the entry
 	// names the rows read as the previous place, which readers find still there.
@@ -258,6 +258,7 @@ func (c *Consumer) swap(ctx context.Context, pt *part, lease *lock.Lease, rows [
 	}
 	c.mu.Unlock()
 	c.touch(ctx, markers)
+	c.advanceSeries(ctx, tasks, true)
 	c.log.DebugContext(ctx, "leased tasks", "shard_key", pt.key, "tasks", len(tasks), "fencing_token", lease.Token())
 	return tasks, nil
 }

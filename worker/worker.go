@@ -22,6 +22,7 @@ import (
 	"github.com/shardq/shardq/internal/defaults"
 	"github.com/shardq/shardq/internal/signal"
 	"github.com/shardq/shardq/internal/wakeup"
+	"github.com/shardq/shardq/series"
 )
 
 // Defaults for Config.
@@ -31,6 +32,7 @@ const (
 	DefaultMaxAttempts     = 25
 	DefaultAckInterval     = 50 * time.Millisecond
 	DefaultSignalInterval  = 250 * time.Millisecond
+	DefaultSeriesInterval  = 30 * time.Second
 	// MaxPrefetch bounds an adaptive Prefetch.
 	MaxPrefetch = 1000
 )
@@ -102,6 +104,10 @@ type Config struct {
 	// a task scheduled for now elsewhere starts within about this long.
 	// Defaults to DefaultSignalInterval.
 	SignalInterval time.Duration
+	// SeriesInterval is how often the worker checks the queue's recurring series
+	// (package series) for one whose consumer or scheduler died between two steps, and
+	// repairs it: one read per series. Defaults to DefaultSeriesInterval.
+	SeriesInterval time.Duration
 	// MaxClockSkew is passed to the consumer. Defaults to consumer.DefaultMaxClockSkew.
 	MaxClockSkew time.Duration
 	// Observer receives every consumer and worker event. Defaults to shardq.NopObserver.
@@ -159,6 +165,7 @@ func (e *StopError) Unwrap() error { return e.Err }
 type Worker struct {
 	cfg      Config
 	consumer *consumer.Consumer
+	series   *series.Client
 	signals  *signal.Watcher
 	log      *slog.Logger
 	stats    stats
@@ -198,6 +205,7 @@ func New(session *gocql.Session, cfg Config) (*Worker, error) {
 		defaults.NonNegative(&cfg.MaxAttempts, DefaultMaxAttempts, "Config.MaxAttempts"),
 		defaults.NonNegative(&cfg.AckInterval, DefaultAckInterval, "Config.AckInterval"),
 		defaults.NonNegative(&cfg.SignalInterval, DefaultSignalInterval, "Config.SignalInterval"),
+		defaults.NonNegative(&cfg.SeriesInterval, DefaultSeriesInterval, "Config.SeriesInterval"),
 		defaults.NonNegative(&cfg.MaxClockSkew, consumer.DefaultMaxClockSkew, "Config.MaxClockSkew"),
 	} {
 		if err != nil {
@@ -227,6 +235,9 @@ func New(session *gocql.Session, cfg Config) (*Worker, error) {
 		return nil, err
 	}
 	w.consumer = c
+	if w.series, err = series.New(session, series.Config{Clock: cfg.Clock, Logger: cfg.Logger}); err != nil {
+		return nil, err
+	}
 	return w, nil
 }
 
@@ -281,9 +292,15 @@ func (w *Worker) start(ctx context.Context, deadline time.Time) error {
 		defer close(ackerDone)
 		w.ack()
 	}()
+	keeperDone := make(chan struct{})
+	go func() {
+		defer close(keeperDone)
+		w.keepSeries(workCtx)
+	}()
 	go func() {
 		w.fetch(workCtx)
 		close(w.fetchStopped)
+		<-keeperDone
 		close(w.work)
 		handlers.Wait()
 		close(w.acks)
@@ -385,6 +402,24 @@ func (w *Worker) fetch(ctx context.Context) {
 			wake = w.idleWake()
 		}
 		if !w.wait(ctx, sub, wake, looked) {
+			return
+		}
+	}
+}
+
+// keepSeries repairs the queue's series at start and then every SeriesInterval, with
+// jitter so that workers started together spread their reads, until fetching stops.
+func (w *Worker) keepSeries(ctx context.Context) {
+	for {
+		if err := w.series.Keep(ctx, w.cfg.Queue); err != nil && ctx.Err() == nil {
+			w.log.WarnContext(ctx, "checking the queue's series", "queue", w.cfg.Queue, "error", err)
+		}
+		jitter := time.Duration(rand.Int64N(int64(w.cfg.SeriesInterval)/5+1)) - w.cfg.SeriesInterval/10
+		select {
+		case <-time.After(w.cfg.SeriesInterval + jitter):
+		case <-w.stopFetch:
+			return
+		case <-ctx.Done():
 			return
 		}
 	}

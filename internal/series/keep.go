@@ -1,0 +1,104 @@
+package series
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/gocql/gocql"
+	"github.com/google/uuid"
+
+	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/internal/cql"
+	"github.com/shardq/shardq/shard"
+)
+
+// RepairAfter is how long after a series moved its occurrence may still be unwritten
+// before a keeper writes it: the mover normally writes it within milliseconds, and
+// writing it twice is harmless (see Env.Write), so the wait only saves work.
+const RepairAfter = 5 * time.Second
+
+// StalledAfter is how long after its time an occurrence that no longer exists (or is
+// taken, for series that move on take) may leave its series unmoved before a keeper
+// moves it: the consumer moves it at once, unless it died in between.
+const StalledAfter = 10 * time.Second
+
+// Status is what a keeper needs to know of an occurrence: whether it still exists, and
+// whether a consumer has taken it.
+type Status int
+
+const (
+	Gone Status = iota
+	Waiting
+	Taken
+)
+
+// Keep checks every series of queue q once: an occurrence its mover did not write is
+// written, a series whose occurrence ended (or, for series moving on take, was taken)
+// without moving it on is moved, and a resumed series left closed is opened. status
+// tells what became of an occurrence.
+func (e *Env) Keep(ctx context.Context, q shardq.QueueConfig, status func(context.Context, uuid.UUID) (Status, error)) error {
+	names, err := e.Names(ctx, q.Name)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, name := range names {
+		if err := e.keep(ctx, q, name, status); err != nil && !errors.Is(err, ErrNotFound) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (e *Env) keep(ctx context.Context, q shardq.QueueConfig, name string, status func(context.Context, uuid.UUID) (Status, error)) error {
+	st, err := e.Load(ctx, q.Name, name, false)
+	if err != nil {
+		return err
+	}
+	now := e.Clock.Now()
+	switch {
+	case !st.Open && !st.Paused && !st.Done:
+		// Resumed by a process that died before scheduling the next occurrence.
+		_, err := e.Change(ctx, q, name, func(st *State, now time.Time) (bool, error) {
+			if st.Open || st.Paused || st.Done {
+				return false, nil
+			}
+			return true, st.Next(now)
+		})
+		return err
+	case !st.Open:
+		return nil
+	case st.Pending():
+		if now.Before(st.AdvancedAt.Add(RepairAfter)) {
+			return nil
+		}
+		s, err := status(ctx, st.TaskID)
+		if err != nil {
+			return err
+		}
+		if s != Gone {
+			return e.markWritten(ctx, st)
+		}
+		e.Log.WarnContext(ctx, "writing an occurrence of a series its scheduler did not write",
+			"queue", q.Name, "series", name, "task_id", st.TaskID)
+		return e.Write(ctx, q, st)
+	case now.Before(shard.IDTime(st.TaskID).Add(StalledAfter)):
+		return nil
+	}
+	s, err := status(ctx, st.TaskID)
+	if err != nil || s == Waiting || (s == Taken && !st.Spec.OnTake) {
+		return err
+	}
+	e.Log.InfoContext(ctx, "moving a series whose consumer died before moving it", "queue", q.Name, "series", name, "task_id", st.TaskID)
+	return e.Advance(ctx, q, name, st.TaskID, s == Taken)
+}
+
+func (e *Env) markWritten(ctx context.Context, st State) error {
+	if err := cql.Query(e.Session, `UPDATE series SET written = ? WHERE queue = ? AND name = ?`,
+		gocql.UUID(st.TaskID), st.Queue, st.Name).WithContext(ctx).Exec(); err != nil {
+		return fmt.Errorf("series: recording occurrence %d of %s: %w", st.Seq, st.Name, err)
+	}
+	return nil
+}

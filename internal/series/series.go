@@ -1,0 +1,319 @@
+package series
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/gocql/gocql"
+	"github.com/google/uuid"
+
+	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/internal/cql"
+	"github.com/shardq/shardq/internal/lwt"
+	"github.com/shardq/shardq/internal/signal"
+	"github.com/shardq/shardq/internal/taskrow"
+	"github.com/shardq/shardq/internal/wakeup"
+	"github.com/shardq/shardq/shard"
+)
+
+// ErrNotFound means no series of that name exists in the queue.
+var ErrNotFound = errors.New("shardq: series not found")
+
+// State is a series' row. Every change but Written is a lightweight transaction on
+// Version, so of two processes moving a series past one occurrence exactly one does.
+type State struct {
+	Queue, Name string
+	Spec        Spec
+	Version     int64
+	Paused      bool
+	// Done says the series ended: its End or Count was reached.
+	Done bool
+	// Seq counts the occurrences scheduled; the latest is TaskID, due at Nominal.
+	Seq int64
+	// Open says occurrence Seq is outstanding: pending, in flight or retrying.
+	Open    bool
+	TaskID  uuid.UUID
+	Nominal time.Time
+	// Priority and Stamp place and stamp the occurrence's row, so a repair writes the
+	// very row that was meant (see Env.write).
+	Priority int8
+	Stamp    int64
+	// CatchUp says the occurrence stands for occurrences that were missed.
+	CatchUp    bool
+	AdvancedAt time.Time
+	CreatedAt  time.Time
+	// Written is the last occurrence known to be written: a plain write after the task's.
+	Written uuid.UUID
+}
+
+// Pending reports whether the state's occurrence may not be written yet.
+func (st State) Pending() bool { return st.Open && st.Written != st.TaskID }
+
+// Next moves st to its following occurrence as of now: the first one after Nominal, or
+// per the missed-occurrence policy when that one is past. A paused or ended series gets
+// none: it is closed.
+func (st *State) Next(now time.Time) error {
+	anchor := st.Spec.Start
+	if anchor.IsZero() {
+		anchor = st.CreatedAt.Add(st.Spec.Every)
+	}
+	return st.schedule(now, st.Seq == 0, anchor)
+}
+
+// Replace schedules again the occurrence in hand, as the first of the series' current
+// definition from now on, keeping its number.
+func (st *State) Replace(now time.Time) error {
+	anchor := st.Spec.Start
+	if anchor.IsZero() {
+		anchor = now.Add(st.Spec.Every)
+	}
+	st.Seq--
+	return st.schedule(now, true, anchor)
+}
+
+func (st *State) schedule(now time.Time, fresh bool, anchor time.Time) error {
+	sc, err := st.Spec.Schedule()
+	if err != nil {
+		return err
+	}
+	st.Open = false
+	if st.Paused || st.Done {
+		return nil
+	}
+	var nominal time.Time
+	catchUp := false
+	switch {
+	case fresh:
+		nominal = sc.first(anchor, maxTime(now, st.Spec.Start))
+	default:
+		nominal = sc.after(st.Nominal)
+		if !nominal.IsZero() && nominal.Before(now) {
+			if st.Spec.CatchUp && !st.CatchUp {
+				catchUp = true
+			} else {
+				nominal = sc.first(st.Nominal, now)
+			}
+		}
+	}
+	if nominal.IsZero() || (!st.Spec.End.IsZero() && nominal.After(st.Spec.End)) ||
+		(st.Spec.Count > 0 && st.Seq >= st.Spec.Count) {
+		st.Done = true
+		return nil
+	}
+	st.Seq++
+	st.Open, st.CatchUp, st.Nominal = true, catchUp, nominal
+	st.TaskID = shard.NewTaskID(maxTime(nominal, now), st.Queue)
+	st.Priority = int8(st.Spec.Priority)
+	st.Stamp = taskrow.Timestamp()
+	st.AdvancedAt = now
+	return nil
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// Env is what moving series needs.
+type Env struct {
+	Session *gocql.Session
+	Clock   shardq.Clock
+	Log     *slog.Logger
+	Signals *signal.Toucher
+}
+
+const columns = `spec, version, paused, done, seq, open, task_id, nominal_ns, priority, stamp, catch_up, advanced_at, created_at, written`
+
+// Load reads a series; serial reads settle any change in flight first.
+func (e *Env) Load(ctx context.Context, queue, name string, serial bool) (State, error) {
+	st := State{Queue: queue, Name: name}
+	var spec string
+	var taskID, written gocql.UUID
+	var nominal int64
+	q := cql.Query(e.Session, `SELECT `+columns+` FROM series WHERE queue = ? AND name = ?`, queue, name).WithContext(ctx)
+	if serial {
+		q = q.Consistency(lwt.Serial)
+	}
+	err := q.Scan(&spec, &st.Version, &st.Paused, &st.Done, &st.Seq, &st.Open, &taskID, &nominal, &st.Priority,
+		&st.Stamp, &st.CatchUp, &st.AdvancedAt, &st.CreatedAt, &written)
+	switch {
+	case errors.Is(err, gocql.ErrNotFound) || (err == nil && st.Version == 0):
+		// A row with no version holds only a Written cell that outlived a delete.
+		return st, fmt.Errorf("%w: %s in queue %s", ErrNotFound, name, queue)
+	case err != nil:
+		return st, fmt.Errorf("series: reading %s of queue %s: %w", name, queue, err)
+	}
+	st.TaskID, st.Written = uuid.UUID(taskID), uuid.UUID(written)
+	if nominal != 0 {
+		st.Nominal = time.Unix(0, nominal)
+	}
+	if st.Spec, err = decode(spec); err != nil {
+		return st, fmt.Errorf("series: decoding %s of queue %s: %w", name, queue, err)
+	}
+	return st, nil
+}
+
+// Names lists the series of a queue, in name order.
+func (e *Env) Names(ctx context.Context, queue string) ([]string, error) {
+	iter := cql.Query(e.Session, `SELECT name FROM series_names WHERE queue = ?`, queue).WithContext(ctx).Iter()
+	var names []string
+	var name string
+	for iter.Scan(&name) {
+		names = append(names, name)
+	}
+	if err := iter.Close(); err != nil {
+		return nil, fmt.Errorf("series: listing queue %s: %w", queue, err)
+	}
+	return names, nil
+}
+
+const set = `SET spec = ?, version = ?, paused = ?, done = ?, seq = ?, open = ?, task_id = ?, nominal_ns = ?,
+	priority = ?, stamp = ?, catch_up = ?, advanced_at = ?, created_at = ? WHERE queue = ? AND name = ?`
+
+func (st State) args() []any {
+	var nominal int64
+	if !st.Nominal.IsZero() {
+		nominal = st.Nominal.UnixNano()
+	}
+	return []any{st.Spec.Encode(), st.Version, st.Paused, st.Done, st.Seq, st.Open, gocql.UUID(st.TaskID), nominal,
+		st.Priority, st.Stamp, st.CatchUp, st.AdvancedAt, st.CreatedAt, st.Queue, st.Name}
+}
+
+// Create writes a new series with its first occurrence, unless one of that name exists;
+// it returns the series as stored and whether this call created it.
+func (e *Env) Create(ctx context.Context, q shardq.QueueConfig, name string, spec Spec) (State, bool, error) {
+	now := e.Clock.Now()
+	st := State{Queue: q.Name, Name: name, Spec: spec, Version: 1, CreatedAt: now}
+	if err := st.Next(now); err != nil {
+		return st, false, err
+	}
+	// The name first: a series is listed (and kept) from the moment it may exist.
+	if err := cql.Query(e.Session, `INSERT INTO series_names (queue, name) VALUES (?, ?)`, q.Name, name).
+		WithContext(ctx).Exec(); err != nil {
+		return st, false, fmt.Errorf("series: creating %s: %w", name, err)
+	}
+	applied, err := e.put(ctx, st, 0)
+	if err != nil {
+		return st, false, err
+	}
+	if !applied {
+		cur, err := e.Load(ctx, q.Name, name, true)
+		return cur, false, err
+	}
+	return st, true, e.Write(ctx, q, st)
+}
+
+// cas runs one conditional change of series queue/name; settle tells from the state
+// read back at SERIAL whether an unknown outcome applied.
+func (e *Env) cas(ctx context.Context, queue, name, stmt string, args []any, settle func(State, error) bool) (bool, error) {
+	return lwt.Apply(ctx, func(ctx context.Context) (bool, error) {
+		return cql.Query(e.Session, stmt, args...).WithContext(ctx).RetryPolicy(lwt.NoRetry).MapScanCAS(map[string]any{})
+	}, func(rctx context.Context, cause error) (bool, error) {
+		cur, err := e.Load(rctx, queue, name, true)
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			return false, fmt.Errorf("%w: changing series %s: %w (reading back: %w)", lwt.ErrOutcomeUnknown, name, cause, err)
+		}
+		return settle(cur, err), nil
+	})
+}
+
+// put stores st if the stored version is from (0: no series), and settles an unknown
+// outcome: versions only grow and each is written once with a fresh occurrence ID, so
+// seeing st's version and occurrence means st applied.
+func (e *Env) put(ctx context.Context, st State, from int64) (bool, error) {
+	stmt, args := `UPDATE series `+set+` IF version = null`, st.args()
+	if from != 0 {
+		stmt, args = `UPDATE series `+set+` IF version = ?`, append(args, from)
+	}
+	return e.cas(ctx, st.Queue, st.Name, stmt, args, func(cur State, err error) bool {
+		return err == nil && cur.Version == st.Version && cur.TaskID == st.TaskID && cur.Seq == st.Seq
+	})
+}
+
+// Change applies f to series name and stores the result, retrying on concurrent changes;
+// f returns false when there is nothing to do. A new occurrence that f's change makes is
+// written before Change returns. It returns the stored state.
+func (e *Env) Change(ctx context.Context, q shardq.QueueConfig, name string, f func(st *State, now time.Time) (bool, error)) (State, error) {
+	for attempt := range 8 {
+		st, err := e.Load(ctx, q.Name, name, attempt > 0)
+		if err != nil {
+			return st, err
+		}
+		before := st
+		ok, err := f(&st, e.Clock.Now())
+		if err != nil || !ok {
+			return before, err
+		}
+		st.Version = before.Version + 1
+		applied, err := e.put(ctx, st, before.Version)
+		if err != nil {
+			return before, err
+		}
+		if !applied {
+			continue
+		}
+		if st.Open && st.TaskID != before.TaskID {
+			return st, e.Write(ctx, q, st)
+		}
+		return st, nil
+	}
+	return State{}, fmt.Errorf("series: %s of queue %s changed under every one of 8 attempts", name, q.Name)
+}
+
+// Delete removes series name if it is still at version.
+func (e *Env) Delete(ctx context.Context, st State) (bool, error) {
+	applied, err := e.cas(ctx, st.Queue, st.Name, `DELETE FROM series WHERE queue = ? AND name = ? IF version = ?`,
+		[]any{st.Queue, st.Name, st.Version}, func(_ State, err error) bool { return errors.Is(err, ErrNotFound) })
+	if err != nil || !applied {
+		return applied, err
+	}
+	return true, cql.Query(e.Session, `DELETE FROM series_names WHERE queue = ? AND name = ?`, st.Queue, st.Name).WithContext(ctx).Exec()
+}
+
+// Advance moves series name past its occurrence id when that is still its open one:
+// the next occurrence is scheduled, or the series closes when it is paused or ended.
+// onTake says the occurrence was just taken rather than finished, which moves only a
+// series that asks for that.
+func (e *Env) Advance(ctx context.Context, q shardq.QueueConfig, name string, id uuid.UUID, onTake bool) error {
+	_, err := e.Change(ctx, q, name, func(st *State, now time.Time) (bool, error) {
+		if !st.Open || st.TaskID != id || (onTake && !st.Spec.OnTake) {
+			return false, nil
+		}
+		return true, st.Next(now)
+	})
+	if errors.Is(err, ErrNotFound) {
+		return nil // deleted: its last occurrence ends it
+	}
+	return err
+}
+
+// Write writes st's occurrence: the same row, with the same write timestamp, however
+// often it is called, so a repeat after a consumer took the row is shadowed by the
+// take's delete. Then it records the occurrence as written.
+func (e *Env) Write(ctx context.Context, q shardq.QueueConfig, st State) error {
+	timeout := st.Spec.Timeout
+	if timeout == 0 {
+		timeout = q.DefaultTimeout
+	}
+	l := q.Layout()
+	place := shard.IDTime(st.TaskID)
+	id := gocql.UUID(st.TaskID)
+	r := taskrow.Row{Key: l.Key(l.Bucket(place), l.ShardFor(st.TaskID)), Priority: st.Priority, ID: id, TaskID: id,
+		Payload: st.Spec.Payload, DueAt: st.Nominal, Timeout: timeout, Series: st.Name}
+	stmt, args := r.Insert(st.Stamp)
+	if err := cql.Query(e.Session, stmt, args...).WithContext(ctx).Exec(); err != nil {
+		return fmt.Errorf("series: writing occurrence %d of %s: %w", st.Seq, st.Name, err)
+	}
+	var touches signal.Touches
+	touches.Add(l, st.TaskID, st.TaskID)
+	wakeup.Notify(q.Name, place)
+	if err := e.Signals.Touch(ctx, &touches); err != nil {
+		e.Log.WarnContext(ctx, "touching wake-up signals", "queue", q.Name, "error", err)
+	}
+	return e.markWritten(ctx, st)
+}

@@ -1,0 +1,458 @@
+// Package series runs recurring tasks: a series schedules one occurrence at a time, by a
+// fixed interval or a cron expression in a time zone, and schedules the next when the
+// current one is acked (or taken, if it asks for that).
+//
+// Exactly one occurrence of a series is outstanding at a time, whatever consumers race or
+// crash: the move from one occurrence to the next is a lightweight transaction on the
+// series' row, and the occurrence it makes is written at a place and with a write
+// timestamp fixed by that row, so writing it again, after a crash, never adds a second
+// one. Consumers move a series as they ack its occurrence; the keeper that every worker
+// runs (Client.Keep) finds a series whose mover died and moves it within about
+// worker.DefaultSeriesInterval.
+package series
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/gocql/gocql"
+	"github.com/google/uuid"
+
+	"github.com/shardq/shardq"
+	iseries "github.com/shardq/shardq/internal/series"
+	"github.com/shardq/shardq/internal/signal"
+	"github.com/shardq/shardq/producer"
+	"github.com/shardq/shardq/shard"
+)
+
+// MaxNameBytes is the longest series name.
+const MaxNameBytes = 200
+
+var (
+	// ErrNotFound means the queue has no series of that name.
+	ErrNotFound = iseries.ErrNotFound
+	// ErrExists is matched by a *ConflictError.
+	ErrExists = errors.New("series: exists with another spec")
+)
+
+// ConflictError says that Create found a series of the same name with another spec.
+// It matches ErrExists.
+type ConflictError struct {
+	Queue, Name string
+	Existing    Series
+}
+
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("series: %q of queue %q exists with another spec; use Update to change it", e.Name, e.Queue)
+}
+
+func (e *ConflictError) Unwrap() error { return ErrExists }
+
+// Missed says what happens to occurrences whose time passed while the series could not
+// run them: its consumers were down, or an occurrence ran past the next one's time.
+type Missed int
+
+const (
+	// Skip schedules the next occurrence still in the future, dropping the missed ones.
+	Skip Missed = iota
+	// CatchUp runs one occurrence at once for all the missed ones, then goes on as
+	// scheduled.
+	CatchUp
+)
+
+// Advance says when a series schedules its next occurrence.
+type Advance int
+
+const (
+	// OnAck schedules it when the current occurrence is acked, dead-lettered or
+	// cancelled: occurrences never overlap.
+	OnAck Advance = iota
+	// OnTake schedules it as soon as a consumer takes the current one, so a slow
+	// occurrence does not delay the next.
+	OnTake
+)
+
+// Series defines a recurring series of tasks.
+type Series struct {
+	// Queue names the queue its occurrences go to.
+	Queue string
+	// Name identifies the series in its queue; at most MaxNameBytes.
+	Name string
+	// Every runs the series at a fixed interval (whole milliseconds, at least a second),
+	// counted from Start, or from creation when Start is zero. Set Every or Cron.
+	Every time.Duration
+	// Cron runs the series by a cron expression: 5 fields (minute hour day-of-month
+	// month day-of-week), 6 with seconds first, or a descriptor such as "@daily".
+	Cron string
+	// TimeZone is the IANA zone Cron is read in. Across a daylight-saving change, a time
+	// that does not exist runs when the clock jumps past it, and a time that occurs twice
+	// runs once. Defaults to UTC.
+	TimeZone string
+	// Start is the earliest occurrence time. Defaults to none: the series starts now.
+	Start time.Time
+	// End is the latest occurrence time. Defaults to none.
+	End time.Time
+	// Count is how many occurrences run in all. Defaults to 0, no limit.
+	Count int64
+	// Payload, Priority and Timeout are each occurrence's; a zero Timeout means the
+	// queue's default.
+	Payload  []byte
+	Priority int
+	Timeout  time.Duration
+	// Missed is the policy for missed occurrences. Defaults to Skip.
+	Missed Missed
+	// Advance says when the next occurrence is scheduled. Defaults to OnAck.
+	Advance Advance
+}
+
+// Info is a series as stored, with where it stands.
+type Info struct {
+	Series
+	Paused bool
+	// Ended says the series reached its End or Count: it schedules nothing more.
+	Ended bool
+	// Occurrences counts the occurrences scheduled so far.
+	Occurrences int64
+	// NextID and NextAt name the outstanding occurrence (pending, in flight or retrying)
+	// and its time in the series; zero when none is outstanding.
+	NextID    uuid.UUID
+	NextAt    time.Time
+	CreatedAt time.Time
+}
+
+// Config configures a Client.
+type Config struct {
+	// Clock gives "now" for scheduling occurrences. Defaults to shardq.SystemClock.
+	Clock shardq.Clock
+	// Logger receives warnings and debug events. Defaults to a logger that discards.
+	Logger *slog.Logger
+}
+
+// Client creates and manages series. It is safe for concurrent use.
+type Client struct {
+	env      *iseries.Env
+	producer *producer.Producer
+	session  *gocql.Session
+	queues   sync.Map // name -> shardq.QueueConfig
+}
+
+// New returns a Client writing through session, whose keyspace holds shardq's tables.
+func New(session *gocql.Session, cfg Config) (*Client, error) {
+	if session == nil {
+		return nil, shardq.Invalid("session", "is nil")
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = shardq.SystemClock{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	p, err := producer.New(session, producer.Config{Clock: cfg.Clock, Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	return &Client{session: session, producer: p,
+		env: &iseries.Env{Session: session, Clock: cfg.Clock, Log: cfg.Logger, Signals: signal.NewToucher(session, cfg.Logger)}}, nil
+}
+
+// Create creates a series and schedules its first occurrence. Creating a series that
+// exists with an equal definition returns it unchanged; with another definition it
+// returns a *ConflictError.
+func (c *Client) Create(ctx context.Context, s Series) (*Info, error) {
+	q, spec, err := c.check(ctx, s)
+	if err != nil {
+		return nil, err
+	}
+	st, created, err := c.env.Create(ctx, q, s.Name, spec)
+	if err != nil {
+		return nil, err
+	}
+	if !created && st.Spec.Encode() != spec.Encode() {
+		return nil, &ConflictError{Queue: s.Queue, Name: s.Name, Existing: info(st).Series}
+	}
+	return info(st), nil
+}
+
+// Get returns a series, or ErrNotFound.
+func (c *Client) Get(ctx context.Context, queue, name string) (*Info, error) {
+	st, err := c.env.Load(ctx, queue, name, false)
+	if err != nil {
+		return nil, err
+	}
+	return info(st), nil
+}
+
+// List returns the series of a queue, by name.
+func (c *Client) List(ctx context.Context, queue string) ([]*Info, error) {
+	names, err := c.env.Names(ctx, queue)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*Info, 0, len(names))
+	for _, name := range names {
+		st, err := c.env.Load(ctx, queue, name, false)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			continue // deleted while listed
+		case err != nil:
+			return nil, err
+		}
+		out = append(out, info(st))
+	}
+	return out, nil
+}
+
+// Pause stops a series from scheduling occurrences. Its pending occurrence is
+// cancelled; one in flight finishes, and nothing follows it. Pausing a paused series
+// does nothing.
+func (c *Client) Pause(ctx context.Context, queue, name string) error {
+	q, err := c.queue(ctx, queue)
+	if err != nil {
+		return err
+	}
+	st, err := c.env.Change(ctx, q, name, func(st *iseries.State, _ time.Time) (bool, error) {
+		if st.Paused {
+			return false, nil
+		}
+		st.Paused = true
+		return true, nil
+	})
+	if err != nil || !st.Open {
+		return err
+	}
+	return c.withdraw(ctx, q, st)
+}
+
+// withdraw cancels the outstanding occurrence of a paused or replaced series and closes
+// the series on it. An occurrence in flight is left to finish: its ack closes the series.
+func (c *Client) withdraw(ctx context.Context, q shardq.QueueConfig, st iseries.State) error {
+	if st.Pending() {
+		// Possibly not written yet: writing it first makes the cancel definite.
+		if err := c.env.Write(ctx, q, st); err != nil {
+			return err
+		}
+	}
+	err := c.producer.Cancel(ctx, st.TaskID, producer.CancelOptions{})
+	switch {
+	case errors.Is(err, shardq.ErrTaskInFlight), errors.Is(err, shardq.ErrTaskNotFound):
+		return nil // its ack (or the keeper) moves the series on
+	case err != nil:
+		return err
+	}
+	return c.env.Advance(ctx, q, st.Name, st.TaskID, false)
+}
+
+// Resume lets a paused series schedule occurrences again, from now on: the next one is
+// the first still in the future, or one catch-up run at once with CatchUp.
+func (c *Client) Resume(ctx context.Context, queue, name string) error {
+	q, err := c.queue(ctx, queue)
+	if err != nil {
+		return err
+	}
+	_, err = c.env.Change(ctx, q, name, func(st *iseries.State, now time.Time) (bool, error) {
+		if !st.Paused {
+			return false, nil
+		}
+		st.Paused = false
+		if st.Open || st.Done {
+			return true, nil
+		}
+		return true, st.Next(now)
+	})
+	return err
+}
+
+// Update changes a series' definition. A pending occurrence is replaced by one
+// scheduled by the new definition; one in flight finishes, and the new definition
+// schedules the next.
+func (c *Client) Update(ctx context.Context, s Series) (*Info, error) {
+	q, spec, err := c.check(ctx, s)
+	if err != nil {
+		return nil, err
+	}
+	st, err := c.env.Change(ctx, q, s.Name, func(st *iseries.State, _ time.Time) (bool, error) {
+		if st.Spec.Encode() == spec.Encode() {
+			return false, nil
+		}
+		st.Spec = spec
+		return true, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if st.Open && !st.Paused {
+		err = c.replace(ctx, q, st)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return c.Get(ctx, s.Queue, s.Name)
+}
+
+// replace cancels a pending occurrence and schedules the one the series' definition
+// gives now in its place, keeping its number.
+func (c *Client) replace(ctx context.Context, q shardq.QueueConfig, st iseries.State) error {
+	if st.Pending() {
+		if err := c.env.Write(ctx, q, st); err != nil {
+			return err
+		}
+	}
+	err := c.producer.Cancel(ctx, st.TaskID, producer.CancelOptions{})
+	switch {
+	case errors.Is(err, shardq.ErrTaskInFlight), errors.Is(err, shardq.ErrTaskNotFound):
+		return nil
+	case err != nil:
+		return err
+	}
+	_, err = c.env.Change(ctx, q, st.Name, func(cur *iseries.State, now time.Time) (bool, error) {
+		if !cur.Open || cur.TaskID != st.TaskID {
+			return false, nil
+		}
+		return true, cur.Replace(now)
+	})
+	return err
+}
+
+// Delete removes a series. Its pending occurrence is cancelled; one in flight finishes.
+func (c *Client) Delete(ctx context.Context, queue, name string) error {
+	q, err := c.queue(ctx, queue)
+	if err != nil {
+		return err
+	}
+	for range 8 {
+		st, err := c.env.Load(ctx, queue, name, true)
+		if err != nil {
+			return err
+		}
+		deleted, err := c.env.Delete(ctx, st)
+		if err != nil {
+			return err
+		}
+		if !deleted {
+			continue
+		}
+		if !st.Open {
+			return nil
+		}
+		if st.Pending() {
+			if err := c.env.Write(ctx, q, st); err != nil {
+				return err
+			}
+		}
+		err = c.producer.Cancel(ctx, st.TaskID, producer.CancelOptions{})
+		if errors.Is(err, shardq.ErrTaskInFlight) || errors.Is(err, shardq.ErrTaskNotFound) {
+			return nil
+		}
+		return err
+	}
+	return fmt.Errorf("series: %s of queue %s changed under every one of 8 attempts to delete it", name, queue)
+}
+
+// Keep checks every series of a queue once, and repairs those whose consumer or
+// scheduler died between two steps: an occurrence not written is written, and a series
+// whose occurrence ended without moving it on is moved. Workers call it every
+// worker.DefaultSeriesInterval; call it as often if you consume with package consumer
+// directly.
+func (c *Client) Keep(ctx context.Context, queue string) error {
+	q, err := c.queue(ctx, queue)
+	if err != nil {
+		return err
+	}
+	return c.env.Keep(ctx, q, func(ctx context.Context, id uuid.UUID) (iseries.Status, error) {
+		t, err := c.producer.Get(ctx, id)
+		switch {
+		case errors.Is(err, shardq.ErrTaskNotFound):
+			return iseries.Gone, nil
+		case err != nil:
+			return 0, err
+		}
+		switch t.State {
+		case shardq.TaskScheduled:
+			return iseries.Waiting, nil
+		case shardq.TaskInFlight, shardq.TaskRetrying:
+			return iseries.Taken, nil
+		}
+		return iseries.Gone, nil
+	})
+}
+
+func (c *Client) queue(ctx context.Context, name string) (shardq.QueueConfig, error) {
+	if q, ok := c.queues.Load(name); ok {
+		return q.(shardq.QueueConfig), nil
+	}
+	q, err := shardq.LoadQueue(ctx, c.session, name)
+	if err != nil {
+		return q, err
+	}
+	c.queues.Store(name, q)
+	return q, nil
+}
+
+// check validates s, naming the field at fault, and returns its queue and stored spec.
+func (c *Client) check(ctx context.Context, s Series) (shardq.QueueConfig, iseries.Spec, error) {
+	switch {
+	case s.Name == "" || len(s.Name) > MaxNameBytes:
+		return shardq.QueueConfig{}, iseries.Spec{}, shardq.Invalid("Series.Name", "%q is empty or over %d bytes", s.Name, MaxNameBytes)
+	case s.Priority < shardq.MinPriority || s.Priority > shardq.MaxPriority:
+		return shardq.QueueConfig{}, iseries.Spec{}, shardq.Invalid("Series.Priority", "%d is not in [%d, %d]", s.Priority, shardq.MinPriority, shardq.MaxPriority)
+	case len(s.Payload) > producer.DefaultMaxPayloadBytes:
+		return shardq.QueueConfig{}, iseries.Spec{}, &shardq.ValidationError{Field: "Series.Payload",
+			Reason: fmt.Sprintf("%d bytes is over the %d allowed", len(s.Payload), producer.DefaultMaxPayloadBytes), Err: producer.ErrPayloadTooLarge}
+	case s.Missed != Skip && s.Missed != CatchUp:
+		return shardq.QueueConfig{}, iseries.Spec{}, shardq.Invalid("Series.Missed", "%d is neither Skip nor CatchUp", s.Missed)
+	case s.Advance != OnAck && s.Advance != OnTake:
+		return shardq.QueueConfig{}, iseries.Spec{}, shardq.Invalid("Series.Advance", "%d is neither OnAck nor OnTake", s.Advance)
+	case !s.Start.IsZero() && (s.Start.Before(shard.MinIDTime) || s.Start.After(shard.MaxIDTime)):
+		return shardq.QueueConfig{}, iseries.Spec{}, shardq.Invalid("Series.Start", "%v is outside [%v, %v]", s.Start, shard.MinIDTime.UTC(), shard.MaxIDTime)
+	case !s.End.IsZero() && (s.End.Before(shard.MinIDTime) || s.End.After(shard.MaxIDTime)):
+		return shardq.QueueConfig{}, iseries.Spec{}, shardq.Invalid("Series.End", "%v is outside [%v, %v]", s.End, shard.MinIDTime.UTC(), shard.MaxIDTime)
+	}
+	q, err := c.queue(ctx, s.Queue)
+	if err != nil {
+		return q, iseries.Spec{}, err
+	}
+	if s.Timeout != 0 {
+		if err := q.ValidateTimeout("Series.Timeout", s.Timeout); err != nil {
+			return q, iseries.Spec{}, err
+		}
+	}
+	spec := iseries.Spec{Every: s.Every, Cron: s.Cron, TimeZone: s.TimeZone, Start: utc(s.Start), End: utc(s.End),
+		Count: s.Count, Payload: s.Payload, Priority: s.Priority, Timeout: s.Timeout, CatchUp: s.Missed == CatchUp,
+		OnTake: s.Advance == OnTake}
+	if _, err := spec.Schedule(); err != nil {
+		var fe interface{ Field() string }
+		if errors.As(err, &fe) {
+			return q, spec, shardq.Invalid("Series."+fe.Field(), "%s", err.Error())
+		}
+		return q, spec, err
+	}
+	return q, spec, nil
+}
+
+func utc(t time.Time) time.Time {
+	if t.IsZero() {
+		return t
+	}
+	return t.UTC().Round(0)
+}
+
+func info(st iseries.State) *Info {
+	s := st.Spec
+	in := &Info{Series: Series{Queue: st.Queue, Name: st.Name, Every: s.Every, Cron: s.Cron, TimeZone: s.TimeZone,
+		Start: s.Start, End: s.End, Count: s.Count, Payload: s.Payload, Priority: s.Priority, Timeout: s.Timeout},
+		Paused: st.Paused, Ended: st.Done, Occurrences: st.Seq, CreatedAt: st.CreatedAt}
+	if s.CatchUp {
+		in.Missed = CatchUp
+	}
+	if s.OnTake {
+		in.Advance = OnTake
+	}
+	if st.Open {
+		in.NextID, in.NextAt = st.TaskID, st.Nominal
+	}
+	return in
+}

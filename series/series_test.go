@@ -1,0 +1,340 @@
+package series_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gocql/gocql"
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/consumer"
+	"github.com/shardq/shardq/internal/cassandratest"
+	iseries "github.com/shardq/shardq/internal/series"
+	"github.com/shardq/shardq/internal/testclock"
+	"github.com/shardq/shardq/producer"
+	"github.com/shardq/shardq/series"
+	"github.com/shardq/shardq/shard"
+)
+
+type env struct {
+	t     *testing.T
+	ks    string
+	s     *gocql.Session
+	q     shardq.QueueConfig
+	clock *testclock.Clock
+	c     *series.Client
+	p     *producer.Producer
+}
+
+// newEnv gives a test its keyspace and a queue whose lap is short, so a consumer made
+// after the clock jumped reaches every partition within a few calls.
+func newEnv(t *testing.T, start time.Time) *env {
+	t.Helper()
+	ks := cassandratest.Keyspace(t)
+	s := cassandratest.SessionFor(t, ks)
+	cassandratest.ApplySchema(t, s)
+	q, err := shardq.CreateQueue(context.Background(), s, shardq.QueueConfig{
+		Name:       "q" + strings.ReplaceAll(uuid.NewString()[:8], "-", ""),
+		ShardCount: 2, BucketCount: 4, BucketDuration: time.Second, DefaultTimeout: time.Second})
+	require.NoError(t, err)
+	clock := testclock.New(start)
+	c, err := series.New(s, series.Config{Clock: clock})
+	require.NoError(t, err)
+	p, err := producer.New(s, producer.Config{Clock: clock})
+	require.NoError(t, err)
+	return &env{t: t, ks: ks, s: s, q: q, clock: clock, c: c, p: p}
+}
+
+// next moves the clock to the series' outstanding occurrence, takes it with a fresh
+// consumer and acks it, and returns it.
+func (e *env) next(name string) *consumer.Task {
+	e.t.Helper()
+	ctx := context.Background()
+	in, err := e.c.Get(ctx, e.q.Name, name)
+	require.NoError(e.t, err)
+	require.NotEqual(e.t, uuid.Nil, in.NextID, "no occurrence outstanding")
+	if e.clock.Now().Before(in.NextAt) {
+		e.clock.Add(in.NextAt.Sub(e.clock.Now()))
+	}
+	c, err := consumer.New(e.s, consumer.Config{Queue: e.q.Name, Clock: e.clock})
+	require.NoError(e.t, err)
+	for range 8 * e.q.BucketCount {
+		got, err := c.AcquireTasks(ctx, 10)
+		require.NoError(e.t, err)
+		if len(got) > 0 {
+			require.Len(e.t, got, 1, "two occurrences of a series were due at once")
+			require.Equal(e.t, in.NextID, got[0].ID)
+			require.Equal(e.t, name, got[0].Series)
+			require.NoError(e.t, c.AckTasks(ctx, got...))
+			return got[0]
+		}
+		e.clock.Add(e.q.BucketDuration / 4)
+	}
+	e.t.Fatalf("occurrence %s of %s, due %v, was never delivered", in.NextID, name, in.NextAt)
+	return nil
+}
+
+func TestCreateIsIdempotent(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, time.Now())
+	ctx := context.Background()
+	s := series.Series{Queue: e.q.Name, Name: "report", Every: time.Hour, Payload: []byte("r")}
+	first, err := e.c.Create(ctx, s)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), first.Occurrences)
+	require.Equal(t, e.clock.Now().Add(time.Hour).UTC(), first.NextAt.UTC())
+
+	again, err := e.c.Create(ctx, s)
+	require.NoError(t, err)
+	require.Equal(t, first.NextID, again.NextID, "an equal create schedules nothing new")
+
+	s.Every = 2 * time.Hour
+	_, err = e.c.Create(ctx, s)
+	var conflict *series.ConflictError
+	require.ErrorAs(t, err, &conflict)
+	require.ErrorIs(t, err, series.ErrExists)
+	require.Equal(t, time.Hour, conflict.Existing.Every)
+
+	task, err := e.p.Get(ctx, first.NextID)
+	require.NoError(t, err)
+	require.Equal(t, shardq.TaskScheduled, task.State)
+
+	list, err := e.c.List(ctx, e.q.Name)
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+	require.Equal(t, "report", list[0].Name)
+}
+
+func TestInvalidSeries(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, time.Now())
+	for field, s := range map[string]series.Series{
+		"Series.Every":    {Every: time.Minute, Cron: "* * * * *"},
+		"Series.Cron":     {Cron: "61 * * * *"},
+		"Series.TimeZone": {Cron: "0 * * * *", TimeZone: "Mars/Olympus"},
+		"Series.Name":     {Name: "-", Every: 0},
+		"Series.Priority": {Every: time.Minute, Priority: 1000},
+		"Series.End":      {Every: time.Minute, Start: time.Now(), End: time.Now().Add(-time.Hour)},
+	} {
+		s.Queue = e.q.Name
+		if s.Name == "" {
+			s.Name = "s"
+		} else {
+			s.Name = ""
+		}
+		_, err := e.c.Create(context.Background(), s)
+		var verr *shardq.ValidationError
+		require.ErrorAs(t, err, &verr, field)
+		require.Equal(t, field, verr.Field)
+	}
+	_, err := e.c.Create(context.Background(), series.Series{Queue: "nosuchqueue", Name: "s", Every: time.Minute})
+	require.ErrorIs(t, err, shardq.ErrQueueNotFound)
+	_, err = e.c.Get(context.Background(), e.q.Name, "none")
+	require.ErrorIs(t, err, series.ErrNotFound)
+}
+
+// Occurrences follow one another on acks, each at its time in the series, and the
+// series ends after Count.
+func TestOccurrencesFollowAcks(t *testing.T) {
+	t.Parallel()
+	start := time.Date(2026, 1, 5, 12, 0, 0, 0, time.UTC)
+	e := newEnv(t, start.Add(-time.Second))
+	ctx := context.Background()
+	_, err := e.c.Create(ctx, series.Series{Queue: e.q.Name, Name: "tick", Every: 10 * time.Second, Start: start, Count: 3})
+	require.NoError(t, err)
+	for i := range 3 {
+		got := e.next("tick")
+		require.Equal(t, start.Add(time.Duration(i)*10*time.Second), got.DueAt.UTC())
+	}
+	in, err := e.c.Get(ctx, e.q.Name, "tick")
+	require.NoError(t, err)
+	require.True(t, in.Ended)
+	require.Equal(t, uuid.Nil, in.NextID)
+	require.Equal(t, int64(3), in.Occurrences)
+}
+
+// Missed occurrences are skipped by default; CatchUp runs one for them, then goes on
+// as scheduled.
+func TestMissedOccurrences(t *testing.T) {
+	t.Parallel()
+	start := time.Date(2026, 1, 5, 12, 0, 0, 0, time.UTC)
+	for _, policy := range []series.Missed{series.Skip, series.CatchUp} {
+		e := newEnv(t, start.Add(-time.Second))
+		ctx := context.Background()
+		_, err := e.c.Create(ctx, series.Series{Queue: e.q.Name, Name: "m", Every: time.Minute, Start: start, Missed: policy})
+		require.NoError(t, err)
+		require.Equal(t, start, e.next("m").DueAt.UTC())
+		// The consumers were down for ten and a half minutes after the first ran.
+		e.clock.Add(10*time.Minute + 30*time.Second)
+		in, err := e.c.Get(ctx, e.q.Name, "m")
+		require.NoError(t, err)
+		require.Equal(t, start.Add(time.Minute), in.NextAt.UTC(), "the next was scheduled when the first was acked")
+		got := e.next("m")
+		require.Equal(t, start.Add(time.Minute), got.DueAt.UTC())
+		in, err = e.c.Get(ctx, e.q.Name, "m")
+		require.NoError(t, err)
+		if policy == series.Skip {
+			require.Equal(t, start.Add(11*time.Minute), in.NextAt.UTC(), "skipped to the next future time")
+			continue
+		}
+		require.Equal(t, start.Add(2*time.Minute), in.NextAt.UTC(), "one catch-up for the missed ones")
+		require.False(t, in.NextAt.After(e.clock.Now()), "the catch-up is due at once")
+		e.next("m")
+		in, err = e.c.Get(ctx, e.q.Name, "m")
+		require.NoError(t, err)
+		require.Equal(t, start.Add(11*time.Minute), in.NextAt.UTC(), "then on schedule again")
+	}
+}
+
+// A cron series in Europe/Paris runs at 02:30 local time every day: on the night the
+// clocks go forward (02:30 does not exist) it runs at 03:00, the moment the clock jumps
+// past it; on the night they go back (02:30 happens twice) it runs once.
+func TestCronAcrossDaylightSaving(t *testing.T) {
+	t.Parallel()
+	paris, err := time.LoadLocation("Europe/Paris")
+	require.NoError(t, err)
+	for _, c := range []struct {
+		name  string
+		start time.Time
+		want  []time.Time
+	}{
+		{"spring", time.Date(2026, 3, 27, 12, 0, 0, 0, paris), []time.Time{
+			time.Date(2026, 3, 28, 2, 30, 0, 0, paris), // CET, UTC+1
+			time.Date(2026, 3, 29, 3, 0, 0, 0, paris),  // the gap: 02:00 became 03:00 CEST
+			time.Date(2026, 3, 30, 2, 30, 0, 0, paris), // CEST, UTC+2
+		}},
+		{"autumn", time.Date(2026, 10, 23, 12, 0, 0, 0, paris), []time.Time{
+			time.Date(2026, 10, 24, 2, 30, 0, 0, paris),              // CEST
+			time.Date(2026, 10, 25, 0, 30, 0, 0, time.UTC).In(paris), // the first 02:30, CEST
+			time.Date(2026, 10, 26, 2, 30, 0, 0, paris),              // CET
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, c.start)
+			_, err := e.c.Create(context.Background(), series.Series{Queue: e.q.Name, Name: "nightly",
+				Cron: "30 2 * * *", TimeZone: "Europe/Paris"})
+			require.NoError(t, err)
+			for _, want := range c.want {
+				got := e.next("nightly")
+				require.True(t, want.Equal(got.DueAt), "want %v, got %v", want, got.DueAt.In(paris))
+			}
+		})
+	}
+}
+
+// Pause withdraws the pending occurrence, Resume schedules the next future one, Update
+// replaces the pending one, and Delete removes the series and its pending occurrence.
+func TestPauseResumeUpdateDelete(t *testing.T) {
+	t.Parallel()
+	start := time.Date(2026, 1, 5, 12, 0, 0, 0, time.UTC)
+	e := newEnv(t, start.Add(-time.Second))
+	ctx := context.Background()
+	_, err := e.c.Create(ctx, series.Series{Queue: e.q.Name, Name: "p", Every: time.Minute, Start: start})
+	require.NoError(t, err)
+	e.next("p")
+	in, err := e.c.Get(ctx, e.q.Name, "p")
+	require.NoError(t, err)
+	pending := in.NextID
+
+	require.NoError(t, e.c.Pause(ctx, e.q.Name, "p"))
+	require.NoError(t, e.c.Pause(ctx, e.q.Name, "p"), "pausing twice is harmless")
+	in, err = e.c.Get(ctx, e.q.Name, "p")
+	require.NoError(t, err)
+	require.True(t, in.Paused)
+	require.Equal(t, uuid.Nil, in.NextID)
+	_, err = e.p.Get(ctx, pending)
+	require.ErrorIs(t, err, shardq.ErrTaskNotFound, "the pending occurrence was cancelled")
+
+	e.clock.Add(5 * time.Minute)
+	require.NoError(t, e.c.Resume(ctx, e.q.Name, "p"))
+	in, err = e.c.Get(ctx, e.q.Name, "p")
+	require.NoError(t, err)
+	require.False(t, in.Paused)
+	require.Equal(t, start.Add(5*time.Minute), in.NextAt.UTC(), "resumed at the first time from now")
+
+	updated, err := e.c.Update(ctx, series.Series{Queue: e.q.Name, Name: "p", Every: time.Hour, Start: start, Priority: 3})
+	require.NoError(t, err)
+	require.Equal(t, start.Add(time.Hour), updated.NextAt.UTC())
+	require.NotEqual(t, in.NextID, updated.NextID)
+	_, err = e.p.Get(ctx, in.NextID)
+	require.ErrorIs(t, err, shardq.ErrTaskNotFound, "the replaced occurrence was cancelled")
+	require.Equal(t, updated.Occurrences, in.Occurrences, "the replacement keeps its number")
+	got := e.next("p")
+	require.Equal(t, 3, got.Priority)
+
+	in, err = e.c.Get(ctx, e.q.Name, "p")
+	require.NoError(t, err)
+	require.NoError(t, e.c.Delete(ctx, e.q.Name, "p"))
+	_, err = e.c.Get(ctx, e.q.Name, "p")
+	require.ErrorIs(t, err, series.ErrNotFound)
+	_, err = e.p.Get(ctx, in.NextID)
+	require.ErrorIs(t, err, shardq.ErrTaskNotFound)
+	list, err := e.c.List(ctx, e.q.Name)
+	require.NoError(t, err)
+	require.Empty(t, list)
+	require.ErrorIs(t, e.c.Delete(ctx, e.q.Name, "p"), series.ErrNotFound)
+}
+
+// An occurrence that ends without moving its series (here, cancelled by hand; the same
+// as a consumer dying between its ack and the move) is found by the keeper, which
+// schedules the next one.
+func TestKeeperMovesStalledSeries(t *testing.T) {
+	t.Parallel()
+	start := time.Date(2026, 1, 5, 12, 0, 0, 0, time.UTC)
+	e := newEnv(t, start.Add(-time.Second))
+	ctx := context.Background()
+	in, err := e.c.Create(ctx, series.Series{Queue: e.q.Name, Name: "k", Every: time.Minute, Start: start})
+	require.NoError(t, err)
+	require.NoError(t, e.p.Cancel(ctx, in.NextID, producer.CancelOptions{}))
+	require.NoError(t, e.c.Keep(ctx, e.q.Name))
+	again, err := e.c.Get(ctx, e.q.Name, "k")
+	require.NoError(t, err)
+	require.Equal(t, in.NextID, again.NextID, "not stalled before its time")
+
+	e.clock.Add(time.Minute)
+	require.NoError(t, e.c.Keep(ctx, e.q.Name))
+	again, err = e.c.Get(ctx, e.q.Name, "k")
+	require.NoError(t, err)
+	require.NotEqual(t, in.NextID, again.NextID)
+	require.Equal(t, start.Add(time.Minute), again.NextAt.UTC())
+	require.Equal(t, start.Add(time.Minute), e.next("k").DueAt.UTC())
+}
+
+// An occurrence that its scheduler moved the series to but died before writing is
+// written by the keeper, once: it is the row the series names, so a second keeper, or
+// the scheduler coming back, adds nothing.
+func TestKeeperWritesLostOccurrence(t *testing.T) {
+	t.Parallel()
+	start := time.Date(2026, 1, 5, 12, 0, 0, 0, time.UTC)
+	e := newEnv(t, start.Add(-time.Second))
+	ctx := context.Background()
+	_, err := e.c.Create(ctx, series.Series{Queue: e.q.Name, Name: "w", Every: time.Minute, Start: start})
+	require.NoError(t, err)
+	e.next("w")
+	in, err := e.c.Get(ctx, e.q.Name, "w")
+	require.NoError(t, err)
+	// As if the scheduler had died between the series' move and the write: the series
+	// names an occurrence that is nowhere.
+	require.NoError(t, e.p.Cancel(ctx, in.NextID, producer.CancelOptions{}))
+	lost := shard.NewTaskID(in.NextAt, e.q.Name)
+	require.NoError(t, e.s.Query(`UPDATE series SET task_id = ?, written = null WHERE queue = ? AND name = ?`,
+		gocql.UUID(lost), e.q.Name, "w").Exec())
+
+	require.NoError(t, e.c.Keep(ctx, e.q.Name))
+	_, err = e.p.Get(ctx, lost)
+	require.ErrorIs(t, err, shardq.ErrTaskNotFound, "written only once its scheduler had time to write it")
+	e.clock.Add(iseries.RepairAfter)
+	require.NoError(t, e.c.Keep(ctx, e.q.Name))
+	require.NoError(t, e.c.Keep(ctx, e.q.Name))
+	task, err := e.p.Get(ctx, lost)
+	require.NoError(t, err)
+	require.Equal(t, shardq.TaskScheduled, task.State)
+	got := e.next("w")
+	require.Equal(t, lost, got.ID)
+	require.Equal(t, start.Add(time.Minute), got.DueAt.UTC())
+}
