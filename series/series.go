@@ -92,7 +92,8 @@ type Series struct {
 	// that does not exist runs when the clock jumps past it, and a time that occurs twice
 	// runs once. Defaults to UTC.
 	TimeZone string
-	// Start is the earliest occurrence time. Defaults to none: the series starts now.
+	// Start is the earliest occurrence time, in whole milliseconds (as due times are
+	// stored). Defaults to none: the series starts now.
 	Start time.Time
 	// End is the latest occurrence time. Defaults to none.
 	End time.Time
@@ -437,7 +438,7 @@ func utc(t time.Time) time.Time {
 	if t.IsZero() {
 		return t
 	}
-	return t.UTC().Round(0)
+	return t.UTC().Truncate(time.Millisecond)
 }
 
 func info(st iseries.State) *Info {

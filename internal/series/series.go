@@ -68,7 +68,7 @@ func (st *State) Next(now time.Time) error {
 func (st *State) Replace(now time.Time) error {
 	anchor := st.Spec.Start
 	if anchor.IsZero() {
-		anchor = now.Add(st.Spec.Every)
+		anchor = now.Truncate(time.Millisecond).Add(st.Spec.Every)
 	}
 	st.Seq--
 	return st.schedule(now, true, anchor)
@@ -188,7 +188,9 @@ func (st State) args() []any {
 // it returns the series as stored and whether this call created it.
 func (e *Env) Create(ctx context.Context, q shardq.QueueConfig, name string, spec Spec) (State, bool, error) {
 	now := e.Clock.Now()
-	st := State{Queue: q.Name, Name: name, Spec: spec, Version: 1, CreatedAt: now}
+	// Whole milliseconds, as stored: an interval's occurrences fall on the same grid
+	// whether computed now or from the stored row.
+	st := State{Queue: q.Name, Name: name, Spec: spec, Version: 1, CreatedAt: now.Truncate(time.Millisecond)}
 	if err := st.Next(now); err != nil {
 		return st, false, err
 	}
