@@ -86,7 +86,7 @@ func TestCreateIsIdempotent(t *testing.T) {
 	first, err := e.c.Create(ctx, s)
 	require.NoError(t, err)
 	require.Equal(t, int64(1), first.Occurrences)
-	require.Equal(t, e.clock.Now().Add(time.Hour).UTC(), first.NextAt.UTC())
+	require.Equal(t, e.clock.Now().Truncate(time.Millisecond).Add(time.Hour).UTC(), first.NextAt.UTC())
 
 	again, err := e.c.Create(ctx, s)
 	require.NoError(t, err)
