@@ -32,7 +32,7 @@ type Spec struct {
 const MinEvery = time.Second
 
 // parser reads 5 fields, or 6 with seconds first, and descriptors such as @daily.
-var parser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+var parser = cron.MustNewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
 
 // Schedule says when a Spec's occurrences fall.
 type Schedule struct {
