@@ -228,23 +228,30 @@ func (c *Client) Pause(ctx context.Context, queue, name string) error {
 	return c.withdraw(ctx, q, st)
 }
 
-// withdraw cancels the outstanding occurrence of a paused or replaced series and closes
-// the series on it. An occurrence in flight is left to finish: its ack closes the series.
+// withdraw cancels the outstanding occurrence of a paused series and closes the series
+// on it. An occurrence in flight is left to finish: its ack closes the series.
 func (c *Client) withdraw(ctx context.Context, q shardq.QueueConfig, st iseries.State) error {
-	if st.Pending() {
-		// Possibly not written yet: writing it first makes the cancel definite.
-		if err := c.env.Write(ctx, q, st); err != nil {
-			return err
-		}
-	}
-	err := c.producer.Cancel(ctx, st.TaskID, producer.CancelOptions{})
-	switch {
-	case errors.Is(err, shardq.ErrTaskInFlight), errors.Is(err, shardq.ErrTaskNotFound):
-		return nil // its ack (or the keeper) moves the series on
-	case err != nil:
+	cancelled, err := c.cancel(ctx, q, st)
+	if err != nil || !cancelled {
 		return err
 	}
 	return c.env.Advance(ctx, q, st.Name, st.TaskID, false)
+}
+
+// cancel cancels st's outstanding occurrence if it is still pending. One in flight, or
+// already ended, is left to its consumer, whose ack (or the keeper) moves the series on.
+func (c *Client) cancel(ctx context.Context, q shardq.QueueConfig, st iseries.State) (bool, error) {
+	if st.Pending() {
+		// Possibly not written yet: writing it first makes the cancel definite.
+		if err := c.env.Write(ctx, q, st); err != nil {
+			return false, err
+		}
+	}
+	err := c.producer.Cancel(ctx, st.TaskID, producer.CancelOptions{})
+	if errors.Is(err, shardq.ErrTaskInFlight) || errors.Is(err, shardq.ErrTaskNotFound) {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 // Resume lets a paused series schedule occurrences again, from now on: the next one is
@@ -297,16 +304,8 @@ func (c *Client) Update(ctx context.Context, s Series) (*Info, error) {
 // replace cancels a pending occurrence and schedules the one the series' definition
 // gives now in its place, keeping its number.
 func (c *Client) replace(ctx context.Context, q shardq.QueueConfig, st iseries.State) error {
-	if st.Pending() {
-		if err := c.env.Write(ctx, q, st); err != nil {
-			return err
-		}
-	}
-	err := c.producer.Cancel(ctx, st.TaskID, producer.CancelOptions{})
-	switch {
-	case errors.Is(err, shardq.ErrTaskInFlight), errors.Is(err, shardq.ErrTaskNotFound):
-		return nil
-	case err != nil:
+	cancelled, err := c.cancel(ctx, q, st)
+	if err != nil || !cancelled {
 		return err
 	}
 	_, err = c.env.Change(ctx, q, st.Name, func(cur *iseries.State, now time.Time) (bool, error) {
@@ -339,15 +338,7 @@ func (c *Client) Delete(ctx context.Context, queue, name string) error {
 		if !st.Open {
 			return nil
 		}
-		if st.Pending() {
-			if err := c.env.Write(ctx, q, st); err != nil {
-				return err
-			}
-		}
-		err = c.producer.Cancel(ctx, st.TaskID, producer.CancelOptions{})
-		if errors.Is(err, shardq.ErrTaskInFlight) || errors.Is(err, shardq.ErrTaskNotFound) {
-			return nil
-		}
+		_, err = c.cancel(ctx, q, st)
 		return err
 	}
 	return fmt.Errorf("series: %s of queue %s changed under every one of 8 attempts to delete it", name, queue)
