@@ -180,6 +180,9 @@ func (c *Client) Create(ctx context.Context, s Series) (*Info, error) {
 
 // Get returns a series, or ErrNotFound.
 func (c *Client) Get(ctx context.Context, queue, name string) (*Info, error) {
+	if _, err := c.queue(ctx, queue); err != nil {
+		return nil, err
+	}
 	st, err := c.env.Load(ctx, queue, name, false)
 	if err != nil {
 		return nil, err
@@ -189,6 +192,9 @@ func (c *Client) Get(ctx context.Context, queue, name string) (*Info, error) {
 
 // List returns the series of a queue, by name.
 func (c *Client) List(ctx context.Context, queue string) ([]*Info, error) {
+	if _, err := c.queue(ctx, queue); err != nil {
+		return nil, err
+	}
 	names, err := c.env.Names(ctx, queue)
 	if err != nil {
 		return nil, err
