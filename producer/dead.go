@@ -135,7 +135,7 @@ func (p *Producer) deadLetter(ctx context.Context, queue string, id uuid.UUID) (
 // written. It returns the task's ID, which is the one it had. A task that had a unique
 // key claims it again, and the replay fails with a *DuplicateError if another task holds
 // it. A replay that fails after writing the task leaves the letter: replaying it again
-// runs the task twice, never loses it.
+// runs the task twice, never loses it. So do two replays of one letter at once.
 func (p *Producer) ReplayDeadLetter(ctx context.Context, queue string, id uuid.UUID) (uuid.UUID, error) {
 	q, err := p.queue(ctx, queue)
 	if err != nil {
