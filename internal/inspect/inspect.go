@@ -5,7 +5,7 @@
 //
 // Reads stay bounded: one lap's partitions (BucketCount × ShardCount), each read from
 // where consumers read it (the read floors its last swap recorded in the lock row, or the
-// start of the previous lap), up to one lap ahead, in pages. Tombstones of consumed tasks
+// beginning of time), up to one lap ahead, in pages. Tombstones of consumed tasks
 // below the floors are skipped as they are by consumers.
 package inspect
 
@@ -109,26 +109,21 @@ const nPriorities = shardq.MaxPriority - shardq.MinPriority + 1
 // starts holds, per priority, the exclusive lower bound of the IDs consumers read.
 type starts [nPriorities]gocql.UUID
 
-const selectFloors = `SELECT floor_bucket, floors FROM tasks WHERE shard_key = ? AND kind = 0 AND priority = 0 AND id = ?`
+const selectFloors = `SELECT floors FROM tasks WHERE shard_key = ? AND kind = 0 AND priority = 0 AND id = ?`
 
-// readStarts returns where consumers read pt from, priority by priority: the floors
-// the last swap recorded in the lock row when it did so in this lap (or a later one, by
-// a consumer whose clock runs ahead: rows are never written below a floor), else the
-// start of the previous lap (see package consumer).
+// readStarts returns where consumers read pt from, priority by priority, as a consumer
+// starts a partition (see package consumer): the floors the last swap recorded in the
+// lock row, in whatever lap (rows are never written below a floor), else the beginning
+// of time, so a task that waited through laps without consumers is counted.
 func (in *Inspector) readStarts(ctx context.Context, pt partition) (starts, error) {
-	var bucket int64
 	var stored map[int8]gocql.UUID
-	err := cql.Query(in.session, selectFloors, pt.key, taskrow.LockID).WithContext(ctx).Scan(&bucket, &stored)
+	err := cql.Query(in.session, selectFloors, pt.key, taskrow.LockID).WithContext(ctx).Scan(&stored)
 	if err != nil && !errors.Is(err, gocql.ErrNotFound) {
 		return starts{}, fmt.Errorf("reading the floors of %s: %w", pt.key, err)
 	}
-	if bucket < pt.bucket {
-		stored = nil
-	}
 	var s starts
-	prev := gocql.UUID(shard.MinID(in.layout.BucketStart(pt.bucket - int64(in.layout.BucketCount))))
 	for p := range s {
-		s[p] = prev
+		s[p] = gocql.UUID(shard.MinID(shard.MinIDTime))
 		if v, ok := stored[int8(p)]; ok {
 			s[p] = v
 		}
