@@ -57,6 +57,7 @@ func (c *Consumer) Extend(ctx context.Context, t *Task, d time.Duration) error {
 // loss.
 func (c *Consumer) relocate(ctx context.Context, t *Task, at time.Time, state taskindex.State) (taskrow.Row, error) {
 	next := c.marker(t.marker, at)
+	next.Retrying = state == taskindex.Retrying
 	moved := *t
 	moved.Deadline = at
 	t.steps++

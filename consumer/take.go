@@ -185,6 +185,7 @@ func (c *Consumer) swap(ctx context.Context, pt *part, lease *lock.Lease, rows [
 		markers[i] = c.marker(r, deadline)
 		markers[i].Attempt++
 		markers[i].Token++
+		markers[i].Retrying = false
 		tasks[i] = &Task{ID: uuid.UUID(r.TaskID), Queue: c.q.Name, Payload: r.Payload, DueAt: r.DueAt,
 			Priority: int(r.Priority), Attempt: markers[i].Attempt, Deadline: deadline, Timeout: r.Timeout,
 			Token: markers[i].Token, Series: r.Series, marker: markers[i], visible: shard.IDTime(uuid.UUID(r.ID))}

@@ -345,6 +345,7 @@ func (p *Producer) Reschedule(ctx context.Context, id uuid.UUID, opts Reschedule
 		if state == taskindex.InFlight {
 			state = taskindex.Retrying // its lease ran out: pending again
 		}
+		next.Retrying = state == taskindex.Retrying
 		entry := taskindex.Entry{TaskID: id, Queue: q.Name, State: state, Row: loc(next), PrevState: state,
 			Prev: loc(l.row), DueAt: next.DueAt, Attempt: next.Attempt, Token: next.Token}
 		ttl := taskindex.TTL(now, place)

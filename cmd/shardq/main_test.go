@@ -270,7 +270,7 @@ func TestScheduleStatsPeek(t *testing.T) {
 	stats := jsonLines(t, c.ok("--json", "stats", "q"))
 	require.Len(t, stats, 1)
 	s := stats[0]
-	require.Equal(t, map[string]any{"due": 2.0, "due_again": 0.0, "scheduled": 1.0, "in_flight": 0.0}, s["total"],
+	require.Equal(t, map[string]any{"due": 2.0, "due_again": 0.0, "scheduled": 1.0, "in_flight": 0.0, "retrying": 0.0}, s["total"],
 		"the task due in an hour is beyond the 10-minute lap")
 	require.Equal(t, 120.0, s["partitions"])
 	require.Equal(t, 0.0, s["dead_letters"])
@@ -303,8 +303,8 @@ func TestScheduleStatsPeek(t *testing.T) {
 
 	human := c.ok("stats", "q")
 	require.Regexp(t, `^queue q at \S+Z \(lap 10m0s: 60 buckets x 10s, 2 shards\)\n`, human)
-	require.Regexp(t, `(?m)^\s*SHARD\s+DUE\s+DUE AGAIN\s+SCHEDULED\s+IN FLIGHT\s*$`, human)
-	require.Regexp(t, `(?m)^\s*total\s+1\s+0\s+1\s+1\s*$`, human)
+	require.Regexp(t, `(?m)^\s*SHARD\s+DUE\s+DUE AGAIN\s+SCHEDULED\s+IN FLIGHT\s+RETRYING\s*$`, human)
+	require.Regexp(t, `(?m)^\s*total\s+1\s+0\s+1\s+1\s+0\s*$`, human)
 	require.Regexp(t, `(?m)^oldest due task: visible for \S+ \(since \S+Z\)$`, human)
 	require.Contains(t, human, "dead letters (last 31 days): 0\n")
 	require.Regexp(t, `(?m)^read 120 partitions, 3 rows in \S+$`, human)

@@ -22,13 +22,14 @@ func (a *app) statsCmd() *cobra.Command {
 	var interval time.Duration
 	c := &cobra.Command{
 		Use:   "stats QUEUE",
-		Short: "Count what a queue holds: due, due again, scheduled, in flight, by shard",
+		Short: "Count what a queue holds: due, due again, scheduled, in flight, retrying, by shard",
 		Long: `Count the task rows of one lap of the queue, by concurrency shard:
 
   DUE        visible now, never delivered
   DUE AGAIN  visible now, delivered before: its lease ran out, or a retry came due
   SCHEDULED  becoming visible later in this lap (tasks due further ahead are not read)
-  IN FLIGHT  delivered and leased until their deadline, or waiting out a retry delay
+  IN FLIGHT  delivered and leased until their deadline
+  RETRYING   failed, waiting out a retry delay
 
 and how long the oldest due task has been visible (the queue's current lateness), and
 the dead letters kept (the last 31 days).
@@ -130,13 +131,13 @@ func (a *app) printStats(q shardq.QueueConfig, st *inspect.Stats, elapsed time.D
 	fmt.Fprintf(a.stdout, "queue %s at %s (lap %v: %d buckets x %v, %d shards)\n",
 		q.Name, utc(st.At), st.Window, q.BucketCount, q.BucketDuration, q.ShardCount)
 	w := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
-	header := "SHARD\tDUE\tDUE AGAIN\tSCHEDULED\tIN FLIGHT\t"
+	header := "SHARD\tDUE\tDUE AGAIN\tSCHEDULED\tIN FLIGHT\tRETRYING\t"
 	if full {
 		header += "BEHIND FLOORS\t"
 	}
 	fmt.Fprintln(w, header)
 	row := func(name string, c inspect.Counts) {
-		fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t", name, c.Due, c.DueAgain, c.Scheduled, c.InFlight)
+		fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%d\t", name, c.Due, c.DueAgain, c.Scheduled, c.InFlight, c.Retrying)
 		if full {
 			fmt.Fprintf(w, "%d\t", c.BehindFloors)
 		}

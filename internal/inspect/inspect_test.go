@@ -25,18 +25,21 @@ func TestClassify(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
 	for _, tc := range []struct {
-		attempt int
-		visible time.Time
-		want    inspect.Class
+		attempt  int
+		retrying bool
+		visible  time.Time
+		want     inspect.Class
 	}{
-		{0, now, inspect.Due},
-		{0, now.Add(-time.Hour), inspect.Due},
-		{1, now, inspect.DueAgain},
-		{3, now.Add(-time.Second), inspect.DueAgain},
-		{0, now.Add(time.Nanosecond), inspect.Scheduled},
-		{1, now.Add(time.Minute), inspect.InFlight},
+		{0, false, now, inspect.Due},
+		{0, false, now.Add(-time.Hour), inspect.Due},
+		{1, false, now, inspect.DueAgain},
+		{3, true, now.Add(-time.Second), inspect.DueAgain},
+		{0, false, now.Add(time.Nanosecond), inspect.Scheduled},
+		{1, false, now.Add(time.Minute), inspect.InFlight},
+		{2, true, now.Add(time.Minute), inspect.Retrying},
 	} {
-		require.Equal(t, tc.want, inspect.Classify(tc.attempt, tc.visible, now), "attempt %d visible %v", tc.attempt, tc.visible.Sub(now))
+		require.Equal(t, tc.want, inspect.Classify(tc.attempt, tc.retrying, tc.visible, now),
+			"attempt %d retrying %v visible %v", tc.attempt, tc.retrying, tc.visible.Sub(now))
 	}
 }
 
@@ -49,8 +52,8 @@ type world struct {
 }
 
 // newWorld writes, in a queue of 2 shards and a 10-minute lap:
-//   - 3 tasks due now, leased by a consumer for 30 s (in flight), one of which it then
-//     dead-letters: 2 in flight, 1 dead letter;
+//   - 4 tasks due now, leased by a consumer for 30 s (in flight), one of which it then
+//     dead-letters and one retries in 5 minutes: 2 in flight, 1 retrying, 1 dead letter;
 //   - 5 tasks written by a producer whose clock trails by 2 minutes, 2 of which a
 //     consumer on that clock leases for 1 s: 3 due, 2 due again (their leases ran out
 //     2 minutes ago);
@@ -85,11 +88,12 @@ func newWorld(t *testing.T) *world {
 		return got
 	}
 
-	schedule(p, 3, producer.Task{Payload: []byte("leased"), Priority: 9})
+	schedule(p, 4, producer.Task{Payload: []byte("leased"), Priority: 9})
 	c, err := consumer.New(s, consumer.Config{Queue: q.Name})
 	require.NoError(t, err)
-	leased := acquire(c, 3)
+	leased := acquire(c, 4)
 	require.NoError(t, c.DeadLetter(ctx, leased[0], errors.New("boom")))
+	require.NoError(t, c.Retry(ctx, leased[1], 5*time.Minute))
 
 	w.past = now.Add(-2 * time.Minute)
 	pastClock := testclock.New(w.past)
@@ -140,7 +144,7 @@ func TestStats(t *testing.T) {
 	}})
 	require.NoError(t, err)
 	require.Empty(t, st.Failed)
-	require.Equal(t, inspect.Counts{Due: 3, DueAgain: 2, Scheduled: 4, InFlight: 2}, st.Total,
+	require.Equal(t, inspect.Counts{Due: 3, DueAgain: 2, Scheduled: 4, InFlight: 2, Retrying: 1}, st.Total,
 		"the stranded task lies below its partition's floors, the next hour's beyond the lap")
 	require.Len(t, st.Shards, 2)
 	var sum inspect.Counts
@@ -149,12 +153,13 @@ func TestStats(t *testing.T) {
 		sum.DueAgain += c.DueAgain
 		sum.Scheduled += c.Scheduled
 		sum.InFlight += c.InFlight
+		sum.Retrying += c.Retrying
 	}
 	require.Equal(t, st.Total, sum)
 	require.WithinDuration(t, w.past, st.OldestDue, time.Second, "the oldest due task is the one written two minutes ago")
 	require.Equal(t, 1, st.DeadLetters)
 	require.Equal(t, 120, st.Partitions)
-	require.Equal(t, 11, st.RowsRead)
+	require.Equal(t, 12, st.RowsRead)
 	require.Equal(t, 10*time.Minute, st.Window)
 	require.Equal(t, st.Partitions+inspect.DeadDays, total)
 	require.Equal(t, total, calls)
@@ -162,15 +167,15 @@ func TestStats(t *testing.T) {
 	t.Run("full", func(t *testing.T) {
 		st, err := in.Stats(ctx, inspect.StatsOptions{Full: true})
 		require.NoError(t, err)
-		require.Equal(t, inspect.Counts{Due: 4, DueAgain: 2, Scheduled: 4, InFlight: 2, BehindFloors: 1}, st.Total)
+		require.Equal(t, inspect.Counts{Due: 4, DueAgain: 2, Scheduled: 4, InFlight: 2, Retrying: 1, BehindFloors: 1}, st.Total)
 		require.WithinDuration(t, w.stranded, st.OldestDue, time.Second)
 	})
 	t.Run("pages", func(t *testing.T) {
 		// Counting streams pages: pages of two rows give the same counts.
 		st, err := w.inspector(t, inspect.Config{PageSize: 2, PartitionsInFlight: 1}).Stats(ctx, inspect.StatsOptions{})
 		require.NoError(t, err)
-		require.Equal(t, inspect.Counts{Due: 3, DueAgain: 2, Scheduled: 4, InFlight: 2}, st.Total)
-		require.Equal(t, 11, st.RowsRead)
+		require.Equal(t, inspect.Counts{Due: 3, DueAgain: 2, Scheduled: 4, InFlight: 2, Retrying: 1}, st.Total)
+		require.Equal(t, 12, st.RowsRead)
 	})
 }
 

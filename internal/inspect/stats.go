@@ -28,16 +28,16 @@ const (
 	// Scheduled rows become visible later in this lap and were never delivered.
 	Scheduled
 	// InFlight rows are timeout markers of delivered tasks, visible again at their lease
-	// deadline, or retries waiting out their delay.
+	// deadline.
 	InFlight
+	// Retrying rows are failed tasks waiting out their retry delay.
+	Retrying
 )
 
-// Classify tells what a task row counts as: its delivery count and the time its ID
-// carries (when it becomes visible), at now. This is the one place to change when task
-// rows record their state: until then a row delivered before and visible now counts as
-// due again whether its lease ran out or a retry came due, and one not yet visible as
-// in flight whether it is leased or waits out a retry delay.
-func Classify(attempt int, visible, now time.Time) Class {
+// Classify tells what a task row counts as, from its delivery count, whether it is a
+// retry, and the time its ID carries (when it becomes visible), at now. A row delivered
+// before and visible now is due again whether its lease ran out or a retry came due.
+func Classify(attempt int, retrying bool, visible, now time.Time) Class {
 	switch {
 	case !visible.After(now) && attempt == 0:
 		return Due
@@ -45,6 +45,8 @@ func Classify(attempt int, visible, now time.Time) Class {
 		return DueAgain
 	case attempt == 0:
 		return Scheduled
+	case retrying:
+		return Retrying
 	}
 	return InFlight
 }
@@ -55,6 +57,7 @@ type Counts struct {
 	DueAgain  int `json:"due_again"`
 	Scheduled int `json:"scheduled"`
 	InFlight  int `json:"in_flight"`
+	Retrying  int `json:"retrying"`
 	// BehindFloors counts the rows, among Due and DueAgain, that lie below where
 	// consumers read their partition: consumers do not deliver them. Only a StatsOptions.Full
 	// pass looks there.
@@ -66,6 +69,7 @@ func (c *Counts) add(o Counts) {
 	c.DueAgain += o.DueAgain
 	c.Scheduled += o.Scheduled
 	c.InFlight += o.InFlight
+	c.Retrying += o.Retrying
 	c.BehindFloors += o.BehindFloors
 }
 
@@ -79,6 +83,8 @@ func (c *Counts) count(cl Class) {
 		c.Scheduled++
 	case InFlight:
 		c.InFlight++
+	case Retrying:
+		c.Retrying++
 	}
 }
 
@@ -181,7 +187,7 @@ func (in *Inspector) Stats(ctx context.Context, opts StatsOptions) (*Stats, erro
 	return st, nil
 }
 
-const countStmt = `SELECT priority, id, attempt FROM tasks
+const countStmt = `SELECT priority, id, attempt, retrying FROM tasks
 	WHERE shard_key = ? AND kind = 1 AND priority IN ? AND id > ? AND id <= ?`
 
 // countPartition counts the rows of pt up to upper, from where consumers read it, or
@@ -207,10 +213,11 @@ func (in *Inspector) countPartition(ctx context.Context, pt partition, now time.
 		var prio int8
 		var id gocql.UUID
 		var attempt int
-		for iter.Scan(&prio, &id, &attempt) {
+		var retrying bool
+		for iter.Scan(&prio, &id, &attempt, &retrying) {
 			rows++
 			at := shard.IDTime(uuid.UUID(id))
-			cl := Classify(attempt, at, now)
+			cl := Classify(attempt, retrying, at, now)
 			c.count(cl)
 			if cl != Due && cl != DueAgain {
 				continue

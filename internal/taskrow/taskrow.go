@@ -27,6 +27,8 @@ type Row struct {
 	Keyed bool
 	// Series names the recurring series the task is an occurrence of, if any.
 	Series string
+	// Retrying marks a marker that waits out a retry delay, not a lease.
+	Retrying bool
 }
 
 // LockID is the clustering id of a partition's lock row (kind 0, priority 0): a fixed,
@@ -57,7 +59,8 @@ func (r Row) Insert(ts int64) (string, []any) {
 
 // InsertLWT returns the statement writing r inside a conditional batch, which carries
 // no timestamps of its own. Only a keyed row writes the keyed column, and only an
-// occurrence of a series the series column, so other rows cost no cell for them.
+// occurrence of a series the series column, and only a retry the retrying column, so
+// other rows cost no cell for them.
 func (r Row) InsertLWT() (string, []any) {
 	args := []any{r.Key, r.Priority, r.ID, r.TaskID, r.Payload, r.DueAt, r.Timeout.Milliseconds(), r.Attempt, r.Token}
 	cols, vals := insertCols, insertVals
@@ -67,6 +70,9 @@ func (r Row) InsertLWT() (string, []any) {
 	if r.Series != "" {
 		cols, vals = cols+`, series`, vals+`, ?`
 		args = append(args, r.Series)
+	}
+	if r.Retrying {
+		cols, vals = cols+`, retrying`, vals+`, true`
 	}
 	return cols + vals + `)`, args
 }
@@ -84,7 +90,7 @@ func (r Row) KeyArgs() []any { return []any{r.Key, r.Priority, r.ID} }
 // SelectRange reads up to LIMIT rows of the given priorities (bind a []int8) whose IDs
 // lie in (floor, upper], highest priority first, then earliest. Bind the floor as an
 // exact ID or shard.MinID(t), and the upper bound as shard.MaxID(t).
-const SelectRange = `SELECT priority, id, task_id, payload, due_at, timeout_ms, attempt, deliveries, keyed, series FROM tasks
+const SelectRange = `SELECT priority, id, task_id, payload, due_at, timeout_ms, attempt, deliveries, keyed, series, retrying FROM tasks
 	WHERE shard_key = ? AND kind = 1 AND priority IN ? AND id > ? AND id <= ? LIMIT ?`
 
 // SelectRangeIDs is SelectRange reading only priorities and IDs.
@@ -96,11 +102,11 @@ const SelectOne = `SELECT id FROM tasks WHERE shard_key = ? AND kind = 1 AND pri
 
 // SelectAnyPriority reads the row of an ID whatever its priority (bind a []int8 of every
 // priority), in SelectRange's columns.
-const SelectAnyPriority = `SELECT priority, id, task_id, payload, due_at, timeout_ms, attempt, deliveries, keyed, series FROM tasks
+const SelectAnyPriority = `SELECT priority, id, task_id, payload, due_at, timeout_ms, attempt, deliveries, keyed, series, retrying FROM tasks
 	WHERE shard_key = ? AND kind = 1 AND priority IN ? AND id = ?`
 
 // SelectRow reads one whole row by primary key, in SelectRange's columns; bind KeyArgs.
-const SelectRow = `SELECT priority, id, task_id, payload, due_at, timeout_ms, attempt, deliveries, keyed, series FROM tasks
+const SelectRow = `SELECT priority, id, task_id, payload, due_at, timeout_ms, attempt, deliveries, keyed, series, retrying FROM tasks
 	WHERE shard_key = ? AND kind = 1 AND priority = ? AND id = ?`
 
 // Scan reads the rows of a SelectRange query of partition key, stopping once the rows
@@ -110,7 +116,7 @@ func Scan(iter *gocql.Iter, key string, maxBytes int) (rows []Row, cut bool, err
 	var r Row
 	var timeoutMs int64
 	bytes := 0
-	for iter.Scan(&r.Priority, &r.ID, &r.TaskID, &r.Payload, &r.DueAt, &timeoutMs, &r.Attempt, &r.Token, &r.Keyed, &r.Series) {
+	for iter.Scan(&r.Priority, &r.ID, &r.TaskID, &r.Payload, &r.DueAt, &timeoutMs, &r.Attempt, &r.Token, &r.Keyed, &r.Series, &r.Retrying) {
 		r.Key = key
 		r.Timeout = time.Duration(timeoutMs) * time.Millisecond
 		rows = append(rows, r)
