@@ -47,9 +47,9 @@ type app struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
 	getenv         func(string) string
-	// terminal reports whether w is a terminal: progress bars and screen refreshes are
-	// shown only there.
-	terminal func(w io.Writer) bool
+	// terminal reports whether f (stdin, stdout or stderr) is a terminal: progress bars
+	// and screen refreshes are shown, and confirmations asked, only there.
+	terminal func(f any) bool
 
 	hosts              []string
 	keyspace           string
@@ -67,8 +67,8 @@ func stdApp() *app {
 	return &app{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv, terminal: isTerminal}
 }
 
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
+func isTerminal(v any) bool {
+	f, ok := v.(*os.File)
 	return ok && term.IsTerminal(int(f.Fd()))
 }
 
@@ -127,7 +127,7 @@ func run(ctx context.Context, args []string, a *app) (code int) {
 func (a *app) root() *cobra.Command {
 	root := &cobra.Command{
 		Use:   "shardq",
-		Short: "Operate shardq queues: schema, queues, stats, peeking, scheduling",
+		Short: "Operate shardq queues: schema, queues, stats, peeking, tasks, series, dead letters",
 		Long: `shardq operates the queues of a shardq keyspace on Apache Cassandra.
 
 Connection flags apply to every command; each has an environment variable that is used
@@ -159,7 +159,7 @@ written.`,
 	f.DurationVar(&a.requestTimeout, "request-timeout", 10*time.Second, "how long one request to Cassandra may take")
 	f.BoolVar(&a.json, "json", false, "print one JSON object per line instead of text")
 	root.AddGroup(&cobra.Group{ID: "ops", Title: "Commands:"})
-	for _, c := range []*cobra.Command{a.schemaCmd(), a.queueCmd(), a.statsCmd(), a.peekCmd(), a.scheduleCmd(), a.seriesCmd()} {
+	for _, c := range []*cobra.Command{a.schemaCmd(), a.queueCmd(), a.statsCmd(), a.peekCmd(), a.scheduleCmd(), a.taskCmd(), a.seriesCmd(), a.deadCmd()} {
 		c.GroupID = "ops"
 		root.AddCommand(c)
 	}

@@ -32,7 +32,7 @@ type cli struct {
 	t        *testing.T
 	env      map[string]string
 	stdin    string
-	terminal bool // whether stderr and stdout count as terminals
+	terminal bool // whether stdin, stdout and stderr count as terminals
 }
 
 func newCLI(t *testing.T, keyspace string) *cli {
@@ -46,7 +46,7 @@ func (c *cli) app(stdout, stderr io.Writer) *app {
 	return &app{
 		stdin: strings.NewReader(c.stdin), stdout: stdout, stderr: stderr,
 		getenv:   func(k string) string { return c.env[k] },
-		terminal: func(io.Writer) bool { return c.terminal },
+		terminal: func(any) bool { return c.terminal },
 	}
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -16,7 +17,7 @@ import (
 )
 
 func (a *app) scheduleCmd() *cobra.Command {
-	var payload, at string
+	var payload, at, key string
 	var in, timeout time.Duration
 	var priority int
 	c := &cobra.Command{
@@ -25,16 +26,19 @@ func (a *app) scheduleCmd() *cobra.Command {
 		Long: `Schedule one task, due now, after --in, or at --at, and print its ID.
 
 --payload @FILE reads the payload from FILE, --payload - from standard input, and any
-other value is the payload itself. A task due in the past is due now.`,
+other value is the payload itself. A task due in the past is due now. With --key, the
+task is scheduled only if no other task of the queue holds that key while pending, in
+flight or retrying; otherwise the command fails naming the task that holds it.`,
 		Example: `  shardq schedule emails --payload @mail.json --in 5m
   echo '{"to":"alice"}' | shardq schedule emails --payload - --priority 9
-  shardq schedule reports --payload nightly --at 2026-11-23T02:00:00Z`,
+  shardq schedule reports --payload nightly --at 2026-11-23T02:00:00Z
+  shardq schedule emails --payload @welcome.json --key welcome-42`,
 		Args: args("QUEUE"),
 		RunE: a.command(func(ctx context.Context, cmd *cobra.Command, args []string) error {
 			if err := queueArg(args[0]); err != nil {
 				return err
 			}
-			task := producer.Task{Queue: args[0], Priority: priority, Timeout: timeout}
+			task := producer.Task{Queue: args[0], Priority: priority, Timeout: timeout, Key: key}
 			switch {
 			case in < 0:
 				return usagef("--in %v is negative: give how long from now, such as 5m (or leave it out for now)", in)
@@ -61,6 +65,11 @@ other value is the payload itself. A task due in the past is due now.`,
 					return err
 				}
 				id, err := p.ScheduleTask(ctx, task)
+				var dup *producer.DuplicateError
+				if errors.As(err, &dup) {
+					return fmt.Errorf("key %q is held by task %s of queue %s: nothing was scheduled; see that task with 'shardq task get %s'",
+						dup.Key, dup.ExistingID, dup.Queue, dup.ExistingID)
+				}
 				if err != nil {
 					return err
 				}
@@ -69,7 +78,11 @@ other value is the payload itself. A task due in the past is due now.`,
 					due = time.Now()
 				}
 				if a.json {
-					return a.emit(map[string]any{"id": id, "queue": task.Queue, "due_at": due.UTC(), "priority": task.Priority})
+					m := map[string]any{"id": id, "queue": task.Queue, "due_at": due.UTC(), "priority": task.Priority}
+					if key != "" {
+						m["key"] = key
+					}
+					return a.emit(m)
 				}
 				_, err = fmt.Fprintf(a.stdout, "scheduled %s on queue %s, due %s, priority %d\n", id, task.Queue, utc(due), task.Priority)
 				return err
@@ -81,6 +94,7 @@ other value is the payload itself. A task due in the past is due now.`,
 	f.DurationVar(&in, "in", 0, "due this long from now, such as 90s or 5m (default: now)")
 	f.StringVar(&at, "at", "", "due at this RFC 3339 time, such as 2026-11-23T02:00:00Z")
 	f.IntVar(&priority, "priority", 0, fmt.Sprintf("priority, %d to %d: higher runs first among due tasks", shardq.MinPriority, shardq.MaxPriority))
+	f.StringVar(&key, "key", "", "a unique key: no other task of the queue may hold it while pending, in flight or retrying")
 	f.DurationVar(&timeout, "timeout", 0, "how long a consumer has to ack the task (default: the queue's)")
 	_ = c.MarkFlagRequired("payload")
 	c.MarkFlagsMutuallyExclusive("in", "at")

@@ -236,6 +236,11 @@ func (in *Inspector) countPartition(ctx context.Context, pt partition, now time.
 	return c, oldest, rows, nil
 }
 
+// CountDeadLetters counts the dead letters kept for the queue, reading their IDs only.
+func (in *Inspector) CountDeadLetters(ctx context.Context) (int, error) {
+	return in.deadLetters(ctx, in.cfg.Clock.Now(), func() {})
+}
+
 // deadLetters counts the dead letters of the last DeadDays days, calling done after each
 // day's partition.
 func (in *Inspector) deadLetters(ctx context.Context, now time.Time, done func()) (int, error) {
