@@ -16,6 +16,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/shardq/shardq"
 )
 
 type options struct {
@@ -90,8 +92,8 @@ func main() {
 	flag.DurationVar(&o.trickleDuration, "trickle-duration", 20*time.Second, "trickle: how long the producer process schedules")
 
 	flag.DurationVar(&o.idleFor, "idle-for", 20*time.Second, "idle: how long to count requests")
-	flag.IntVar(&o.idleBuckets, "idle-buckets", 50, "idle: queue time buckets")
-	flag.IntVar(&o.idleShards, "idle-shards", 20, "idle: queue concurrency shards")
+	flag.IntVar(&o.idleBuckets, "idle-buckets", shardq.DefaultBucketCount, "idle: queue time buckets")
+	flag.IntVar(&o.idleShards, "idle-shards", shardq.DefaultShardCount, "idle: queue concurrency shards")
 	flag.DurationVar(&o.idleInterval, "idle-interval", 0, "idle: worker MaxIdleInterval (0: the worker's default)")
 	flag.IntVar(&o.idlePending, "pending", 0, "idle: tasks left backed off, their retries spread over the lap")
 	flag.StringVar(&o.cassandraPIDFile, "cassandra-pid", ".run/cassandra/node1/pid", "idle: PID file of a local node, for its CPU seconds")
