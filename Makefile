@@ -31,7 +31,7 @@ lint:
 	$(GO) run $(STATICCHECK) ./...
 
 cassandra-start:
-	scripts/cassandra start $(if $(NODES),--nodes $(NODES))
+	scripts/cassandra start $(if $(NODES),--nodes $(NODES)) $(if $(FIRST_ADDR),--first-address $(FIRST_ADDR))
 
 cassandra-stop:
 	scripts/cassandra stop
