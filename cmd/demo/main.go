@@ -100,7 +100,7 @@ func run(ctx context.Context, cfg config) error {
 
 // connect (re)creates keyspace with shardq's schema and returns a session bound to it.
 func connect(ctx context.Context, hosts []string, keyspace string) (*gocql.Session, error) {
-	admin, err := cqlcluster.New(hosts...).CreateSession()
+	admin, err := cqlcluster.Admin(hosts...).CreateSession()
 	if err != nil {
 		return nil, fmt.Errorf("connecting to %v: %w", hosts, err)
 	}

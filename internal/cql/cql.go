@@ -3,20 +3,41 @@
 // acknowledged before it (a locked read at ONE could return rows the previous lock
 // holder already swapped away), and SERIAL for lightweight transactions and the reads
 // that settle them, matching the per-shard lock.
+//
+// Plain reads are idempotent, and, on sessions routed by hostpolicy (as
+// shardq.RecommendedCluster sets up), sent to a second node when the first has not answered
+// within SpeculativeDelay: a node that froze (it keeps its connections, so the driver does
+// not see it go) then costs a read that delay instead of the driver's whole timeout.
+// Writes and lightweight transactions are never sent twice, nor are SERIAL reads, which
+// take part in Paxos.
 package cql
 
-import "github.com/gocql/gocql"
+import (
+	"strings"
+	"time"
+
+	"github.com/gocql/gocql"
+
+	"github.com/shardq/shardq/internal/hostpolicy"
+)
 
 const (
 	// Consistency is the consistency of every plain read and write.
 	Consistency = gocql.Quorum
 	// SerialConsistency is the serial consistency of every lightweight transaction.
 	SerialConsistency = gocql.Serial
+	// SpeculativeDelay is how long a plain read waits for its node before it is sent to
+	// the next one as well.
+	SpeculativeDelay = 300 * time.Millisecond
 )
 
 // Query returns a statement of session with pinned consistency.
 func Query(session *gocql.Session, stmt string, args ...any) *gocql.Query {
-	return session.Query(stmt, args...).Consistency(Consistency).SerialConsistency(SerialConsistency)
+	q := session.Query(stmt, args...).Consistency(Consistency).SerialConsistency(SerialConsistency)
+	if isRead(stmt) && hostpolicy.Routes(session) {
+		q = q.Idempotent(true).SetSpeculativeExecutionPolicy(speculation{q})
+	}
+	return q
 }
 
 // Batch returns a batch of session with pinned consistency.
@@ -26,3 +47,21 @@ func Batch(session *gocql.Session, typ gocql.BatchType) *gocql.Batch {
 	b.SerialConsistency(SerialConsistency)
 	return b
 }
+
+func isRead(stmt string) bool {
+	s := strings.TrimSpace(stmt)
+	return len(s) >= 6 && strings.EqualFold(s[:6], "SELECT")
+}
+
+// speculation sends a read once more, SpeculativeDelay after the first, unless the read
+// was made SERIAL after Query returned it: gocql asks when it executes the query.
+type speculation struct{ q *gocql.Query }
+
+func (s speculation) Attempts() int {
+	if c := s.q.GetConsistency(); c == gocql.Consistency(gocql.Serial) || c == gocql.Consistency(gocql.LocalSerial) {
+		return 0
+	}
+	return 1
+}
+
+func (s speculation) Delay() time.Duration { return SpeculativeDelay }

@@ -1,5 +1,6 @@
 // Package cqlcluster builds the gocql cluster configuration that shardq's tests, demo and
-// benchmarks share, so all of them talk to Cassandra the way we recommend to users.
+// benchmarks share: shardq.RecommendedCluster's, so all of them talk to Cassandra the way
+// we recommend to users.
 package cqlcluster
 
 import (
@@ -8,6 +9,8 @@ import (
 	"time"
 
 	"github.com/gocql/gocql"
+
+	"github.com/shardq/shardq"
 )
 
 // HostsEnv names the environment variable holding a comma-separated host list
@@ -25,16 +28,21 @@ func EnvHosts() []string {
 	return hosts
 }
 
-// New returns a cluster config for hosts with token-aware routing and timeouts suited to
-// a loaded local node. The default retry policy only ever sees idempotent plain
-// statements: shardq sets a no-retry policy on every lightweight transaction itself.
+// New returns shardq.RecommendedCluster's config for hosts. Each call makes a new one:
+// its host selection policy serves one session.
 func New(hosts ...string) *gocql.ClusterConfig {
-	c := gocql.NewCluster(hosts...)
-	c.PoolConfig.HostSelectionPolicy = gocql.TokenAwareHostPolicy(gocql.RoundRobinHostPolicy())
-	c.Consistency = gocql.LocalQuorum
-	c.SerialConsistency = gocql.LocalSerial
-	c.Timeout = 10 * time.Second
-	c.ConnectTimeout = 10 * time.Second
-	c.RetryPolicy = &gocql.SimpleRetryPolicy{NumRetries: 2}
+	return shardq.RecommendedCluster(gocql.NewCluster(hosts...))
+}
+
+// AdminTimeout is the driver timeout of Admin sessions.
+const AdminTimeout = 30 * time.Second
+
+// Admin returns New's config with a driver timeout of AdminTimeout, for sessions that
+// create and drop keyspaces: a loaded node can take seconds over a schema change, and a
+// schema change sent again to another node before the first is done can create a table
+// twice.
+func Admin(hosts ...string) *gocql.ClusterConfig {
+	c := New(hosts...)
+	c.Timeout = AdminTimeout
 	return c
 }

@@ -1,0 +1,328 @@
+// Package hostpolicy routes requests away from Cassandra nodes that stopped answering.
+//
+// A node that freezes (a long stop-the-world pause, a suspended VM, SIGSTOP) keeps its
+// connections open and its peers see it up for many seconds, so the driver keeps it up too
+// and keeps sending it requests, each of which waits for the driver's whole timeout. A
+// token-aware policy sends every request of a partition to its first replica first, so
+// the partitions that replica leads stop. Wrap keeps the order of the policy it wraps,
+// except that a node goes behind the others while it has had a request outstanding for
+// longer than Config.Slow without answering anything since, and after each request it
+// never answered (timed out, lost with its connection, or abandoned for a speculative
+// copy) for a while that doubles each time, from Config.Backoff up to Config.MaxBackoff.
+// Then one idempotent request (a read, which gocql can send speculatively to the next
+// node as well) tries it first; any answer puts it back in line. A node that is merely
+// busy keeps answering, so it keeps its place.
+package hostpolicy
+
+import (
+	"errors"
+	"net"
+	"runtime"
+	"sync"
+	"time"
+	"weak"
+
+	"github.com/gocql/gocql"
+)
+
+// Config says when a node counts as not answering.
+type Config struct {
+	// Slow is how long a node may leave a request unanswered, answering nothing else
+	// meanwhile, before it goes behind the others. Keep it below the delay of speculative
+	// reads, so that a read abandoned for its speculative copy counts against its node.
+	Slow time.Duration
+	// Backoff is how long a node stays behind the others after the first request it
+	// never answered; each further one doubles it, up to MaxBackoff.
+	Backoff    time.Duration
+	MaxBackoff time.Duration
+}
+
+// forget is how long an attempt may go unreported before it is dropped: gocql does not
+// report attempts it skipped (the host went down, or had no connection), and a real one
+// ends within the driver's timeout.
+const forget = 30 * time.Second
+
+// Wrap returns a policy that orders nodes as inner does, behind those that answer
+// promptly. Like gocql's policies, it serves one session. Wrapping a policy Wrap returned
+// gives it back unchanged.
+func Wrap(inner gocql.HostSelectionPolicy, cfg Config) gocql.HostSelectionPolicy {
+	if p, ok := inner.(*policy); ok {
+		return p
+	}
+	return &policy{HostSelectionPolicy: inner, cfg: cfg, hosts: map[string]*health{}}
+}
+
+type policy struct {
+	gocql.HostSelectionPolicy
+	cfg   Config
+	mu    sync.Mutex
+	hosts map[string]*health
+}
+
+// health is what the policy knows of one node.
+type health struct {
+	inflight   map[*attempt]struct{}
+	answered   time.Time // when it last answered a request
+	strikes    int       // requests it never answered since its last answer
+	avoidUntil time.Time // when it may be tried first again
+	probing    bool      // a request is trying it first now
+}
+
+// attempt is one request sent to a node, until gocql reports its outcome.
+type attempt struct {
+	key    string
+	at     time.Time
+	probe  bool
+	marked bool
+	q      *request
+}
+
+// request is one query's execution: its attempts on one node after another, and
+// speculative copies of it running at once.
+type request struct {
+	qry      gocql.ExecutableQuery
+	answered bool // an attempt got an answer: the others still running are abandoned
+	inflight int  // attempts sent and not reported yet
+}
+
+// verdict is where a node goes in a request's line.
+type verdict int
+
+const (
+	use   verdict = iota // in its place
+	probe                // in its place, as the one request that tries it
+	avoid                // behind the nodes that answer
+)
+
+func (p *policy) Pick(qry gocql.ExecutableQuery) gocql.NextHost {
+	next := p.HostSelectionPolicy.Pick(qry)
+	idempotent := qry != nil && qry.IsIdempotent()
+	req := &request{qry: qry}
+	var held []gocql.SelectedHost // avoided nodes, in the inner policy's order
+	var last *attempt
+	var first gocql.SelectedHost // the node the request went to first
+	exhausted, again := false, false
+	return func() gocql.SelectedHost {
+		if last != nil && !idempotent {
+			// gocql asks again after reporting an attempt, or after skipping the node
+			// without a word; a request that is not idempotent never runs twice at once,
+			// so an attempt still unreported was skipped.
+			p.skipped(last)
+		}
+		for !exhausted {
+			h := next()
+			if h == nil {
+				exhausted = true
+				break
+			}
+			switch v := p.judge(h.Info(), idempotent); v {
+			case avoid:
+				held = append(held, h)
+			default:
+				return p.hand(h, req, v == probe, &first, &last)
+			}
+		}
+		if len(held) > 0 {
+			h := held[0]
+			held = held[1:]
+			return p.hand(h, req, false, &first, &last)
+		}
+		// gocql sends a speculative copy to the next node, and takes the copy's
+		// ErrNoConnections, when there is none, for the query's answer, ahead of the
+		// attempt still running: on one node, every read slower than the speculative delay
+		// would fail. Such a copy goes to the first node once more.
+		if idempotent && !again && first != nil && p.pending(req) {
+			again = true
+			last = p.track(first.Info(), req, false)
+			return &selected{SelectedHost: first, p: p, a: last}
+		}
+		return nil
+	}
+}
+
+// hand tracks h as the next attempt of req.
+func (p *policy) hand(h gocql.SelectedHost, req *request, probe bool, first *gocql.SelectedHost, last **attempt) gocql.SelectedHost {
+	if *first == nil {
+		*first = h
+	}
+	*last = p.track(h.Info(), req, probe)
+	return &selected{SelectedHost: h, p: p, a: *last}
+}
+
+// pending reports whether an attempt of req is under way.
+func (p *policy) pending(req *request) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return req.inflight > 0
+}
+
+func key(h *gocql.HostInfo) string { return h.HostID() }
+
+// judge places h in the line of a request.
+func (p *policy) judge(h *gocql.HostInfo, idempotent bool) verdict {
+	if h == nil {
+		return use
+	}
+	now := time.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st := p.hosts[key(h)]
+	if st == nil {
+		return use
+	}
+	for a := range st.inflight {
+		switch age := now.Sub(a.at); {
+		case age > forget:
+			delete(st.inflight, a)
+		case age > p.cfg.Slow && st.answered.Before(a.at):
+			return avoid // silent ever since this request went out
+		}
+	}
+	switch {
+	case st.strikes == 0:
+		return use
+	case now.Before(st.avoidUntil) || st.probing || !idempotent:
+		return avoid
+	}
+	st.probing = true
+	return probe
+}
+
+// track records an attempt about to be sent to h.
+func (p *policy) track(h *gocql.HostInfo, req *request, probe bool) *attempt {
+	a := &attempt{at: time.Now(), probe: probe, q: req}
+	if h == nil {
+		a.marked = true
+		return a
+	}
+	a.key = key(h)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	req.inflight++
+	st := p.hosts[a.key]
+	if st == nil {
+		st = &health{inflight: map[*attempt]struct{}{}}
+		p.hosts[a.key] = st
+	}
+	st.inflight[a] = struct{}{}
+	return a
+}
+
+// skipped forgets an attempt gocql did not make.
+func (p *policy) skipped(a *attempt) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if a.marked {
+		return
+	}
+	a.marked = true
+	a.q.inflight--
+	if st := p.hosts[a.key]; st != nil {
+		delete(st.inflight, a)
+		if a.probe {
+			st.probing = false
+		}
+	}
+}
+
+// mark records the outcome of attempt a.
+func (p *policy) mark(a *attempt, err error) {
+	now := time.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if a.marked {
+		return
+	}
+	a.marked = true
+	a.q.inflight--
+	st := p.hosts[a.key]
+	if st == nil {
+		return
+	}
+	delete(st.inflight, a)
+	if a.probe {
+		st.probing = false
+	}
+	// gocql reports an attempt cancelled (by its caller, or because a speculative copy
+	// was answered first) as it reports an answer, with a nil error.
+	cancelled := err == nil && (a.q.answered || (a.q.qry != nil && a.q.qry.Context().Err() != nil))
+	switch {
+	case !lost(err) && !cancelled:
+		a.q.answered = true
+		st.answered, st.strikes, st.avoidUntil = now, 0, time.Time{}
+	case st.answered.Before(a.at) && (lost(err) || now.Sub(a.at) > p.cfg.Slow):
+		st.strikes++
+		st.avoidUntil = now.Add(p.backoff(st.strikes))
+	}
+}
+
+func (p *policy) backoff(strikes int) time.Duration {
+	d := p.cfg.Backoff
+	for i := 1; i < strikes && d < p.cfg.MaxBackoff; i++ {
+		d *= 2
+	}
+	return min(d, p.cfg.MaxBackoff)
+}
+
+// lost reports whether err says a request got no answer from its node, as opposed to an
+// answer that is an error.
+func lost(err error) bool {
+	var ne net.Error
+	return errors.Is(err, gocql.ErrTimeoutNoResponse) || errors.Is(err, gocql.ErrConnectionClosed) || errors.As(err, &ne)
+}
+
+// routed holds the sessions a policy of Wrap serves, until they are collected.
+var routed sync.Map // weak.Pointer[gocql.Session] -> struct{}
+
+// Init records that p serves s, for Routes.
+func (p *policy) Init(s *gocql.Session) {
+	w := weak.Make(s)
+	if _, loaded := routed.LoadOrStore(w, struct{}{}); !loaded {
+		runtime.AddCleanup(s, func(w weak.Pointer[gocql.Session]) { routed.Delete(w) }, w)
+	}
+	p.HostSelectionPolicy.Init(s)
+}
+
+// Routes reports whether a policy of Wrap serves s. Only such a session may send reads
+// speculatively: gocql alone fails a speculative read when its copy finds no node left.
+func Routes(s *gocql.Session) bool {
+	_, ok := routed.Load(weak.Make(s))
+	return ok
+}
+
+func (p *policy) RemoveHost(h *gocql.HostInfo) {
+	p.mu.Lock()
+	delete(p.hosts, key(h))
+	p.mu.Unlock()
+	p.HostSelectionPolicy.RemoveHost(h)
+}
+
+// AddHosts and Ready pass on what gocql looks for in the policy it is given.
+func (p *policy) AddHosts(hosts []*gocql.HostInfo) {
+	if bulk, ok := p.HostSelectionPolicy.(interface{ AddHosts([]*gocql.HostInfo) }); ok {
+		bulk.AddHosts(hosts)
+		return
+	}
+	for _, h := range hosts {
+		p.HostSelectionPolicy.AddHost(h)
+	}
+}
+
+func (p *policy) Ready() bool {
+	if r, ok := p.HostSelectionPolicy.(gocql.ReadyPolicy); ok {
+		return r.Ready()
+	}
+	return true
+}
+
+// selected reports the outcome of its attempt to the policy as well as to the inner one.
+type selected struct {
+	gocql.SelectedHost
+	p *policy
+	a *attempt
+}
+
+func (s *selected) Mark(err error) {
+	s.SelectedHost.Mark(err)
+	s.p.mark(s.a, err)
+}
