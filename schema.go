@@ -3,10 +3,15 @@ package shardq
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
+	"regexp"
 	"strings"
+	"time"
 
 	"github.com/gocql/gocql"
+
+	"github.com/shardq/shardq/internal/lwt"
 )
 
 //go:embed schema.cql
@@ -30,13 +35,86 @@ func Schema() []string {
 	return stmts
 }
 
-// ApplySchema creates shardq's tables in the session's keyspace. Every statement is
-// idempotent, so it is safe to call at every start.
+// ApplySchema creates shardq's tables in the session's keyspace, and returns once every
+// node has them. Every statement is idempotent, so it is safe to call at every start.
+//
+// A loaded node can take longer over a schema change than the driver waits for an answer
+// (RecommendedTimeout), and the change may then still be under way there: sent to another
+// node at once, it could create the same table twice, with two IDs, which Cassandra does
+// not reconcile. So the driver never retries these statements; ApplySchema waits for the
+// table to appear instead, and sends the statement again only if it does not.
 func ApplySchema(ctx context.Context, session *gocql.Session) error {
 	for _, stmt := range Schema() {
-		if err := session.Query(stmt).WithContext(ctx).Exec(); err != nil {
+		if err := applyStatement(ctx, session, stmt); err != nil {
 			return fmt.Errorf("shardq: applying schema: %w", err)
 		}
 	}
+	// gocql waits for the nodes to agree after each change but only logs it when they do
+	// not within MaxWaitSchemaAgreement, and a node without a table answers that it does
+	// not exist (seen at RF 3 on loaded nodes).
+	if err := session.AwaitSchemaAgreement(ctx); err != nil {
+		return fmt.Errorf("shardq: applying schema: the nodes do not agree on it: %w", err)
+	}
 	return nil
+}
+
+const (
+	// schemaAttempts bounds how many times one schema statement is sent.
+	schemaAttempts = 3
+	// schemaWait bounds the wait for a table whose creation got no answer.
+	schemaWait = 30 * time.Second
+	// schemaPoll is how often that wait looks.
+	schemaPoll = 250 * time.Millisecond
+)
+
+var createTable = regexp.MustCompile(`(?i)^CREATE\s+TABLE\s+IF\s+NOT\s+EXISTS\s+(\w+)`)
+
+func applyStatement(ctx context.Context, session *gocql.Session, stmt string) error {
+	var err error
+	for range schemaAttempts {
+		err = session.Query(stmt).WithContext(ctx).RetryPolicy(lwt.NoRetry).Exec()
+		if !unanswered(err) || ctx.Err() != nil {
+			return err
+		}
+		if created, werr := awaitTable(ctx, session, stmt); created || werr != nil {
+			return werr
+		}
+	}
+	return err
+}
+
+// unanswered reports whether err says the node did not answer, so the statement may
+// still be applied there.
+func unanswered(err error) bool {
+	return errors.Is(err, gocql.ErrTimeoutNoResponse) || errors.Is(err, gocql.ErrConnectionClosed)
+}
+
+// awaitTable waits, up to schemaWait, for the table stmt creates to exist and for every
+// node to agree on the schema, and reports whether it does.
+func awaitTable(ctx context.Context, session *gocql.Session, stmt string) (bool, error) {
+	m := createTable.FindStringSubmatch(stmt)
+	if m == nil {
+		return false, nil
+	}
+	ks := session.Query("").Keyspace()
+	ctx, cancel := context.WithTimeout(ctx, schemaWait)
+	defer cancel()
+	tick := time.NewTicker(schemaPoll)
+	defer tick.Stop()
+	for {
+		var name string
+		err := session.Query(`SELECT table_name FROM system_schema.tables WHERE keyspace_name = ? AND table_name = ?`,
+			ks, strings.ToLower(m[1])).WithContext(ctx).Scan(&name)
+		if err == nil {
+			return true, session.AwaitSchemaAgreement(ctx)
+		}
+		select {
+		case <-ctx.Done():
+			if ctx.Err() == context.DeadlineExceeded {
+				return false, nil // not there: send it again
+			}
+			return false, ctx.Err()
+		case <-tick.C:
+		}
+	}
 }
