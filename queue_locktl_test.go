@@ -37,8 +37,7 @@ func TestCreateQueueSettlesPastItsDeadline(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	obs := &failedInserts{names: map[string]bool{}}
-	s := cassandratest.SessionFor(t, cassandratest.Keyspace(t), func(c *gocql.ClusterConfig) { c.QueryObserver = obs })
-	cassandratest.ApplySchema(t, s)
+	s := cassandratest.SessionFor(t, cassandratest.SchemaKeyspace(t), func(c *gocql.ClusterConfig) { c.QueryObserver = obs })
 
 	createdLate := 0
 	for i := 0; i < 200 && createdLate < 3; i++ {

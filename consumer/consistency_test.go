@@ -43,8 +43,7 @@ func (p *recordingPolicy) Pick(q gocql.ExecutableQuery) gocql.NextHost {
 // the previous lock holder already swapped away, and deliver them a second time.
 func TestConsistencyPinned(t *testing.T) {
 	t.Parallel()
-	ks := cassandratest.Keyspace(t)
-	cassandratest.ApplySchema(t, cassandratest.SessionFor(t, ks))
+	ks := cassandratest.SchemaKeyspace(t)
 	rec := &recordingPolicy{seen: map[string]gocql.Consistency{}}
 	s := cassandratest.SessionFor(t, ks, func(c *gocql.ClusterConfig) {
 		rec.HostSelectionPolicy = c.PoolConfig.HostSelectionPolicy

@@ -496,8 +496,7 @@ func TestSkippedPartitionKeepsNextDue(t *testing.T) {
 // late) does not bring the task back: its write timestamp is older than the delete's.
 func TestReplayedInsertStaysDeleted(t *testing.T) {
 	t.Parallel()
-	ks := cassandratest.Keyspace(t)
-	cassandratest.ApplySchema(t, cassandratest.SessionFor(t, ks))
+	ks := cassandratest.SchemaKeyspace(t)
 	var mu sync.Mutex
 	var replay []gocql.ObservedBatch
 	s := cassandratest.SessionFor(t, ks, func(c *gocql.ClusterConfig) {

@@ -60,9 +60,8 @@ func TestAcquireReleaseAndFencing(t *testing.T) {
 func TestTokensGrowAcrossLockers(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	ks := cassandratest.Keyspace(t)
+	ks := cassandratest.SchemaKeyspace(t)
 	s1 := cassandratest.SessionFor(t, ks)
-	cassandratest.ApplySchema(t, s1)
 	l1, err := lock.New(s1, lock.Config{})
 	require.NoError(t, err)
 	l2, err := lock.New(cassandratest.SessionFor(t, ks), lock.Config{})

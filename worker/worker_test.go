@@ -33,9 +33,8 @@ type env struct {
 // tests do not cross.
 func newEnv(t *testing.T, q shardq.QueueConfig) *env {
 	t.Helper()
-	ks := cassandratest.Keyspace(t)
+	ks := cassandratest.SchemaKeyspace(t)
 	s := cassandratest.SessionFor(t, ks)
-	cassandratest.ApplySchema(t, s)
 	q.Name = "q" + strings.ReplaceAll(uuid.NewString()[:8], "-", "")
 	if q.BucketCount == 0 {
 		q.BucketCount, q.BucketDuration = 60, time.Second

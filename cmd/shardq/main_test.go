@@ -97,9 +97,13 @@ func jsonLines(t *testing.T, out string) []map[string]any {
 	return objs
 }
 
-// schemaKeyspace is a fresh keyspace with shardq's schema, applied by the command.
+// schemaKeyspace is an empty keyspace with shardq's schema, applied (again) by the command.
 func schemaKeyspace(t *testing.T) (*cli, string) {
-	ks := cassandratest.Keyspace(t)
+	return applySchema(t, cassandratest.SchemaKeyspace(t))
+}
+
+// applySchema applies shardq's schema to ks with the command.
+func applySchema(t *testing.T, ks string) (*cli, string) {
 	c := newCLI(t, ks)
 	// Tables are created one after another, each agreed by every node: slow on a busy node.
 	require.Equal(t, fmt.Sprintf("schema applied to keyspace %s (%d statements)\n", ks, len(shardq.Schema())), c.ok("--request-timeout", "1m", "schema", "apply"))
@@ -198,7 +202,7 @@ func TestOperationFailures(t *testing.T) {
 
 func TestSchemaAndQueues(t *testing.T) {
 	t.Parallel()
-	c, ks := schemaKeyspace(t)
+	c, ks := applySchema(t, cassandratest.Keyspace(t))
 	require.Equal(t, fmt.Sprintf("schema applied to keyspace %s (%d statements)\n", ks, len(shardq.Schema())), c.ok("schema", "apply"), "applying again changes nothing")
 	require.Equal(t, []map[string]any{{"keyspace": ks, "statements": float64(len(shardq.Schema()))}}, jsonLines(t, c.ok("--json", "schema", "apply")))
 

@@ -84,7 +84,7 @@ func find() ([]string, error) {
 
 func adminSession(t testing.TB) *gocql.Session {
 	h := Hosts(t)
-	adminOnce.Do(func() { admin, adminErr = cqlcluster.New(h...).CreateSession() })
+	adminOnce.Do(func() { admin, adminErr = cqlcluster.Admin(h...).CreateSession() })
 	if adminErr != nil {
 		t.Fatalf("connecting to Cassandra at %v: %v", h, adminErr)
 	}
@@ -100,30 +100,48 @@ func Keyspace(t testing.TB) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		// A schema change waits for every node to agree, which on a loaded machine can
-		// take longer than one request's timeout; dropping again is harmless.
-		var err error
-		for range 3 {
-			if err = s.Query("DROP KEYSPACE IF EXISTS " + name).Exec(); err == nil {
-				return
-			}
+		if err := dropKeyspace(s, name); err != nil {
+			t.Errorf("dropping keyspace %s: %v", name, err)
 		}
-		t.Errorf("dropping keyspace %s: %v", name, err)
 	})
 	return name
 }
 
+// RF returns the replication factor of test keyspaces, failing the test when RFEnv
+// holds something else than a positive number.
+func RF(t testing.TB) int {
+	t.Helper()
+	rf, err := replicationFactor()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rf
+}
+
+func replicationFactor() (int, error) {
+	v := os.Getenv(RFEnv)
+	if v == "" {
+		return 1, nil
+	}
+	rf, err := strconv.Atoi(v)
+	if err != nil || rf < 1 {
+		return 0, fmt.Errorf("%s=%q: want a positive number", RFEnv, v)
+	}
+	return rf, nil
+}
+
 // createKeyspace makes keyspace name with the replication factor RFEnv asks for.
 func createKeyspace(admin *gocql.Session, name string) error {
-	rf := 1
-	if v := os.Getenv(RFEnv); v != "" {
-		var err error
-		if rf, err = strconv.Atoi(v); err != nil || rf < 1 {
-			return fmt.Errorf("%s=%q: want a positive number", RFEnv, v)
-		}
+	rf, err := replicationFactor()
+	if err != nil {
+		return err
 	}
 	stmt := fmt.Sprintf(`CREATE KEYSPACE %s WITH replication = {'class': 'SimpleStrategy', 'replication_factor': %d}`, name, rf)
 	if err := admin.Query(stmt).Exec(); err != nil {
+		return fmt.Errorf("creating keyspace %s: %w", name, err)
+	}
+	// gocql only logs it when the nodes do not agree within its wait.
+	if err := admin.AwaitSchemaAgreement(context.Background()); err != nil {
 		return fmt.Errorf("creating keyspace %s: %w", name, err)
 	}
 	return nil
@@ -151,12 +169,10 @@ func Session(t testing.TB) *gocql.Session {
 	return SessionFor(t, Keyspace(t))
 }
 
-// SchemaSession is Session with shardq's schema applied.
+// SchemaSession is Session with shardq's schema applied, on a SchemaKeyspace.
 func SchemaSession(t testing.TB) *gocql.Session {
 	t.Helper()
-	s := Session(t)
-	ApplySchema(t, s)
-	return s
+	return SessionFor(t, SchemaKeyspace(t))
 }
 
 // ApplySchema applies shardq's schema through session.
@@ -188,7 +204,7 @@ func ExampleSession(name string) (*gocql.Session, func()) {
 	findOnce.Do(func() { hosts, findErr = find() })
 	adminOnce.Do(func() {
 		if findErr == nil {
-			admin, adminErr = cqlcluster.New(hosts...).CreateSession()
+			admin, adminErr = cqlcluster.Admin(hosts...).CreateSession()
 		}
 	})
 	for _, err := range []error{findErr, adminErr} {
