@@ -93,21 +93,32 @@ func (c *Consumer) AckTasks(ctx context.Context, tasks ...*Task) error {
 }
 
 // ackGroup acks tasks of one partition. When the batch fails a condition, at least one
-// lease is gone; acking one by one tells which.
+// lease is gone; acking one by one tells which. When its outcome is unknown, it may have
+// applied: a marker gone before its deadline was then deleted by it, since no one else
+// may take a task before its deadline.
 func (c *Consumer) ackGroup(ctx context.Context, tasks []*Task) (lost []uuid.UUID, failed map[uuid.UUID]error) {
 	failed = map[uuid.UUID]error{}
+	batchUnknown := false
 	if len(tasks) > 1 {
 		b := cql.Batch(c.session, gocql.LoggedBatch).WithContext(ctx)
 		for _, t := range tasks {
 			b.Query(taskrow.DeleteIfExists, t.marker.KeyArgs()...)
 		}
-		if applied, err := lwt.Batch(c.session, b); err == nil && applied {
+		applied, err := lwt.Batch(c.session, b)
+		if c.afterAck != nil {
+			err = c.afterAck(err)
+		}
+		if err == nil && applied {
 			return nil, nil
 		}
-		// Not applied, or unknown: each single ack below settles its own task.
+		batchUnknown = err != nil
 	}
 	for _, t := range tasks {
-		switch err := c.ackOne(ctx, t); {
+		err := c.ackOne(ctx, t)
+		if errors.Is(err, ErrLeaseLost) && batchUnknown && c.cfg.Clock.Now().Before(t.Deadline) {
+			err = nil
+		}
+		switch {
 		case errors.Is(err, ErrLeaseLost):
 			lost = append(lost, t.ID)
 		case err != nil:

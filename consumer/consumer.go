@@ -142,6 +142,7 @@ type Consumer struct {
 
 	beforeSwap func()            // tests only: runs between the locked read and the swap
 	afterSwap  func(error) error // tests only: what the swap's LWT returned, and what to make of it
+	afterAck   func(error) error // tests only: what an ack batch's LWT returned, and what to make of it
 	failRead   func(key string) error
 	crash      func(step string) bool // tests only: true stops at step as if the process died
 }

@@ -8,6 +8,10 @@ func SetBeforeSwap(c *Consumer, f func()) { c.beforeSwap = f }
 // what f returns, so tests can make an applied swap look unsettled.
 func SetAfterSwap(c *Consumer, f func(error) error) { c.afterSwap = f }
 
+// SetAfterAck makes c pass the error its ack batch LWT returned through f, and go on with
+// what f returns, so tests can make an applied batch look unsettled.
+func SetAfterAck(c *Consumer, f func(error) error) { c.afterAck = f }
+
 // SetFailRead makes c's reads of a partition fail with f's error when f returns one.
 func SetFailRead(c *Consumer, f func(key string) error) { c.failRead = f }
 
