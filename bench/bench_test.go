@@ -34,7 +34,7 @@ func TestWorkloadsSmall(t *testing.T) {
 		burstTasks: 600, burstWorkerTasks: 2000, burstWorkerHandlers: 64,
 		spreadTasks: 300, spreadOver: 2 * time.Second, spreadHandlers: 16,
 		trickleRate: 20, trickleDuration: 2 * time.Second,
-		idleFor: 2 * time.Second, idleBuckets: 50, idleShards: 20, cassandraPIDFile: "/nonexistent",
+		idleFor: 2 * time.Second, idleBuckets: 50, idleShards: 20, cassandraPIDFile: "/nonexistent", rf: 1,
 		soakTasks: 1500, soakRate: 1000,
 		sweepTasks: 300, sweepShards: "2", sweepBuckets: "1s", sweepConsumers: "2", sweepBatch: "20,50",
 		ceilingTasks: 600,

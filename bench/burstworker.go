@@ -41,7 +41,7 @@ func (b *bench) burstWorker(ctx context.Context) error {
 	}
 	stop := make(chan struct{})
 	go progress("burst-worker drain", n, func() int { return int(w.Stats().Acked) }, stop)
-	pid := b.cassandraPID()
+	pid := b.cassandraPIDs()
 	cpu0, cpuErr := cpuSeconds(pid)
 	req0, start := b.requests.Load(), time.Now() // every task is due by now
 	if err := w.Start(ctx); err != nil {

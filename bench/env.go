@@ -32,6 +32,7 @@ type bench struct {
 	jsonOut  io.Writer
 	closers  []func()
 	results  map[string]result
+	made     bool // the run made the bench keyspace
 }
 
 type result map[string]any
@@ -42,7 +43,7 @@ func newBench(o options) (*bench, error) {
 		hosts = strings.Split(o.hosts, ",")
 	}
 	b := &bench{o: o, hosts: hosts, jsonOut: os.Stdout, results: map[string]result{}}
-	admin, err := cqlcluster.New(hosts...).CreateSession()
+	admin, err := cqlcluster.Admin(hosts...).CreateSession()
 	if err != nil {
 		return nil, fmt.Errorf("connecting to %v: %w", hosts, err)
 	}
@@ -68,21 +69,31 @@ func (b *bench) close() {
 	}
 }
 
-// fresh drops and makes the bench keyspace, applies the schema and creates queue q,
-// and returns a session on it whose requests are counted in b.requests.
+// fresh empties the bench keyspace (made anew by the run's first call, its tables
+// truncated by the others: ten schema changes cost more than the smaller workloads), applies
+// the schema and creates queue q, and returns a session on it whose requests are counted in
+// b.requests.
 func (b *bench) fresh(ctx context.Context, q shardq.QueueConfig) (*gocql.Session, shardq.QueueConfig, error) {
 	if b.session != nil {
 		b.session.Close()
 		b.session = nil
 	}
-	for _, stmt := range []string{
+	stmts := []string{
 		"DROP KEYSPACE IF EXISTS " + b.o.keyspace,
-		"CREATE KEYSPACE " + b.o.keyspace + " WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 1}",
-	} {
+		fmt.Sprintf("CREATE KEYSPACE %s WITH replication = {'class': 'SimpleStrategy', 'replication_factor': %d}", b.o.keyspace, b.o.rf),
+	}
+	if b.made {
+		var err error
+		if stmts, err = b.truncations(ctx); err != nil {
+			return nil, q, err
+		}
+	}
+	for _, stmt := range stmts {
 		if err := b.admin.Query(stmt).WithContext(ctx).Exec(); err != nil {
 			return nil, q, err
 		}
 	}
+	b.made = true
 	c := cqlcluster.New(b.hosts...)
 	c.Keyspace = b.o.keyspace
 	c.NumConns = 4
@@ -98,6 +109,16 @@ func (b *bench) fresh(ctx context.Context, q shardq.QueueConfig) (*gocql.Session
 	}
 	q, err = shardq.CreateQueue(ctx, s, q)
 	return s, q, err
+}
+
+// truncations are the statements that empty the bench keyspace's tables.
+func (b *bench) truncations(ctx context.Context) ([]string, error) {
+	var stmts []string
+	iter := b.admin.Query(`SELECT table_name FROM system_schema.tables WHERE keyspace_name = ?`, b.o.keyspace).WithContext(ctx).Iter()
+	for name := ""; iter.Scan(&name); {
+		stmts = append(stmts, "TRUNCATE "+b.o.keyspace+"."+name)
+	}
+	return stmts, iter.Close()
 }
 
 // queueConfig is the queue the flags describe.

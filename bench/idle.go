@@ -47,7 +47,7 @@ func (b *bench) idle(ctx context.Context) error {
 		fmt.Fprintf(os.Stderr, "idle: waiting %v for the setup's leases to pass\n", settle)
 		time.Sleep(settle)
 	}
-	pid := b.cassandraPID()
+	pid := b.cassandraPIDs()
 	cpu0, cpuErr := cpuSeconds(pid)
 	req0, acked0, t0 := b.requests.Load(), w.Stats().Acked, time.Now()
 	fmt.Fprintf(os.Stderr, "idle: counting requests for %v\n", b.o.idleFor)
@@ -64,13 +64,19 @@ func (b *bench) idle(ctx context.Context) error {
 	return nil
 }
 
-// cassandraPID finds a local node: the PID file scripts/cassandra writes, else a process
-// running CassandraDaemon. Zero when there is none.
-func (b *bench) cassandraPID() int {
-	if raw, err := os.ReadFile(b.o.cassandraPIDFile); err == nil {
-		if pid, err := strconv.Atoi(strings.TrimSpace(string(raw))); err == nil {
-			return pid
+// cassandraPIDs finds the local nodes to measure: those whose PID files -cassandra-pid
+// names, else one process running CassandraDaemon. Empty when there is none.
+func (b *bench) cassandraPIDs() []int {
+	var pids []int
+	for _, f := range strings.Split(b.o.cassandraPIDFile, ",") {
+		if raw, err := os.ReadFile(f); err == nil {
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(raw))); err == nil {
+				pids = append(pids, pid)
+			}
 		}
+	}
+	if len(pids) > 0 {
+		return pids
 	}
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
@@ -79,29 +85,34 @@ func (b *bench) cassandraPID() int {
 			continue
 		}
 		if cmd, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil && strings.Contains(string(cmd), "CassandraDaemon") {
-			return pid
+			return []int{pid}
 		}
 	}
-	return 0
+	return nil
 }
 
-// cpuSeconds reads a process's user+system CPU time from /proc (clock ticks of 1/100 s).
-func cpuSeconds(pid int) (float64, error) {
-	if pid == 0 {
+// cpuSeconds reads the processes' user+system CPU time, summed, from /proc (clock ticks
+// of 1/100 s).
+func cpuSeconds(pids []int) (float64, error) {
+	if len(pids) == 0 {
 		return 0, fmt.Errorf("no local node")
 	}
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
+	total := 0.0
+	for _, pid := range pids {
+		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return 0, err
+		}
+		// Fields after the command name, which is in parentheses and may hold spaces.
+		fields := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+2:]))
+		utime, err1 := strconv.ParseFloat(fields[11], 64)
+		stime, err2 := strconv.ParseFloat(fields[12], 64)
+		if err1 != nil || err2 != nil {
+			return 0, fmt.Errorf("parsing /proc/%d/stat", pid)
+		}
+		total += (utime + stime) / 100
 	}
-	// Fields after the command name, which is in parentheses and may hold spaces.
-	fields := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+2:]))
-	utime, err1 := strconv.ParseFloat(fields[11], 64)
-	stime, err2 := strconv.ParseFloat(fields[12], 64)
-	if err1 != nil || err2 != nil {
-		return 0, fmt.Errorf("parsing /proc/%d/stat", pid)
-	}
-	return (utime + stime) / 100, nil
+	return total, nil
 }
 
 // pendingRetries leaves -pending tasks backed off: taken once and retried with delays

@@ -50,6 +50,7 @@ type options struct {
 	idleInterval     time.Duration
 	idlePending      int
 	cassandraPIDFile string
+	rf               int
 
 	soakTasks int
 	soakRate  int
@@ -96,7 +97,8 @@ func main() {
 	flag.IntVar(&o.idleShards, "idle-shards", shardq.DefaultShardCount, "idle: queue concurrency shards")
 	flag.DurationVar(&o.idleInterval, "idle-interval", 0, "idle: worker MaxIdleInterval (0: the worker's default)")
 	flag.IntVar(&o.idlePending, "pending", 0, "idle: tasks left backed off, their retries spread over the lap")
-	flag.StringVar(&o.cassandraPIDFile, "cassandra-pid", ".run/cassandra/node1/pid", "idle: PID file of a local node, for its CPU seconds")
+	flag.StringVar(&o.cassandraPIDFile, "cassandra-pid", ".run/cassandra/node1/pid", "idle, burst-worker: comma-separated PID files of the local nodes whose CPU seconds are summed")
+	flag.IntVar(&o.rf, "rf", 1, "replication factor of the bench keyspace")
 
 	flag.IntVar(&o.soakTasks, "soak-tasks", 1_000_000, "soak: tasks pushed through")
 	flag.IntVar(&o.soakRate, "soak-rate", 4000, "soak: tasks scheduled per second")
@@ -117,6 +119,9 @@ func main() {
 }
 
 func run(ctx context.Context, o options) error {
+	if o.rf < 1 {
+		return fmt.Errorf("-rf %d: want at least 1", o.rf)
+	}
 	names := strings.Split(o.workloads, ",")
 	if o.workloads == "all" {
 		names = []string{"burst", "burst-worker", "ceiling", "spread", "trickle", "idle", "sweep", "soak"}
