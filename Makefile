@@ -5,13 +5,26 @@ STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 FUZZTIME ?= 10s
 
-.PHONY: test demo bench lint cassandra-start cassandra-stop cassandra-status
+.PHONY: test test-cluster demo bench lint cassandra-start cassandra-stop cassandra-status
 
 # Vet, every test with the race detector, then a short run of each fuzz target.
 test:
 	scripts/with-cassandra sh -c '$(GO) vet ./... && $(GO) test -race -count=1 ./... && \
 		$(GO) test -run=^$$ -fuzz=^FuzzKey$$ -fuzztime=$(FUZZTIME) ./shard && \
 		$(GO) test -run=^$$ -fuzz=^FuzzID$$ -fuzztime=$(FUZZTIME) ./shard'
+
+# On three local nodes (started for it unless SHARDQ_CASSANDRA_HOSTS names a cluster, or
+# three already answer from SHARDQ_CASSANDRA_FIRST_ADDR on): every test again at
+# replication factor 3, where QUORUM and SERIAL need two replicas of three, then the fault
+# tests (internal/faults: a node killed, frozen, restarted past gc_grace; workers killed),
+# which signal and restart the nodes of scripts/cassandra. Their figures go to
+# $(FAULTS_JSON) as JSON lines.
+FAULTS_JSON ?= $(CURDIR)/.run/faults.jsonl
+test-cluster:
+	mkdir -p $(dir $(FAULTS_JSON))
+	scripts/with-cassandra --nodes 3 sh -c 'SHARDQ_CASSANDRA_RF=3 $(GO) test -count=1 -timeout 20m ./... && \
+		SHARDQ_CASSANDRA_RF=3 SHARDQ_FAULTS_JSON=$(FAULTS_JSON) \
+		$(GO) test -tags faults -count=1 -timeout 30m -v ./internal/faults'
 
 # 10,000 tasks due over 10 s, drained by 4 consumers: throughput, lateness, lost/duplicates.
 demo:

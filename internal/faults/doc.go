@@ -1,0 +1,11 @@
+// Package faults holds shardq's fault tests: a three-node cluster at replication factor 3
+// loses a node, has one frozen, has one restarted with its data (and kept down longer than
+// gc_grace_seconds, so deleted tasks come back), and has worker processes killed. Every
+// test goes through the public API with workers in separate OS processes, and reports lost
+// tasks (always zero), duplicates and lateness.
+//
+// The tests build only with the faults tag and need the nodes of scripts/cassandra, which
+// they signal, stop and restart: `make test-cluster` starts three, runs the whole suite at
+// RF 3 and then these tests. Without such a cluster they fail; they are never skipped.
+// SHARDQ_FAULTS_JSON names a file each test appends its figures to as a JSON line.
+package faults
