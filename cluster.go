@@ -43,9 +43,9 @@ const (
 //     statements.
 //
 // shardq itself pins QUORUM and SERIAL on its statements and, on sessions made from a
-// config RecommendedCluster set, sends its plain reads to a second replica when the first
-// has not answered within 300 ms (gocql alone would fail such a read when no second node
-// is left); it never sends a lightweight transaction twice. Call RecommendedCluster once per ClusterConfig, after
+// config RecommendedCluster set that know two nodes or more, sends its plain reads to a
+// second replica when the first has not answered within 300 ms (gocql alone would fail
+// such a read when no second node is left); it never sends a lightweight transaction twice. Call RecommendedCluster once per ClusterConfig, after
 // setting a HostSelectionPolicy of your own if you have one, and make one session from
 // it: like gocql's policies, the one it sets serves a single session.
 func RecommendedCluster(c *gocql.ClusterConfig) *gocql.ClusterConfig {

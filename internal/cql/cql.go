@@ -5,8 +5,8 @@
 // that settle them, matching the per-shard lock.
 //
 // Plain reads are idempotent, and, on sessions routed by hostpolicy (as
-// shardq.RecommendedCluster sets up), sent to a second node when the first has not answered
-// within SpeculativeDelay: a node that froze (it keeps its connections, so the driver does
+// shardq.RecommendedCluster sets up) that know two nodes or more, sent to a second node when
+// the first has not answered within SpeculativeDelay: a node that froze (it keeps its connections, so the driver does
 // not see it go) then costs a read that delay instead of the driver's whole timeout.
 // Writes and lightweight transactions are never sent twice, nor are SERIAL reads, which
 // take part in Paxos.
@@ -34,7 +34,7 @@ const (
 // Query returns a statement of session with pinned consistency.
 func Query(session *gocql.Session, stmt string, args ...any) *gocql.Query {
 	q := session.Query(stmt, args...).Consistency(Consistency).SerialConsistency(SerialConsistency)
-	if isRead(stmt) && hostpolicy.Routes(session) {
+	if isRead(stmt) && hostpolicy.Speculate(session) {
 		q = q.Idempotent(true).SetSpeculativeExecutionPolicy(speculation{q})
 	}
 	return q

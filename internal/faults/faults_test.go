@@ -196,8 +196,8 @@ func (e *env) waitDrained(within time.Duration) time.Time {
 }
 
 // A read that its node answers after the speculative delay, on a session that knows that
-// node alone, succeeds: its speculative copy finds no second node, and goes to the same
-// one rather than answering ErrNoConnections for the read still running.
+// node alone, succeeds: with no second node it is not sent speculatively (gocql would
+// answer a copy that finds no node with ErrNoConnections, ahead of the read still running).
 func TestSlowReadOnOneNode(t *testing.T) {
 	c := newCluster(t)
 	c.restoreAtEnd(1)

@@ -49,7 +49,7 @@ func Wrap(inner gocql.HostSelectionPolicy, cfg Config) gocql.HostSelectionPolicy
 	if p, ok := inner.(*policy); ok {
 		return p
 	}
-	return &policy{HostSelectionPolicy: inner, cfg: cfg, hosts: map[string]*health{}}
+	return &policy{HostSelectionPolicy: inner, cfg: cfg, hosts: map[string]*health{}, known: map[string]bool{}}
 }
 
 type policy struct {
@@ -57,6 +57,7 @@ type policy struct {
 	cfg   Config
 	mu    sync.Mutex
 	hosts map[string]*health
+	known map[string]bool // the nodes gocql gave the policy
 }
 
 // health is what the policy knows of one node.
@@ -272,33 +273,53 @@ func lost(err error) bool {
 }
 
 // routed holds the sessions a policy of Wrap serves, until they are collected.
-var routed sync.Map // weak.Pointer[gocql.Session] -> struct{}
+var routed sync.Map // weak.Pointer[gocql.Session] -> *policy
 
-// Init records that p serves s, for Routes.
+// Init records that p serves s, for Speculate.
 func (p *policy) Init(s *gocql.Session) {
 	w := weak.Make(s)
-	if _, loaded := routed.LoadOrStore(w, struct{}{}); !loaded {
+	if _, loaded := routed.LoadOrStore(w, p); !loaded {
 		runtime.AddCleanup(s, func(w weak.Pointer[gocql.Session]) { routed.Delete(w) }, w)
 	}
 	p.HostSelectionPolicy.Init(s)
 }
 
-// Routes reports whether a policy of Wrap serves s. Only such a session may send reads
-// speculatively: gocql alone fails a speculative read when its copy finds no node left.
-func Routes(s *gocql.Session) bool {
-	_, ok := routed.Load(weak.Make(s))
-	return ok
+// Speculate reports whether s may send reads speculatively: a policy of Wrap serves it
+// (gocql alone fails a speculative read whose copy finds no node left) and knows a second
+// node to send a copy to.
+func Speculate(s *gocql.Session) bool {
+	v, ok := routed.Load(weak.Make(s))
+	if !ok {
+		return false
+	}
+	p := v.(*policy)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.known) > 1
+}
+
+func (p *policy) AddHost(h *gocql.HostInfo) {
+	p.mu.Lock()
+	p.known[key(h)] = true
+	p.mu.Unlock()
+	p.HostSelectionPolicy.AddHost(h)
 }
 
 func (p *policy) RemoveHost(h *gocql.HostInfo) {
 	p.mu.Lock()
 	delete(p.hosts, key(h))
+	delete(p.known, key(h))
 	p.mu.Unlock()
 	p.HostSelectionPolicy.RemoveHost(h)
 }
 
 // AddHosts and Ready pass on what gocql looks for in the policy it is given.
 func (p *policy) AddHosts(hosts []*gocql.HostInfo) {
+	p.mu.Lock()
+	for _, h := range hosts {
+		p.known[key(h)] = true
+	}
+	p.mu.Unlock()
 	if bulk, ok := p.HostSelectionPolicy.(interface{ AddHosts([]*gocql.HostInfo) }); ok {
 		bulk.AddHosts(hosts)
 		return
