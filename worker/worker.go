@@ -20,6 +20,7 @@ import (
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/internal/defaults"
+	"github.com/shardq/shardq/internal/lwt"
 	"github.com/shardq/shardq/internal/signal"
 	"github.com/shardq/shardq/internal/wakeup"
 	"github.com/shardq/shardq/series"
@@ -270,6 +271,12 @@ func (w *Worker) start(ctx context.Context, deadline time.Time) error {
 	}
 	w.work = make(chan *consumer.Task, slots)
 	w.acks = make(chan *consumer.Task, slots)
+	if !deadline.IsZero() {
+		// Settling an unknown outcome outlives cancellation, but not RunUntil's deadline:
+		// a swap or release cut off when the handlers are cancelled leaves its tasks to
+		// come back after their timeout.
+		ctx = lwt.SettleBy(ctx, deadline)
+	}
 	workCtx, cancel := context.WithCancel(ctx)
 	w.cancelWork = cancel
 	// Acks, retries and releases outlive a cancelled ctx, but not RunUntil's deadline.

@@ -28,9 +28,23 @@ const ResolveTimeout = 10 * time.Second
 var ErrOutcomeUnknown = errors.New("shardq: outcome unknown")
 
 // ResolveContext returns a context for settling an unknown outcome: it survives the
-// caller's cancellation, because a caller that gave up still needs to know what happened.
+// caller's cancellation, because a caller that gave up still needs to know what happened,
+// but not a time set by SettleBy.
 func ResolveContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), ResolveTimeout)
+	at := time.Now().Add(ResolveTimeout)
+	if by, ok := ctx.Value(settleByKey{}).(time.Time); ok && by.Before(at) {
+		at = by
+	}
+	return context.WithDeadline(context.WithoutCancel(ctx), at)
+}
+
+type settleByKey struct{}
+
+// SettleBy returns ctx under which unknown outcomes are settled by t or left unsettled,
+// for a caller that must be done by t. What is left unsettled waits for its timeout: a
+// lease or a lock that was written expires, and its tasks come back.
+func SettleBy(ctx context.Context, t time.Time) context.Context {
+	return context.WithValue(ctx, settleByKey{}, t)
 }
 
 // Definite reports whether err says for certain that a request was not applied: the

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/gocql/gocql"
 	"github.com/stretchr/testify/require"
@@ -61,3 +62,29 @@ type requestError int
 func (e requestError) Code() int       { return int(e) }
 func (e requestError) Message() string { return "test" }
 func (e requestError) Error() string   { return fmt.Sprintf("test: error code %#x", int(e)) }
+
+// Settling outlives the caller's cancellation, for ResolveTimeout, or until the time a
+// caller that must be done by then set with SettleBy.
+func TestResolveContext(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	rctx, rcancel := lwt.ResolveContext(ctx)
+	defer rcancel()
+	require.NoError(t, rctx.Err(), "a cancelled caller still settles")
+	d, ok := rctx.Deadline()
+	require.True(t, ok)
+	require.WithinDuration(t, time.Now().Add(lwt.ResolveTimeout), d, time.Second)
+
+	by := time.Now().Add(time.Second)
+	rctx, rcancel = lwt.ResolveContext(lwt.SettleBy(ctx, by))
+	defer rcancel()
+	d, _ = rctx.Deadline()
+	require.Equal(t, by, d)
+
+	later := time.Now().Add(time.Hour)
+	rctx, rcancel = lwt.ResolveContext(lwt.SettleBy(ctx, later))
+	defer rcancel()
+	d, _ = rctx.Deadline()
+	require.True(t, d.Before(later), "ResolveTimeout still bounds it")
+}
