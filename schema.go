@@ -55,7 +55,34 @@ func ApplySchema(ctx context.Context, session *gocql.Session) error {
 	if err := session.AwaitSchemaAgreement(ctx); err != nil {
 		return fmt.Errorf("shardq: applying schema: the nodes do not agree on it: %w", err)
 	}
+	missing, err := missingTables(ctx, session)
+	if err != nil {
+		return fmt.Errorf("shardq: applying schema: listing tables: %w", err)
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("shardq: applying schema: tables %v missing after it was applied", missing)
+	}
 	return nil
+}
+
+// missingTables names the schema's tables that the session's keyspace lacks.
+func missingTables(ctx context.Context, session *gocql.Session) ([]string, error) {
+	have := map[string]bool{}
+	iter := session.Query(`SELECT table_name FROM system_schema.tables WHERE keyspace_name = ?`,
+		session.Query("").Keyspace()).WithContext(ctx).Iter()
+	for name := ""; iter.Scan(&name); {
+		have[name] = true
+	}
+	if err := iter.Close(); err != nil {
+		return nil, err
+	}
+	var missing []string
+	for _, stmt := range Schema() {
+		if m := createTable.FindStringSubmatch(stmt); m != nil && !have[strings.ToLower(m[1])] {
+			missing = append(missing, strings.ToLower(m[1]))
+		}
+	}
+	return missing, nil
 }
 
 const (

@@ -34,8 +34,9 @@ type env struct {
 // after the clock jumped reaches every partition within a few calls.
 func newEnv(t *testing.T, start time.Time) *env {
 	t.Helper()
-	ks := cassandratest.SchemaKeyspace(t)
+	ks := cassandratest.Keyspace(t)
 	s := cassandratest.SessionFor(t, ks)
+	cassandratest.ApplySchema(t, s)
 	q, err := shardq.CreateQueue(context.Background(), s, shardq.QueueConfig{
 		Name:       "q" + strings.ReplaceAll(uuid.NewString()[:8], "-", ""),
 		ShardCount: 2, BucketCount: 4, BucketDuration: time.Second, DefaultTimeout: time.Second})
