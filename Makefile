@@ -9,7 +9,7 @@ FUZZTIME ?= 10s
 
 # Vet, every test with the race detector, then a short run of each fuzz target.
 test:
-	scripts/with-cassandra sh -c '$(GO) vet ./... && $(GO) test -race -count=1 ./... && \
+	scripts/with-cassandra sh -c '$(GO) vet ./... && $(GO) test -race -count=1 -timeout 20m ./... && \
 		$(GO) test -run=^$$ -fuzz=^FuzzKey$$ -fuzztime=$(FUZZTIME) ./shard && \
 		$(GO) test -run=^$$ -fuzz=^FuzzID$$ -fuzztime=$(FUZZTIME) ./shard'
 

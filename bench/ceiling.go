@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/shardq/shardq/consumer"
+	"github.com/shardq/shardq/internal/cqlcluster"
 	"github.com/shardq/shardq/internal/fanout"
 	"github.com/shardq/shardq/internal/lwt"
 	"github.com/shardq/shardq/internal/taskrow"
@@ -17,15 +18,32 @@ import (
 	"github.com/shardq/shardq/shard"
 )
 
+// ceilingTimeout is the driver timeout of the ceiling workload's session.
+const ceilingTimeout = 10 * time.Second
+
 // ceiling measures the Cassandra work the queue does without the queue's logic, in the
 // same run on the same machine: plain prepared inserts of the same rows at the producer's
 // concurrency, LWT acquire/release cycles on distinct partitions, and the read + swap
 // batch + ack batch a drain makes, without peeks or locks.
 func (b *bench) ceiling(ctx context.Context) error {
-	s, q, err := b.fresh(ctx, b.queueConfig("ceiling"))
+	_, q, err := b.fresh(ctx, b.queueConfig("ceiling"))
 	if err != nil {
 		return err
 	}
+	// It saturates the nodes on purpose and has no retries or settling of its own, so it
+	// waits for answers as long as the driver's default rather than RecommendedTimeout:
+	// at three nodes on two cores, 1 s timeouts ended it before it measured anything.
+	c := cqlcluster.New(b.hosts...)
+	c.Keyspace = b.o.keyspace
+	c.NumConns = 4
+	c.Timeout = ceilingTimeout
+	c.QueryObserver = counter{&b.requests}
+	c.BatchObserver = counter{&b.requests}
+	s, err := c.CreateSession()
+	if err != nil {
+		return err
+	}
+	defer s.Close()
 	n := b.o.ceilingTasks
 	l := q.Layout()
 	now := time.Now()
