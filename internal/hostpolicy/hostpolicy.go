@@ -19,6 +19,7 @@ import (
 	"net"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 	"weak"
 
@@ -58,6 +59,9 @@ type policy struct {
 	mu    sync.Mutex
 	hosts map[string]*health
 	known map[string]bool // the nodes gocql gave the policy
+	// several says known holds two nodes or more, read without the lock by every read
+	// shardq sends.
+	several atomic.Bool
 }
 
 // health is what the policy knows of one node.
@@ -292,15 +296,13 @@ func Speculate(s *gocql.Session) bool {
 	if !ok {
 		return false
 	}
-	p := v.(*policy)
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.known) > 1
+	return v.(*policy).several.Load()
 }
 
 func (p *policy) AddHost(h *gocql.HostInfo) {
 	p.mu.Lock()
 	p.known[key(h)] = true
+	p.several.Store(len(p.known) > 1)
 	p.mu.Unlock()
 	p.HostSelectionPolicy.AddHost(h)
 }
@@ -309,6 +311,7 @@ func (p *policy) RemoveHost(h *gocql.HostInfo) {
 	p.mu.Lock()
 	delete(p.hosts, key(h))
 	delete(p.known, key(h))
+	p.several.Store(len(p.known) > 1)
 	p.mu.Unlock()
 	p.HostSelectionPolicy.RemoveHost(h)
 }
@@ -319,6 +322,7 @@ func (p *policy) AddHosts(hosts []*gocql.HostInfo) {
 	for _, h := range hosts {
 		p.known[key(h)] = true
 	}
+	p.several.Store(len(p.known) > 1)
 	p.mu.Unlock()
 	if bulk, ok := p.HostSelectionPolicy.(interface{ AddHosts([]*gocql.HostInfo) }); ok {
 		bulk.AddHosts(hosts)
