@@ -60,7 +60,7 @@ const initialPageRows = MaxAcquire
 const (
 	selectFloors = `SELECT floor_bucket, floors FROM tasks WHERE shard_key = ? AND kind = 0 AND priority = 0 AND id = ?`
 	// floorAssignments records a swap in the lock row; see lock.Lease.ReleaseStatementSetting.
-	floorAssignments = `swap_holder = ?, floor_bucket = ?, floors = floors + ?`
+	floorAssignments = `floor_bucket = ?, floors = floors + ?`
 )
 
 // span is what one read of a partition covered, to move its floors.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/consumer"
+	"github.com/shardq/shardq/internal/taskrow"
 	"github.com/shardq/shardq/producer"
 )
 
@@ -40,6 +41,47 @@ func TestUnknownSwapSettledAfterAnotherSwap(t *testing.T) {
 	require.Len(t, fromB, 2)
 	require.ElementsMatch(t, want, append(ids(fromA), ids(fromB)...))
 	require.NoError(t, a.AckTasks(ctx, fromA...))
+	require.NoError(t, b.AckTasks(ctx, fromB...))
+}
+
+// A swap that did not apply, its outcome unknown, while another consumer took the same
+// rows in between, is settled as not applied: its lease left no receipt. The rows are
+// gone and the lock row names the other consumer, which once read as "applied" and ran
+// the tasks twice (seen at RF 3 as one task delivered to two processes).
+func TestUnknownSwapNotAppliedWhileAnotherTookTheRows(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t, shardq.QueueConfig{ShardCount: 1})
+	want := e.schedule(producer.Task{}, producer.Task{}, producer.Task{}, producer.Task{})
+	a, b := e.consumer(), e.consumer()
+	var fromB []*consumer.Task
+	var before, after sync.Once
+	consumer.SetBeforeSwap(a, func() {
+		before.Do(func() {
+			// a's lease ends here, as if it expired; then b takes everything.
+			iter := e.s.Query(`SELECT shard_key, lock_holder FROM tasks WHERE kind = 0 ALLOW FILTERING`).Iter()
+			var key string
+			var holder *gocql.UUID
+			for iter.Scan(&key, &holder) && holder == nil {
+			}
+			require.NoError(t, iter.Close())
+			require.NotNil(t, holder, "a holds a lock")
+			applied, err := e.s.Query(`UPDATE tasks SET lock_holder = null WHERE shard_key = ? AND kind = 0
+				AND priority = 0 AND id = ? IF lock_holder = ?`, key, taskrow.LockID, *holder).MapScanCAS(map[string]any{})
+			require.NoError(t, err)
+			require.True(t, applied)
+			fromB = e.acquire(b, 10)
+		})
+	})
+	consumer.SetAfterSwap(a, func(err error) error {
+		after.Do(func() {
+			require.NoError(t, err)
+			err = gocql.ErrTimeoutNoResponse
+		})
+		return err
+	})
+	require.Empty(t, e.acquire(a, 2), "a's swap did not apply")
+	require.ElementsMatch(t, want, ids(fromB))
 	require.NoError(t, b.AckTasks(ctx, fromB...))
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/gocql/gocql"
@@ -176,7 +175,8 @@ func (c *Consumer) sawPayload(n int) {
 // deadline, then deletes the rows and releases the lock in one conditional batch that
 // applies only while lease holds the lock and every expired marker among rows still
 // exists (its holder may be acking it right now). The batch also records the partition's
-// new floors and who swapped last. Markers of a swap that did not apply are deleted.
+// new floors and leaves the lease's receipt, which settles an unknown outcome. Markers of
+// a swap that did not apply are deleted.
 func (c *Consumer) swap(ctx context.Context, pt *part, lease *lock.Lease, rows []taskrow.Row, s span, now time.Time) ([]*Task, error) {
 	tasks := make([]*Task, len(rows))
 	markers := make([]taskrow.Row, len(rows))
@@ -220,7 +220,9 @@ func (c *Consumer) swap(ctx context.Context, pt *part, lease *lock.Lease, rows [
 		stored[int8(p)] = id
 	}
 	b := cql.Batch(c.session, gocql.LoggedBatch).WithContext(ctx)
-	stmt, args := lease.ReleaseStatementSetting(floorAssignments, gocql.UUID(lease.Holder()), pt.bucket, stored)
+	stmt, args := lease.ReleaseStatementSetting(floorAssignments, pt.bucket, stored)
+	b.Query(stmt, args...)
+	stmt, args = lease.ReceiptStatement()
 	b.Query(stmt, args...)
 	for _, r := range rows {
 		if r.Attempt == 0 {
@@ -235,7 +237,7 @@ func (c *Consumer) swap(ctx context.Context, pt *part, lease *lock.Lease, rows [
 			err = c.afterSwap(err)
 		}
 		return applied, err
-	}, func(rctx context.Context, cause error) (bool, error) { return c.settleSwap(rctx, lease, rows, cause) })
+	}, func(rctx context.Context, cause error) (bool, error) { return c.settleSwap(rctx, lease, cause) })
 	switch {
 	case err != nil && lwt.Definite(err):
 		c.dropMarkers(ctx, markers)
@@ -312,41 +314,12 @@ func (c *Consumer) release(ctx context.Context, lease *lock.Lease) error {
 	return nil
 }
 
-// settleSwap decides a swap of rows whose outcome is unknown. Releasing the lock first,
-// as a new LWT, voids a straggling swap (it is conditioned on our holding the lock); after
-// that a SERIAL read of the lock row tells whether our swap was the last one applied. If
-// another was applied since (the lock was free again as soon as ours applied), it reads
-// the rows: ours deleted all of them at once, so one still there says it did not apply.
-// None there says it did, or another consumer took them since; either way keeping the
-// markers delivers each task, twice at worst, where dropping them could lose it.
-func (c *Consumer) settleSwap(rctx context.Context, lease *lock.Lease, rows []taskrow.Row, cause error) (bool, error) {
+// settleSwap decides a swap whose outcome is unknown by its receipt (lock.Lease.Settle).
+func (c *Consumer) settleSwap(rctx context.Context, lease *lock.Lease, cause error) (bool, error) {
 	c.log.WarnContext(rctx, "swap outcome unknown, settling", "shard_key", lease.Key(), "error", cause)
-	if err := c.release(rctx, lease); err != nil {
-		return false, fmt.Errorf("%w: swap in %s: %w (%w)", ErrOutcomeUnknown, lease.Key(), cause, err)
+	applied, err := lease.Settle(rctx)
+	if err != nil {
+		return false, fmt.Errorf("swap in %s: %w: %w", lease.Key(), cause, err)
 	}
-	var last gocql.UUID
-	err := cql.Query(c.session, `SELECT swap_holder FROM tasks WHERE shard_key = ? AND kind = 0 AND priority = 0 AND id = ?`,
-		lease.Key(), taskrow.LockID).WithContext(rctx).Consistency(lwt.Serial).Scan(&last)
-	if err != nil && !errors.Is(err, gocql.ErrNotFound) {
-		return false, fmt.Errorf("%w: swap in %s: %w (reading back: %w)", ErrOutcomeUnknown, lease.Key(), cause, err)
-	}
-	if last == gocql.UUID(lease.Holder()) {
-		return true, nil
-	}
-	stmt := `SELECT id FROM tasks WHERE shard_key = ? AND (kind, priority, id) IN (` +
-		strings.TrimSuffix(strings.Repeat("(1, ?, ?), ", len(rows)), ", ") + `) LIMIT 1`
-	args := []any{lease.Key()}
-	for _, r := range rows {
-		args = append(args, r.Priority, r.ID)
-	}
-	err = cql.Query(c.session, stmt, args...).WithContext(rctx).Consistency(lwt.Serial).Scan(new(gocql.UUID))
-	switch {
-	case errors.Is(err, gocql.ErrNotFound):
-		c.log.WarnContext(rctx, "a swap whose outcome was unknown is taken as applied: its rows are gone; its tasks may run twice",
-			"shard_key", lease.Key(), "tasks", len(rows))
-		return true, nil
-	case err != nil:
-		return false, fmt.Errorf("%w: swap in %s: %w (reading rows back: %w)", ErrOutcomeUnknown, lease.Key(), cause, err)
-	}
-	return false, nil
+	return applied, nil
 }

@@ -308,6 +308,43 @@ func (le *Lease) ReleaseStatement() (string, []any) {
 	return releaseStmt, []any{le.key, taskrow.LockID, le.holder, le.token}
 }
 
+// receiptTTL is how long a fenced batch's receipt lasts: far longer than settling takes
+// (lwt's resolve window), short enough that compaction drops it with the partition's other
+// tombstones. Receipts are kind 2 rows, which no range read of tasks (kind 1) walks.
+const receiptTTL = 10 * time.Minute
+
+const (
+	receiptStmt     = `INSERT INTO tasks (shard_key, kind, priority, id) VALUES (?, 2, 0, ?) USING TTL ?`
+	readReceiptStmt = `SELECT id FROM tasks WHERE shard_key = ? AND kind = 2 AND priority = 0 AND id = ?`
+)
+
+// ReceiptStatement returns a plain statement that leaves this lease's receipt in its
+// partition. Put it in the batch that ReleaseStatement fences: the receipt then exists
+// exactly when that batch applied, which Settle reads.
+func (le *Lease) ReceiptStatement() (string, []any) {
+	return receiptStmt, []any{le.key, le.holder, int(receiptTTL / time.Second)}
+}
+
+// Settle decides whether a batch fenced by this lease (ReleaseStatement and
+// ReceiptStatement) applied after its outcome came back unknown. Releasing the lock
+// first, a new LWT, voids a straggling batch: it is conditioned on the lease holding.
+// After that, the receipt read at SERIAL tells, whatever other holders did since. An error
+// wraps ErrOutcomeUnknown: the outcome stays unknown.
+func (le *Lease) Settle(ctx context.Context) (bool, error) {
+	if err := le.Release(ctx); err != nil && !errors.Is(err, ErrLockLost) {
+		return false, fmt.Errorf("%w: settling a batch in %s: %w", ErrOutcomeUnknown, le.key, err)
+	}
+	err := cql.Query(le.l.session, readReceiptStmt, le.key, le.holder).WithContext(ctx).
+		Consistency(lwt.Serial).Scan(new(gocql.UUID))
+	switch {
+	case errors.Is(err, gocql.ErrNotFound):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("%w: reading the receipt of a batch in %s: %w", ErrOutcomeUnknown, le.key, err)
+	}
+	return true, nil
+}
+
 // ReleaseStatementSetting is ReleaseStatement that also sets other columns of the lock
 // row (assignments such as "a = ?, b = b + ?", bound to args), so what a fenced batch
 // leaves behind is recorded by the same lightweight transaction.

@@ -425,7 +425,9 @@ func (p *Producer) move(ctx context.Context, q shardq.QueueConfig, from taskrow.
 	src := leases[from.Key]
 	delete(leases, from.Key) // the batch below releases it
 	b := cql.Batch(p.session, gocql.LoggedBatch).WithContext(ctx)
-	stmt, args := src.ReleaseStatementSetting("swap_holder = ?", gocql.UUID(src.Holder()))
+	stmt, args := src.ReleaseStatement()
+	b.Query(stmt, args...)
+	stmt, args = src.ReceiptStatement()
 	b.Query(stmt, args...)
 	b.Query(taskrow.DeleteIfExists, from.KeyArgs()...)
 	apart := to != nil && to.Key != from.Key
@@ -442,7 +444,13 @@ func (p *Producer) move(ctx context.Context, q shardq.QueueConfig, from taskrow.
 		b.Query(stmt, args...)
 	}
 	applied, err := lwt.Apply(ctx, func(context.Context) (bool, error) { return lwt.Batch(p.session, b) },
-		func(rctx context.Context, cause error) (bool, error) { return p.settle(rctx, src, from, cause) })
+		func(rctx context.Context, cause error) (bool, error) {
+			applied, err := src.Settle(rctx)
+			if err != nil {
+				return false, fmt.Errorf("%w (settling: %w)", cause, err)
+			}
+			return applied, nil
+		})
 	if apart && err == nil && !applied || apart && err != nil && lwt.Definite(err) {
 		p.dropRow(ctx, *to)
 	}
@@ -454,34 +462,6 @@ func (p *Producer) move(ctx context.Context, q shardq.QueueConfig, from taskrow.
 	// An unsettled outcome leaves to in place: if from is gone too, to is the task; if
 	// not, the task is there twice, a duplicate but never a loss.
 	return applied, err
-}
-
-// settle decides a fenced batch whose outcome is unknown, as consumers settle swaps:
-// releasing the lock voids a straggler, then the lock row tells whose batch applied last.
-// Another's may have applied since ours (the lock is free once ours applies), so then the
-// row moved tells: still there, ours did not apply; gone, ours did, or a consumer took it
-// since, and keeping the new row risks a duplicate where dropping it could lose the task.
-func (p *Producer) settle(ctx context.Context, le *lock.Lease, from taskrow.Row, cause error) (bool, error) {
-	if err := le.Release(ctx); err != nil && !errors.Is(err, lock.ErrLockLost) {
-		return false, fmt.Errorf("%w: %w (releasing: %w)", lwt.ErrOutcomeUnknown, cause, err)
-	}
-	var last gocql.UUID
-	err := cql.Query(p.session, `SELECT swap_holder FROM tasks WHERE shard_key = ? AND kind = 0 AND priority = 0 AND id = ?`,
-		le.Key(), taskrow.LockID).WithContext(ctx).Consistency(lwt.Serial).Scan(&last)
-	if err != nil && !errors.Is(err, gocql.ErrNotFound) {
-		return false, fmt.Errorf("%w: %w (reading back: %w)", lwt.ErrOutcomeUnknown, cause, err)
-	}
-	if last == gocql.UUID(le.Holder()) {
-		return true, nil
-	}
-	err = cql.Query(p.session, taskrow.SelectOne, from.KeyArgs()...).WithContext(ctx).Consistency(lwt.Serial).Scan(new(gocql.UUID))
-	switch {
-	case errors.Is(err, gocql.ErrNotFound):
-		return true, nil
-	case err != nil:
-		return false, fmt.Errorf("%w: %w (reading back: %w)", lwt.ErrOutcomeUnknown, cause, err)
-	}
-	return false, nil
 }
 
 // dropRow deletes a row written for a move that did not happen. We hold its partition's
