@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/gocql/gocql"
@@ -95,7 +96,8 @@ func (c *Consumer) AckTasks(ctx context.Context, tasks ...*Task) error {
 // ackGroup acks tasks of one partition. When the batch fails a condition, at least one
 // lease is gone; acking one by one tells which. When its outcome is unknown, it may have
 // applied: a marker gone before its deadline was then deleted by it, since no one else
-// may take a task before its deadline.
+// may take a task before its deadline, and one SERIAL read of the markers tells which
+// tasks are left to ack one by one.
 func (c *Consumer) ackGroup(ctx context.Context, tasks []*Task) (lost []uuid.UUID, failed map[uuid.UUID]error) {
 	failed = map[uuid.UUID]error{}
 	batchUnknown := false
@@ -111,7 +113,14 @@ func (c *Consumer) ackGroup(ctx context.Context, tasks []*Task) (lost []uuid.UUI
 		if err == nil && applied {
 			return nil, nil
 		}
-		batchUnknown = err != nil
+		if batchUnknown = err != nil; batchUnknown {
+			if left, rerr := c.leftToAck(ctx, tasks); rerr == nil {
+				tasks = left
+			} else {
+				c.log.WarnContext(ctx, "reading back the markers of an ack batch; acking one by one",
+					"shard_key", tasks[0].marker.Key, "error", rerr)
+			}
+		}
 	}
 	for _, t := range tasks {
 		err := c.ackOne(ctx, t)
@@ -126,6 +135,39 @@ func (c *Consumer) ackGroup(ctx context.Context, tasks []*Task) (lost []uuid.UUI
 		}
 	}
 	return lost, failed
+}
+
+// leftToAck reads the markers of tasks, all in one partition, at SERIAL after an ack
+// batch's outcome came back unknown, and returns the tasks the batch did not settle: those
+// whose marker is still there, or gone only after its deadline, when another consumer may
+// have taken it.
+func (c *Consumer) leftToAck(ctx context.Context, tasks []*Task) ([]*Task, error) {
+	rctx, cancel := lwt.ResolveContext(ctx)
+	defer cancel()
+	stmt := `SELECT priority, id FROM tasks WHERE shard_key = ? AND (kind, priority, id) IN (` +
+		strings.TrimSuffix(strings.Repeat("(1, ?, ?), ", len(tasks)), ", ") + `)`
+	args := []any{tasks[0].marker.Key}
+	for _, t := range tasks {
+		args = append(args, t.marker.Priority, t.marker.ID)
+	}
+	there := map[gocql.UUID]bool{}
+	iter := cql.Query(c.session, stmt, args...).WithContext(rctx).Consistency(lwt.Serial).Iter()
+	var prio int8
+	var id gocql.UUID
+	for iter.Scan(&prio, &id) {
+		there[id] = true
+	}
+	if err := iter.Close(); err != nil {
+		return nil, err
+	}
+	now := c.cfg.Clock.Now()
+	var left []*Task
+	for _, t := range tasks {
+		if there[t.marker.ID] || !now.Before(t.Deadline) {
+			left = append(left, t)
+		}
+	}
+	return left, nil
 }
 
 func (c *Consumer) ackOne(ctx context.Context, t *Task) error {
