@@ -229,8 +229,10 @@ type CancelOptions struct {
 }
 
 // Cancel removes a pending or retrying task so that it is never delivered again. It
-// returns shardq.ErrTaskNotFound for a task that completed, died or does not exist, and a
-// *shardq.TaskInFlightError for one a consumer holds, unless opts.AfterLease is set.
+// returns shardq.ErrTaskNotFound for a task that completed, died or does not exist, a
+// *shardq.TaskInFlightError for one a consumer holds, unless opts.AfterLease is set, and
+// lock.ErrLockHeld when consumers kept its partition locked for three lock TTLs: the call
+// can be made again.
 func (p *Producer) Cancel(ctx context.Context, id uuid.UUID, opts CancelOptions) error {
 	var unsettled error
 	for range maxMoves {
@@ -296,8 +298,10 @@ type RescheduleOptions struct {
 
 // Reschedule moves a pending or retrying task to a new due time, priority or both. The
 // move is atomic with respect to consumers: the task is delivered once, at its new time.
-// It returns a *shardq.TaskInFlightError for a task a consumer holds, and
-// shardq.ErrTaskNotFound for one that completed, died or does not exist.
+// It returns a *shardq.TaskInFlightError for a task a consumer holds,
+// shardq.ErrTaskNotFound for one that completed, died or does not exist, and
+// lock.ErrLockHeld, the task unchanged, when consumers kept its partition locked for three
+// lock TTLs.
 func (p *Producer) Reschedule(ctx context.Context, id uuid.UUID, opts RescheduleOptions) error {
 	if opts.Priority != nil && (*opts.Priority < shardq.MinPriority || *opts.Priority > shardq.MaxPriority) {
 		return shardq.Invalid("opts.Priority", "%d is not in [%d, %d]", *opts.Priority, shardq.MinPriority, shardq.MaxPriority)
