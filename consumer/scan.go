@@ -59,7 +59,8 @@ const initialPageRows = MaxAcquire
 
 const (
 	selectFloors = `SELECT floor_bucket, floors FROM tasks WHERE shard_key = ? AND kind = 0 AND priority = 0 AND id = ?`
-	// floorAssignments records a swap in the lock row; see lock.Lease.ReleaseStatementSetting.
+	// floorAssignments records a swap's new floors in the lock row; see
+	// lock.Lease.ReleaseStatementSetting.
 	floorAssignments = `floor_bucket = ?, floors = floors + ?`
 )
 

@@ -17,9 +17,9 @@ import (
 
 // A swap whose LWT applied but came back with an unknown outcome (a coordinator timeout,
 // or a competing Paxos round that completed it) is settled as applied even when another
-// consumer swapped in the same partition before the settling read: the lock row then names
-// the other consumer, and only the rows, all gone, tell. Taking it as not applied would
-// drop its markers and lose its tasks (seen with three nodes at RF 3 and a frozen node).
+// consumer swapped in the same partition before the settling read: its receipt tells.
+// Taking it as not applied would drop its markers and lose its tasks (seen with three
+// nodes at RF 3 and a frozen node).
 func TestUnknownSwapSettledAfterAnotherSwap(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"github.com/gocql/gocql"
-	"github.com/google/uuid"
 
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/internal/cql"
@@ -102,9 +101,6 @@ func (le *Lease) Key() string { return le.key }
 
 // Token is the fencing token: greater than that of every earlier holder of this key.
 func (le *Lease) Token() int64 { return le.token }
-
-// Holder identifies this lease.
-func (le *Lease) Holder() uuid.UUID { return uuid.UUID(le.holder) }
 
 // Acquire takes the lock of key, or returns ErrLockHeld without waiting.
 func (l *Locker) Acquire(ctx context.Context, key string) (*Lease, error) {

@@ -48,10 +48,12 @@ func SettleBy(ctx context.Context, t time.Time) context.Context {
 }
 
 // Definite reports whether err says for certain that a request was not applied: the
-// coordinator refused it before anything was written.
+// coordinator refused it before anything was written. An error that wraps
+// ErrOutcomeUnknown is never definite, whatever else it wraps: a settle that failed
+// carries both its cause and the refused read or release that left it unsettled.
 func Definite(err error) bool {
 	var re gocql.RequestError
-	if !errors.As(err, &re) {
+	if errors.Is(err, ErrOutcomeUnknown) || !errors.As(err, &re) {
 		return false
 	}
 	switch re.Code() {

@@ -56,6 +56,23 @@ func TestApplySettlesOnlyUnknownOutcomes(t *testing.T) {
 	require.Equal(t, 1, settled)
 }
 
+// A settle that fails leaves the outcome unknown even when what failed it was a refusal:
+// the write it settles may have applied. Taken as definite, a swap's markers were dropped
+// after its rows were deleted.
+func TestFailedSettleIsNotDefinite(t *testing.T) {
+	t.Parallel()
+	overloaded := requestError(gocql.ErrCodeOverloaded)
+	require.True(t, lwt.Definite(overloaded))
+	_, err := lwt.Apply(context.Background(),
+		func(context.Context) (bool, error) { return false, gocql.ErrTimeoutNoResponse },
+		func(_ context.Context, cause error) (bool, error) {
+			return false, fmt.Errorf("%w: %w (releasing: %w)", lwt.ErrOutcomeUnknown, cause, overloaded)
+		})
+	require.ErrorIs(t, err, lwt.ErrOutcomeUnknown)
+	require.ErrorIs(t, err, overloaded)
+	require.False(t, lwt.Definite(err))
+}
+
 // requestError is a coordinator's error answer with a code.
 type requestError int
 
