@@ -139,12 +139,12 @@ func (c *Consumer) ackGroup(ctx context.Context, tasks []*Task) (lost []uuid.UUI
 
 // leftToAck reads the markers of tasks, all in one partition, at SERIAL after an ack
 // batch's outcome came back unknown, and returns the tasks the batch did not settle: those
-// whose marker is still there, or gone only after its deadline, when another consumer may
-// have taken it.
+// whose marker is still there, or gone with its deadline passed by the end of the read,
+// when another consumer may have taken it.
 func (c *Consumer) leftToAck(ctx context.Context, tasks []*Task) ([]*Task, error) {
 	rctx, cancel := lwt.ResolveContext(ctx)
 	defer cancel()
-	stmt := `SELECT priority, id FROM tasks WHERE shard_key = ? AND (kind, priority, id) IN (` +
+	stmt := `SELECT id FROM tasks WHERE shard_key = ? AND (kind, priority, id) IN (` +
 		strings.TrimSuffix(strings.Repeat("(1, ?, ?), ", len(tasks)), ", ") + `)`
 	args := []any{tasks[0].marker.Key}
 	for _, t := range tasks {
@@ -152,9 +152,8 @@ func (c *Consumer) leftToAck(ctx context.Context, tasks []*Task) ([]*Task, error
 	}
 	there := map[gocql.UUID]bool{}
 	iter := cql.Query(c.session, stmt, args...).WithContext(rctx).Consistency(lwt.Serial).Iter()
-	var prio int8
 	var id gocql.UUID
-	for iter.Scan(&prio, &id) {
+	for iter.Scan(&id) {
 		there[id] = true
 	}
 	if err := iter.Close(); err != nil {
