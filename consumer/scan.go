@@ -434,13 +434,27 @@ func (c *Consumer) peekAll(ctx context.Context, parts []part, want int, now time
 		}
 		avail += parts[i].avail
 	}
-	if !idle && avail < want {
+	if !idle && avail < want && !backlogged(parts, current, now) {
 		c.lookAhead(ctx, parts, ahead, now)
 	}
 	if failed > 0 && failed == len(current) {
 		return errors.Join(errs...)
 	}
 	return nil
+}
+
+// backlogged reports whether a peek of the partitions current saw more rows visible than it
+// reads (peekLimit), and marks those due now. Their takes go back in line for more, so
+// the call fills up and NextDue does not matter; looking ahead would only read the
+// tombstones of the leases acked since, in the current buckets, once per call of a drain.
+func backlogged(parts []part, current []int, now time.Time) bool {
+	more := false
+	for _, i := range current {
+		if parts[i].avail >= peekLimit {
+			parts[i].next, more = now, true
+		}
+	}
+	return more
 }
 
 // lookAhead finds when the next row becomes visible in the current buckets' partitions
