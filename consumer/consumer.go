@@ -347,8 +347,9 @@ func (c *Consumer) Queue(ctx context.Context) (shardq.QueueConfig, error) {
 
 // NextDue returns the earliest time at which the last AcquireTasks saw a row become
 // visible (a task coming due or a lease expiring) within LookAhead, or shortly after it
-// when it skipped due rows (another consumer held their shard), or zero if it saw none.
-// Tasks scheduled since then are not counted.
+// when it skipped due rows (another consumer held their shard), or the time of the call
+// when it saw a partition holding more due rows than it looked at, or zero if it saw
+// none. Tasks scheduled since then are not counted.
 func (c *Consumer) NextDue() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()

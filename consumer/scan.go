@@ -443,8 +443,8 @@ func (c *Consumer) peekAll(ctx context.Context, parts []part, want int, now time
 	return nil
 }
 
-// backlogged reports whether a peek of the partitions current saw more rows visible than it
-// reads (peekLimit), and marks those due now. Their takes go back in line for more, so
+// backlogged reports whether a peek of the partitions current saw as many rows visible as
+// it reads (peekLimit), so perhaps more, and marks those due now. Their takes go back in line for more, so
 // the call fills up and NextDue does not matter; looking ahead would only read the
 // tombstones of the leases acked since, in the current buckets, once per call of a drain.
 func backlogged(parts []part, current []int, now time.Time) bool {
