@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -78,11 +79,19 @@ func missingTables(ctx context.Context, session *gocql.Session) ([]string, error
 	}
 	var missing []string
 	for _, stmt := range Schema() {
-		if m := createTable.FindStringSubmatch(stmt); m != nil && !have[strings.ToLower(m[1])] {
-			missing = append(missing, strings.ToLower(m[1]))
+		if name := tableOf(stmt); name != "" && !have[name] {
+			missing = append(missing, name)
 		}
 	}
 	return missing, nil
+}
+
+// tableOf names the table stmt creates, or returns "" for another statement.
+func tableOf(stmt string) string {
+	if m := createTable.FindStringSubmatch(stmt); m != nil {
+		return strings.ToLower(m[1])
+	}
+	return ""
 }
 
 const (
@@ -119,20 +128,16 @@ func unanswered(err error) bool {
 // awaitTable waits, up to schemaWait, for the table stmt creates to exist and for every
 // node to agree on the schema, and reports whether it does.
 func awaitTable(ctx context.Context, session *gocql.Session, stmt string) (bool, error) {
-	m := createTable.FindStringSubmatch(stmt)
-	if m == nil {
+	name := tableOf(stmt)
+	if name == "" {
 		return false, nil
 	}
-	ks := session.Query("").Keyspace()
 	ctx, cancel := context.WithTimeout(ctx, schemaWait)
 	defer cancel()
 	tick := time.NewTicker(schemaPoll)
 	defer tick.Stop()
 	for {
-		var name string
-		err := session.Query(`SELECT table_name FROM system_schema.tables WHERE keyspace_name = ? AND table_name = ?`,
-			ks, strings.ToLower(m[1])).WithContext(ctx).Scan(&name)
-		if err == nil {
+		if missing, err := missingTables(ctx, session); err == nil && !slices.Contains(missing, name) {
 			return true, session.AwaitSchemaAgreement(ctx)
 		}
 		select {
