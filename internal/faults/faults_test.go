@@ -28,21 +28,14 @@ const rate = 100
 // test's p99 from 0.7-0.8 s to 2.2 s.
 func TestNodeFrozen(t *testing.T) {
 	c := newCluster(t)
-	e := newEnv(t, shardq.QueueConfig{})
-	c.restoreAtEnd(3)
-	for range 3 {
-		e.startWorker()
-	}
-	const n = 40 * rate
-	_, last := e.schedule(n, time.Now().Add(3*time.Second), n*time.Second/rate)
-	e.waitStarted(n/4, time.Minute)
-	c.signal(3, syscall.SIGSTOP)
-	frozeAt := time.Now()
-	time.Sleep(15 * time.Second) // the fault itself
-	c.signal(3, syscall.SIGCONT)
-	thawedAt := time.Now()
-	e.waitStarted(n, time.Until(last)+time.Minute)
-	e.stopWorkers()
+	var frozeAt, thawedAt time.Time
+	e := drainThrough(t, c, 3, func() {
+		c.signal(3, syscall.SIGSTOP)
+		frozeAt = time.Now()
+		time.Sleep(15 * time.Second) // the fault itself
+		c.signal(3, syscall.SIGCONT)
+		thawedAt = time.Now()
+	})
 	rep := e.rec.report("node-frozen")
 	p50, p99, maxMs, due := e.rec.lateness(frozeAt, thawedAt)
 	rep.Extra["frozen_s"] = thawedAt.Sub(frozeAt).Seconds()
@@ -59,18 +52,26 @@ func TestNodeFrozen(t *testing.T) {
 // 40 s) and stays down: its replicas' partitions keep a quorum, nothing is lost.
 func TestNodeKilled(t *testing.T) {
 	c := newCluster(t)
+	e := drainThrough(t, c, 2, func() { c.kill(2) })
+	finish(t, e.rec.report("node-killed"))
+}
+
+// drainThrough runs three worker processes over 40 s of tasks due at rate, calls fault a
+// quarter into the drain, and returns once every task started; node is restored at the
+// end of the test, before its keyspace is dropped.
+func drainThrough(t *testing.T, c *cluster, node int, fault func()) *env {
 	e := newEnv(t, shardq.QueueConfig{})
-	c.restoreAtEnd(2)
+	c.restoreAtEnd(node)
 	for range 3 {
 		e.startWorker()
 	}
 	const n = 40 * rate
 	_, last := e.schedule(n, time.Now().Add(3*time.Second), n*time.Second/rate)
 	e.waitStarted(n/4, time.Minute)
-	c.kill(2)
+	fault()
 	e.waitStarted(n, time.Until(last)+time.Minute)
 	e.stopWorkers()
-	finish(t, e.rec.report("node-killed"))
+	return e
 }
 
 // Worker processes are SIGKILLed at random, one every 1 to 4 s, and each is replaced at
