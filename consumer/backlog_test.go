@@ -20,6 +20,7 @@ import (
 	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/internal/cassandratest"
 	"github.com/shardq/shardq/internal/testclock"
+	"github.com/shardq/shardq/lock"
 	"github.com/shardq/shardq/producer"
 	"github.com/shardq/shardq/shard"
 )
@@ -403,4 +404,81 @@ func TestPendingRetriesDoNotPinCursor(t *testing.T) {
 	reads, old := counter.n.Load()-before, counter.old.Load()-oldBefore
 	t.Logf("one poll: %d reads, %d of partitions of buckets that ended 5-28 s ago", reads, old)
 	require.Zero(t, old, "a poll reads every bucket since the oldest pending retry")
+}
+
+type queryObserver func(gocql.ObservedQuery)
+
+func (f queryObserver) ObserveQuery(_ context.Context, o gocql.ObservedQuery) { f(o) }
+
+// A drained partition that the cursor cannot pass yet, because an older partition of its
+// shard holds a task whose lock another consumer keeps, is read from the start of its
+// bucket (for rows written later than MaxClockSkew) once, not by every scan: under a
+// backlog those reads walked every acked lease's tombstone again and again. A row written
+// into it late all the same is still delivered, found through its signal cell.
+func TestFinishedPartitionCheckedOnce(t *testing.T) {
+	t.Parallel()
+	ks := cassandratest.SchemaKeyspace(t)
+	var watched atomic.Value // the partition key whose reads from its bucket's start count
+	watched.Store("")
+	var fromStart atomic.Int64
+	s := cassandratest.SessionFor(t, ks, func(c *gocql.ClusterConfig) {
+		c.QueryObserver = queryObserver(func(o gocql.ObservedQuery) {
+			// The late-row check reads one row from the bucket's start, whatever the floors.
+			if strings.HasPrefix(o.Statement, "SELECT priority, id FROM") && o.Values[0] == watched.Load() && o.Values[4] == 1 {
+				fromStart.Add(1)
+			}
+		})
+	})
+	ctx := context.Background()
+	q, err := shardq.CreateQueue(ctx, s, shardq.QueueConfig{Name: "blocked", ShardCount: 1, BucketCount: 120,
+		BucketDuration: time.Second, DefaultTimeout: 5 * time.Second, LockTTL: time.Minute})
+	require.NoError(t, err)
+	l := q.Layout()
+	clock := testclock.New(base.Add(100 * time.Millisecond))
+	p, err := producer.New(s, producer.Config{Clock: clock})
+	require.NoError(t, err)
+	_, err = p.ScheduleTask(ctx, producer.Task{Queue: q.Name})
+	require.NoError(t, err)
+	other, err := lock.New(s, lock.Config{TTL: time.Minute})
+	require.NoError(t, err)
+	held, err := other.Acquire(ctx, l.Key(l.Bucket(clock.Now()), 0))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = held.Release(context.Background()) })
+
+	clock.Add(time.Second)
+	b1 := l.Bucket(clock.Now())
+	watched.Store(l.Key(b1, 0))
+	id, err := p.ScheduleTask(ctx, producer.Task{Queue: q.Name})
+	require.NoError(t, err)
+	c, err := consumer.New(s, consumer.Config{Queue: q.Name, Clock: clock})
+	require.NoError(t, err)
+	got, err := c.AcquireTasks(ctx, 10)
+	require.NoError(t, err)
+	require.Equal(t, []uuid.UUID{id}, ids(got), "the first bucket's task is locked by another")
+	require.NoError(t, c.AckTasks(ctx, got...))
+
+	for range 5 { // each call a full scan (one per half LookAhead) that finds b1 finished
+		clock.Add(3 * time.Second)
+		got, err := c.AcquireTasks(ctx, 10)
+		require.NoError(t, err)
+		require.Empty(t, got)
+	}
+	require.EqualValues(t, 1, fromStart.Load(), "reads of the finished partition from its bucket's start")
+
+	// A producer whose clock trails far past MaxClockSkew writes into b1 all the same.
+	late, err := producer.New(s, producer.Config{Clock: offsetClock{clock, l.BucketStart(b1).Add(500 * time.Millisecond).Sub(clock.Now())}})
+	require.NoError(t, err)
+	lateID, err := late.ScheduleTask(ctx, producer.Task{Queue: q.Name})
+	require.NoError(t, err)
+	bound := clock.Now().Add(consumer.SweepInterval + 2*time.Second)
+	for clock.Now().Before(bound) {
+		clock.Add(500 * time.Millisecond)
+		got, err := c.AcquireTasks(ctx, 10)
+		require.NoError(t, err)
+		if len(got) > 0 {
+			require.Equal(t, []uuid.UUID{lateID}, ids(got))
+			return
+		}
+	}
+	t.Fatalf("the late row in %s was not delivered within a sweep", l.Key(b1, 0))
 }

@@ -136,6 +136,7 @@ type Consumer struct {
 	fullAt       time.Time                  // when an idle scan last read every candidate
 	fullCells    map[signal.Cell]gocql.UUID // the signal cells as that scan found them
 	upcoming     map[pkey]time.Time         // per partition, the next row seen coming due
+	lateChecked  map[pkey]gocql.UUID        // finished partitions lateRow read, with their cell as swept before
 	swept        time.Time                  // when the signal cells were last read for late rows
 	cells        map[signal.Cell]gocql.UUID // the lap's signal cells as last read; nil before
 	sweptCursors []int64                    // the cursors when the cells were last read
@@ -175,7 +176,7 @@ func New(session *gocql.Session, cfg Config) (*Consumer, error) {
 	}
 	signals := signal.NewToucher(session, cfg.Logger)
 	return &Consumer{session: session, cfg: cfg, log: cfg.Logger, hot: map[string]bool{},
-		floors: map[pkey]*floors{}, keptFloors: map[string]lapFloors{}, upcoming: map[pkey]time.Time{}, pageRows: initialPageRows,
+		floors: map[pkey]*floors{}, keptFloors: map[string]lapFloors{}, upcoming: map[pkey]time.Time{}, lateChecked: map[pkey]gocql.UUID{}, pageRows: initialPageRows,
 		signals: signals, series: &series.Env{Session: session, Clock: cfg.Clock, Log: cfg.Logger, Signals: signals}}, nil
 }
 
@@ -331,6 +332,7 @@ func (c *Consumer) advance(parts []part, now time.Time) {
 			delete(c.floors, k)
 			delete(c.hot, k.key)
 			delete(c.upcoming, k)
+			delete(c.lateChecked, k)
 		}
 	}
 }

@@ -286,7 +286,7 @@ func (c *Consumer) peek(ctx context.Context, pt *part, now, upper time.Time, tou
 		c.raiseFloors(pt, s)
 	}
 	pt.finished = !s.cut && pt.avail == 0 && c.ended(pt, now)
-	if pt.finished && ok && touched && c.lateRow(ctx, pt, now) {
+	if pt.finished && ok && touched && c.lateUnchecked(pt) && c.lateRow(ctx, pt, now) {
 		pt.finished, pt.avail = false, 1
 	}
 	return nil
@@ -304,12 +304,30 @@ func (c *Consumer) hasFloors(pt *part) bool {
 	return ok
 }
 
-// lateRow reads a partition about to be passed from the start of its bucket, once per lap:
-// a row written later than MaxClockSkew into the bucket while it was being read lies
-// below the floors, and its signal cell was touched again by on-time writes since, so no
-// sweep can tell. A row found lowers the floors below it. The read walks the bucket's
-// tombstones once; when it fails, the partition is passed all the same, and such a row
-// waits for the ring to come back.
+// lateUnchecked reports whether lateRow should read finished partition pt: not yet in
+// this lap, or its signal cell changed since, as the sweeps read it. A partition that a
+// cursor cannot pass yet, behind an older one still busy, is found finished by every
+// scan, and reading its bucket's tombstones each time cost more than the drain itself.
+// Any write into it after the check is late and touches its cell, so a later sweep shows
+// it; the value is the one read before the check, so a write in between is checked too.
+func (c *Consumer) lateUnchecked(pt *part) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k := pkey{pt.key, pt.bucket}
+	cell := c.cells[signal.Cell{Queue: c.q.Name, Bucket: pt.bucket, Shard: pt.shard}]
+	if v, ok := c.lateChecked[k]; ok && v == cell {
+		return false
+	}
+	c.lateChecked[k] = cell
+	return true
+}
+
+// lateRow reads a partition about to be passed from the start of its bucket (see
+// lateUnchecked for how often): a row written later than MaxClockSkew into the bucket
+// while it was being read lies below the floors, and its signal cell was touched again
+// by on-time writes since, so no sweep can tell. A row found lowers the floors below it.
+// The read walks the bucket's tombstones once; when it fails, the partition is passed
+// all the same, and such a row waits for the ring to come back.
 func (c *Consumer) lateRow(ctx context.Context, pt *part, now time.Time) bool {
 	at, ok := c.firstVisible(ctx, pt, now)
 	if !ok {
