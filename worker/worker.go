@@ -39,7 +39,10 @@ const (
 )
 
 const (
-	ackBatch = 100
+	// ackBatch bounds the tasks of one AckTasks call. Each call costs one conditional
+	// batch per marker partition whatever its size, so under load batches grow toward
+	// it within AckInterval, rather than splitting into more LWTs.
+	ackBatch = consumer.MaxAcquire
 	// errorPause is how long the fetch loop waits after AcquireTasks fails.
 	errorPause = time.Second
 	// cleanupTimeout bounds acks, retries and releases that run after a stop began.
