@@ -398,10 +398,15 @@ func (c *Consumer) touchedCells(ctx context.Context, parts []part) map[signal.Ce
 	return cells
 }
 
+// cellOf is pt's signal cell.
+func (c *Consumer) cellOf(pt *part) signal.Cell {
+	return signal.Cell{Queue: c.q.Name, Bucket: pt.bucket, Shard: pt.shard}
+}
+
 // untouched reports whether cells (when known) show that nothing was written into pt in
 // its lap: no task, no marker, so no swap either.
 func (c *Consumer) untouched(cells map[signal.Cell]gocql.UUID, pt *part) bool {
-	_, ok := cells[signal.Cell{Queue: c.q.Name, Bucket: pt.bucket, Shard: pt.shard}]
+	_, ok := cells[c.cellOf(pt)]
 	return cells != nil && !ok
 }
 

@@ -314,7 +314,7 @@ func (c *Consumer) lateUnchecked(pt *part) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	k := pkey{pt.key, pt.bucket}
-	cell := c.cells[signal.Cell{Queue: c.q.Name, Bucket: pt.bucket, Shard: pt.shard}]
+	cell := c.cells[c.cellOf(pt)]
 	if v, ok := c.lateChecked[k]; ok && v == cell {
 		return false
 	}
@@ -530,7 +530,7 @@ func (c *Consumer) fullScan(now time.Time, cells map[signal.Cell]gocql.UUID) boo
 
 // changedSinceScan reports whether pt's signal cell was touched since the last full scan.
 func (c *Consumer) changedSinceScan(cells map[signal.Cell]gocql.UUID, pt *part) bool {
-	cell := signal.Cell{Queue: c.q.Name, Bucket: pt.bucket, Shard: pt.shard}
+	cell := c.cellOf(pt)
 	v, ok := cells[cell]
 	c.mu.Lock()
 	defer c.mu.Unlock()
