@@ -15,7 +15,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/shardq/shardq"
-	"github.com/shardq/shardq/internal/cql"
+	"github.com/shardq/shardq/internal/combine"
 	"github.com/shardq/shardq/internal/defaults"
 	"github.com/shardq/shardq/internal/fanout"
 	"github.com/shardq/shardq/internal/signal"
@@ -80,6 +80,7 @@ type Producer struct {
 	queues  sync.Map // name -> shardq.QueueConfig; settings never change once created
 	lockers sync.Map // name -> *lock.Locker, for Cancel and Reschedule
 	signals *signal.Toucher
+	writes  *combine.Writer
 
 	hintsMu sync.Mutex
 	hints   map[uint16][]string // shard.QueueHint -> queue names, as last read
@@ -105,7 +106,8 @@ func New(session *gocql.Session, cfg Config) (*Producer, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Producer{session: session, cfg: cfg, signals: signal.NewToucher(session, cfg.Logger)}, nil
+	return &Producer{session: session, cfg: cfg, signals: signal.NewToucher(session, cfg.Logger),
+		writes: combine.New(session, taskrow.MaxBatchRows, taskrow.MaxBatchBytes)}, nil
 }
 
 // ScheduleTask writes one task and returns its ID.
@@ -185,24 +187,29 @@ func (p *Producer) ScheduleTasks(ctx context.Context, tasks []Task) ([]uuid.UUID
 	var indexFailed []int
 	var indexErr error
 	indexDone := make(chan struct{})
-	go func() {
-		defer close(indexDone)
-		var failed []int
-		failed, indexErr = taskindex.Apply(ctx, p.session, index, p.cfg.WritesInFlight)
-		for _, f := range failed {
-			indexFailed = append(indexFailed, indexed[f])
-		}
-	}()
+	if len(index) == 0 {
+		close(indexDone)
+	} else {
+		go func() {
+			defer close(indexDone)
+			var failed []int
+			failed, indexErr = taskindex.Apply(ctx, p.session, index, p.cfg.WritesInFlight)
+			for _, f := range failed {
+				indexFailed = append(indexFailed, indexed[f])
+			}
+		}()
+	}
 	batches := taskrow.Group(rows)
 	failed := make([][]int, len(batches))
 	ts := taskrow.Timestamp()
 	err = fanout.Each(len(batches), p.cfg.WritesInFlight, func(i int) error {
-		b := cql.Batch(p.session, gocql.UnloggedBatch).WithContext(ctx)
-		for _, idx := range batches[i] {
-			stmt, args := rows[idx].Insert(ts)
-			b.Query(stmt, args...)
+		stmts := make([]combine.Stmt, len(batches[i]))
+		bytes := 0
+		for j, idx := range batches[i] {
+			stmts[j].Query, stmts[j].Args = rows[idx].Insert(ts)
+			bytes += len(rows[idx].Payload)
 		}
-		if err := p.session.ExecuteBatch(b); err != nil {
+		if err := p.writes.Write(ctx, rows[batches[i][0]].Key, stmts, bytes); err != nil {
 			failed[i] = batches[i]
 			return fmt.Errorf("writing %d task(s) to %s: %w", len(batches[i]), rows[batches[i][0]].Key, err)
 		}

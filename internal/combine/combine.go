@@ -1,0 +1,152 @@
+// Package combine merges concurrent small writes to one partition into one unlogged
+// batch. While a write to a partition is in flight, small writes to it that follow wait,
+// and go together once it returns. A producer called once per task at thousands of tasks
+// a second then sends a few requests per partition per round trip instead of one per
+// task: each request costs the client a system call or two and the server a dispatch,
+// whatever its size. Sparse calls find nothing in flight and go at once, so they wait
+// for nothing.
+package combine
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/gocql/gocql"
+
+	"github.com/shardq/shardq/internal/cql"
+)
+
+// Stmt is one statement of a write.
+type Stmt struct {
+	Query string
+	Args  []any
+}
+
+// Writer combines the writes made through it. It is safe for concurrent use.
+type Writer struct {
+	session           *gocql.Session
+	maxRows, maxBytes int
+
+	mu    sync.Mutex
+	parts map[string][]*write // partitions with a write in flight, and the writes waiting
+}
+
+type write struct {
+	stmts []Stmt
+	bytes int
+	done  chan error
+	sent  bool
+}
+
+// New returns a Writer whose batches, merged or not, hold at most maxRows statements and
+// maxBytes of payload; a single write larger than either goes alone.
+func New(session *gocql.Session, maxRows, maxBytes int) *Writer {
+	return &Writer{session: session, maxRows: maxRows, maxBytes: maxBytes, parts: map[string][]*write{}}
+}
+
+// Write writes stmts, all to the partition key, in one unlogged batch, which may also
+// hold other writes to key; bytes is their payload. It returns the batch's error. A
+// write at half a batch's bounds or more goes at once on its own: merging could add at
+// most one more, and bulk writes keep their parallelism. When ctx ends while the write
+// waits, it is withdrawn and the error is ctx's; when it ends after the write was sent,
+// the error is ctx's too and the write may still apply.
+func (w *Writer) Write(ctx context.Context, key string, stmts []Stmt, bytes int) error {
+	if 2*len(stmts) >= w.maxRows || 2*bytes >= w.maxBytes {
+		return w.send(ctx, stmts)
+	}
+	w.mu.Lock()
+	waiting, busy := w.parts[key]
+	if !busy {
+		w.parts[key] = nil
+		w.mu.Unlock()
+		err := w.send(ctx, stmts)
+		w.next(key)
+		return err
+	}
+	wr := &write{stmts: stmts, bytes: bytes, done: make(chan error, 1)}
+	w.parts[key] = append(waiting, wr)
+	w.mu.Unlock()
+	select {
+	case err := <-wr.done:
+		return err
+	case <-ctx.Done():
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if wr.sent {
+		select {
+		case err := <-wr.done:
+			return err
+		default:
+			return fmt.Errorf("combine: write to %s sent, outcome unknown: %w", key, ctx.Err())
+		}
+	}
+	waiting = w.parts[key]
+	for i, o := range waiting {
+		if o == wr {
+			w.parts[key] = append(waiting[:i:i], waiting[i+1:]...)
+			break
+		}
+	}
+	return ctx.Err()
+}
+
+// next sends the writes waiting for key, in batches within the bounds, one after another
+// in a goroutine of their own, and marks key idle once none waits.
+func (w *Writer) next(key string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.parts[key]) == 0 {
+		delete(w.parts, key)
+		return
+	}
+	go func() {
+		for {
+			batch := w.take(key)
+			if batch == nil {
+				return
+			}
+			var stmts []Stmt
+			for _, wr := range batch {
+				stmts = append(stmts, wr.stmts...)
+			}
+			// No caller owns a merged batch: it runs to the driver's timeout whatever
+			// happens to the contexts of the calls waiting on it.
+			err := w.send(context.Background(), stmts)
+			for _, wr := range batch {
+				wr.done <- err
+			}
+		}
+	}()
+}
+
+// take removes the longest run of waiting writes for key that fits one batch and marks it
+// sent; with none waiting, it marks key idle and returns nil.
+func (w *Writer) take(key string) []*write {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	waiting := w.parts[key]
+	if len(waiting) == 0 {
+		delete(w.parts, key)
+		return nil
+	}
+	n, rows, bytes := 0, 0, 0
+	for _, wr := range waiting {
+		if n > 0 && (rows+len(wr.stmts) > w.maxRows || bytes+wr.bytes > w.maxBytes) {
+			break
+		}
+		wr.sent = true
+		n, rows, bytes = n+1, rows+len(wr.stmts), bytes+wr.bytes
+	}
+	w.parts[key] = waiting[n:]
+	return waiting[:n:n]
+}
+
+func (w *Writer) send(ctx context.Context, stmts []Stmt) error {
+	b := cql.Batch(w.session, gocql.UnloggedBatch).WithContext(ctx)
+	for _, s := range stmts {
+		b.Query(s.Query, s.Args...)
+	}
+	return w.session.ExecuteBatch(b)
+}
