@@ -11,6 +11,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/gocql/gocql"
 
@@ -33,10 +34,11 @@ type Writer struct {
 }
 
 type write struct {
-	stmts []Stmt
-	bytes int
-	done  chan error
-	sent  bool
+	stmts    []Stmt
+	bytes    int
+	deadline time.Time // the caller's, if any
+	done     chan error
+	sent     bool
 }
 
 // New returns a Writer whose batches, merged or not, hold at most maxRows statements and
@@ -60,11 +62,11 @@ func (w *Writer) Write(ctx context.Context, key string, stmts []Stmt, bytes int)
 	if !busy {
 		w.parts[key] = nil
 		w.mu.Unlock()
-		err := w.send(ctx, stmts)
-		w.next(key)
-		return err
+		defer w.next(key)
+		return w.send(ctx, stmts)
 	}
 	wr := &write{stmts: stmts, bytes: bytes, done: make(chan error, 1)}
+	wr.deadline, _ = ctx.Deadline()
 	w.parts[key] = append(waiting, wr)
 	w.mu.Unlock()
 	select {
@@ -108,12 +110,22 @@ func (w *Writer) next(key string) {
 				return
 			}
 			var stmts []Stmt
+			var deadline time.Time
 			for _, wr := range batch {
 				stmts = append(stmts, wr.stmts...)
+				if !wr.deadline.IsZero() && (deadline.IsZero() || wr.deadline.Before(deadline)) {
+					deadline = wr.deadline
+				}
 			}
-			// No caller owns a merged batch: it runs to the driver's timeout whatever
-			// happens to the contexts of the calls waiting on it.
-			err := w.send(context.Background(), stmts)
+			// No one caller owns a merged batch, so a cancelled caller does not stop it;
+			// but it is sent by the earliest deadline among them, which callers may rest
+			// on (a unique key's claim is good for a bounded time).
+			ctx, cancel := context.Background(), context.CancelFunc(func() {})
+			if !deadline.IsZero() {
+				ctx, cancel = context.WithDeadline(ctx, deadline)
+			}
+			err := w.send(ctx, stmts)
+			cancel()
 			for _, wr := range batch {
 				wr.done <- err
 			}
