@@ -248,9 +248,25 @@ func (c *Consumer) AcquireTasks(ctx context.Context, n int) ([]*Task, error) {
 		for i := range parts {
 			parts[i].avail = 0
 		}
-		readErr = c.peekAll(ctx, parts, n-len(out), now, idle)
+		var look func()
+		look, readErr = c.peekAll(ctx, parts, n-len(out), now, idle)
+		// A look-ahead only finds NextDue, for a call that falls short: it runs beside
+		// the takes rather than before them, and the takes work on a copy of the parts
+		// it sets.
+		taking := slices.Clone(parts)
+		looked := make(chan struct{})
+		if look == nil {
+			close(looked)
+		} else {
+			go func() {
+				defer close(looked)
+				look()
+			}()
+		}
+		got := c.takeAll(ctx, taking, n-len(out), now)
+		<-looked
 		c.advance(parts, now)
-		out = append(out, c.takeAll(ctx, parts, n-len(out), now)...)
+		out = append(out, got...)
 	}
 	c.mu.Lock()
 	c.short = len(out) < n

@@ -376,9 +376,10 @@ var allPriorities = func() []int8 {
 // up short reads up to LookAhead past now at once, and the look-ahead buckets with them;
 // one that was busy reads due rows only, and looks ahead only if those fall short of
 // want: rows coming due later matter for NextDue, which matters only to a consumer that
-// is about to go idle. A partition that fails is skipped; the error returned is the
-// joined failures when every partition failed.
-func (c *Consumer) peekAll(ctx context.Context, parts []part, want int, now time.Time, idle bool) error {
+// is about to go idle. That look-ahead is returned to run, not run: it only sets the
+// parts' next, so it can run beside the takes. A partition that fails is skipped; the
+// error returned is the joined failures when every partition failed.
+func (c *Consumer) peekAll(ctx context.Context, parts []part, want int, now time.Time, idle bool) (look func(), err error) {
 	var current, ahead []int
 	for i, pt := range parts {
 		if pt.ahead {
@@ -453,12 +454,12 @@ func (c *Consumer) peekAll(ctx context.Context, parts []part, want int, now time
 		avail += parts[i].avail
 	}
 	if !idle && avail < want && !backlogged(parts, current, now) {
-		c.lookAhead(ctx, parts, ahead, now)
+		look = func() { c.lookAhead(ctx, parts, ahead, now) }
 	}
 	if failed > 0 && failed == len(current) {
-		return errors.Join(errs...)
+		return look, errors.Join(errs...)
 	}
-	return nil
+	return look, nil
 }
 
 // backlogged reports whether a peek of the partitions current saw as many rows visible as
