@@ -387,6 +387,11 @@ func (w *Worker) stopBy(ctx context.Context, at time.Time) error {
 	return w.Stop(ctx)
 }
 
+// busyFetch is the fewest tasks a fetch that fell short must get for the next to follow
+// at once, whatever Concurrency: below it, a fetch (a read of every current partition)
+// would cost more requests than the tasks it finds are worth.
+const busyFetch = 50
+
 // fetch leases tasks while there are free slots, and waits sparingly when none is due.
 func (w *Worker) fetch(ctx context.Context) {
 	sub := wakeup.Subscribe(w.cfg.Queue)
@@ -406,8 +411,11 @@ func (w *Worker) fetch(ctx context.Context) {
 			}
 			w.log.ErrorContext(ctx, "acquiring tasks", "queue", w.cfg.Queue, "error", err)
 			wake = time.Now().Add(errorPause)
-		case got == n:
-			continue // there may be more due: fetch again once a slot frees
+		case got == n || got >= max(w.cfg.Concurrency, busyFetch):
+			// There may be more due: fetch again once a slot frees. A fetch that got
+			// enough to fill every handler shows tasks arriving faster than one fetch
+			// at a time takes them, so it does not wait for the next signal read either.
+			continue
 		default:
 			wake = w.idleWake()
 		}
