@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/shardq/shardq/internal/cassandratest"
+	"github.com/shardq/shardq/internal/cqlcluster"
 )
 
 // batches counts the batches a session sent and the statements in them.
@@ -25,7 +26,12 @@ func (b *batches) ObserveBatch(_ context.Context, o gocql.ObservedBatch) {
 func setup(t *testing.T) (*Writer, *gocql.Session, *batches) {
 	t.Helper()
 	seen := &batches{}
-	s := cassandratest.SessionFor(t, cassandratest.Keyspace(t), func(c *gocql.ClusterConfig) { c.BatchObserver = seen })
+	// The admin timeout: a node busy with the other packages' tests can take seconds
+	// over the schema change.
+	s := cassandratest.SessionFor(t, cassandratest.Keyspace(t), func(c *gocql.ClusterConfig) {
+		c.BatchObserver = seen
+		c.Timeout = cqlcluster.AdminTimeout
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	require.NoError(t, s.Query(`CREATE TABLE kv (k text, c int, v text, PRIMARY KEY (k, c))`).WithContext(ctx).Exec())
