@@ -254,17 +254,12 @@ func (c *Consumer) AcquireTasks(ctx context.Context, n int) ([]*Task, error) {
 		// the takes rather than before them, and the takes work on a copy of the parts
 		// it sets.
 		taking := slices.Clone(parts)
-		looked := make(chan struct{})
-		if look == nil {
-			close(looked)
-		} else {
-			go func() {
-				defer close(looked)
-				look()
-			}()
+		var looking sync.WaitGroup
+		if look != nil {
+			looking.Go(look)
 		}
 		got := c.takeAll(ctx, taking, n-len(out), now)
-		<-looked
+		looking.Wait()
 		c.advance(parts, now)
 		out = append(out, got...)
 	}

@@ -94,43 +94,43 @@ func (w *Writer) Write(ctx context.Context, key string, stmts []Stmt, bytes int)
 	return ctx.Err()
 }
 
-// next sends the writes waiting for key, in batches within the bounds, one after another
-// in a goroutine of their own, and marks key idle once none waits.
+// next hands the writes waiting for key, if any, to a goroutine of their own that sends
+// them batch after batch; take marks key idle once none waits.
 func (w *Writer) next(key string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if len(w.parts[key]) == 0 {
-		delete(w.parts, key)
+	batch := w.take(key)
+	if batch == nil {
 		return
 	}
 	go func() {
-		for {
-			batch := w.take(key)
-			if batch == nil {
-				return
-			}
-			var stmts []Stmt
-			var deadline time.Time
-			for _, wr := range batch {
-				stmts = append(stmts, wr.stmts...)
-				if !wr.deadline.IsZero() && (deadline.IsZero() || wr.deadline.Before(deadline)) {
-					deadline = wr.deadline
-				}
-			}
-			// No one caller owns a merged batch, so a cancelled caller does not stop it;
-			// but it is sent by the earliest deadline among them, which callers may rest
-			// on (a unique key's claim is good for a bounded time).
-			ctx, cancel := context.Background(), context.CancelFunc(func() {})
-			if !deadline.IsZero() {
-				ctx, cancel = context.WithDeadline(ctx, deadline)
-			}
-			err := w.send(ctx, stmts)
-			cancel()
-			for _, wr := range batch {
-				wr.done <- err
-			}
+		for ; batch != nil; batch = w.take(key) {
+			w.flush(batch)
 		}
 	}()
+}
+
+// flush sends batch, merged, and hands each of its writes the result. No one caller owns
+// a merged batch, so a cancelled caller does not stop it; but it is sent by the earliest
+// deadline among them, which callers may rest on (a unique key's claim is good for a
+// bounded time).
+func (w *Writer) flush(batch []*write) {
+	var stmts []Stmt
+	var deadline time.Time
+	for _, wr := range batch {
+		stmts = append(stmts, wr.stmts...)
+		if !wr.deadline.IsZero() && (deadline.IsZero() || wr.deadline.Before(deadline)) {
+			deadline = wr.deadline
+		}
+	}
+	ctx := context.Background()
+	if !deadline.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, deadline)
+		defer cancel()
+	}
+	err := w.send(ctx, stmts)
+	for _, wr := range batch {
+		wr.done <- err
+	}
 }
 
 // take removes the longest run of waiting writes for key that fits one batch and marks it
