@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"time"
 
 	"github.com/gocql/gocql"
@@ -411,6 +412,13 @@ func (p *Producer) move(ctx context.Context, q shardq.QueueConfig, from taskrow.
 			keys[0], keys[1] = keys[1], keys[0]
 		}
 	}
+	for _, k := range keys {
+		done, err := p.turns.take(ctx, k)
+		if err != nil {
+			return false, err
+		}
+		defer done() // after the leases' release below: defers run last in, first out
+	}
 	leases := map[string]*lock.Lease{}
 	defer func() {
 		for _, le := range leases {
@@ -501,10 +509,11 @@ func (p *Producer) lock(ctx context.Context, q shardq.QueueConfig, key string) (
 		if !errors.Is(err, lock.ErrLockHeld) || time.Now().After(give) {
 			return le, err
 		}
+		// Jittered, so that producers waiting on one partition do not retry in step.
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
-		case <-time.After(wait):
+		case <-time.After(wait/2 + rand.N(wait/2+1)):
 		}
 		wait = min(2*wait, 200*time.Millisecond)
 	}

@@ -79,6 +79,7 @@ type Producer struct {
 	cfg     Config
 	queues  sync.Map // name -> shardq.QueueConfig; settings never change once created
 	lockers sync.Map // name -> *lock.Locker, for Cancel and Reschedule
+	turns   turns    // their turns at a partition's lock
 	signals *signal.Toucher
 	writes  *combine.Writer
 
