@@ -180,9 +180,33 @@ func ApplySchema(t testing.TB, session *gocql.Session) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := shardq.ApplySchema(ctx, session); err != nil {
+	if err := applySchema(ctx, session); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// applySchema applies shardq's schema through session, then waits until every replica
+// serves each of its tables. At RF 3, a write made right after shardq.ApplySchema had
+// seen the nodes agree on the schema failed with INCOMPATIBLE_SCHEMA from two replicas
+// of three: a replica may answer before it has the new table.
+func applySchema(ctx context.Context, session *gocql.Session) error {
+	if err := shardq.ApplySchema(ctx, session); err != nil {
+		return err
+	}
+	for _, table := range schemaTables() {
+		for {
+			err := session.Query("SELECT * FROM " + table + " LIMIT 1").Consistency(gocql.All).WithContext(ctx).Exec()
+			if err == nil {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("reading %s on every replica: %w", table, err)
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}
+	return nil
 }
 
 // SessionFor returns a session bound to keyspace, closed when the test ends. Each

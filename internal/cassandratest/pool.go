@@ -95,7 +95,7 @@ func takeKeyspace(admin *gocql.Session) (string, error) {
 	defer s.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := shardq.ApplySchema(ctx, s); err != nil {
+	if err := applySchema(ctx, s); err != nil {
 		return "", fmt.Errorf("applying the schema to %s: %w", ks, err)
 	}
 	return ks, nil
