@@ -43,6 +43,7 @@ type options struct {
 
 	trickleRate     int
 	trickleDuration time.Duration
+	profileDir      string
 
 	idleFor          time.Duration
 	idleBuckets      int
@@ -91,6 +92,7 @@ func main() {
 
 	flag.IntVar(&o.trickleRate, "trickle-rate", 10, "trickle: tasks scheduled per second, one per call, by a producer process")
 	flag.DurationVar(&o.trickleDuration, "trickle-duration", 20*time.Second, "trickle: how long the producer process schedules")
+	flag.StringVar(&o.profileDir, "profile-dir", "", "trickle: a directory where the producer and worker processes write CPU profiles (<role>.pprof)")
 
 	flag.DurationVar(&o.idleFor, "idle-for", 20*time.Second, "idle: how long to count requests")
 	flag.IntVar(&o.idleBuckets, "idle-buckets", shardq.DefaultBucketCount, "idle: queue time buckets")

@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,6 +35,7 @@ const (
 	queueEnv    = "SHARDQ_BENCH_QUEUE"
 	rateEnv     = "SHARDQ_BENCH_RATE"
 	durationEnv = "SHARDQ_BENCH_DURATION"
+	profileEnv  = "SHARDQ_BENCH_PROFILE_DIR" // where a child writes <role>.pprof, if set
 
 	roleTrickleProducer = "trickle-producer"
 	roleTrickleWorker   = "trickle-worker"
@@ -55,7 +58,8 @@ func (b *bench) trickle(ctx context.Context) error {
 		return fmt.Errorf("-trickle-rate and -trickle-duration must be positive")
 	}
 	env := append(os.Environ(), hostsEnv+"="+strings.Join(b.hosts, ","), keyspaceEnv+"="+b.o.keyspace,
-		queueEnv+"="+q.Name, rateEnv+"="+strconv.Itoa(rate), durationEnv+"="+over.String())
+		queueEnv+"="+q.Name, rateEnv+"="+strconv.Itoa(rate), durationEnv+"="+over.String(),
+		profileEnv+"="+b.o.profileDir)
 	n := int(float64(rate) * over.Seconds())
 	tr := newTracker(n)
 
@@ -265,7 +269,11 @@ func runChildIfAsked() {
 		cancel()
 	}()
 	out = newLineOut(os.Stdout)
-	var err error
+	stopProfile, err := profile(role)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "bench %s: %v\n", role, err)
+		os.Exit(1)
+	}
 	switch role {
 	case roleTrickleProducer:
 		err = trickleProducer(ctx)
@@ -275,12 +283,36 @@ func runChildIfAsked() {
 		err = fmt.Errorf("unknown role")
 	}
 	cancel()
+	stopProfile()
 	out.close() //nolint:errcheck // a parent gone also closes stdin
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "bench %s: %v\n", role, err)
 		os.Exit(1)
 	}
 	os.Exit(0)
+}
+
+// profile starts a CPU profile of this child when profileEnv names a directory, and
+// returns what ends it.
+func profile(role string) (stop func(), err error) {
+	dir := os.Getenv(profileEnv)
+	if dir == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(filepath.Join(dir, role+".pprof"))
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			fmt.Fprintf(os.Stderr, "bench %s: writing its profile: %v\n", role, err)
+		}
+	}, nil
 }
 
 // childSession connects to the keyspace and queue the parent named.
@@ -384,7 +416,7 @@ func trickleWorker(ctx context.Context) error {
 		time.Sleep(10 * time.Millisecond)
 	}
 	out.printf("ready\n") //nolint:errcheck // a parent gone also closes stdin
-	out.flush() //nolint:errcheck // a parent gone also closes stdin
+	out.flush()           //nolint:errcheck // a parent gone also closes stdin
 	<-ctx.Done()
 	stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
