@@ -50,6 +50,10 @@ const (
 	// stopMargin is how long before a RunUntil deadline the worker stops its handlers, to
 	// leave time for their acks.
 	stopMargin = 250 * time.Millisecond
+	// exitMargin is how long before a RunUntil deadline acks, retries, releases and the
+	// settling of unknown outcomes are cut off: ending exactly at the deadline, they left
+	// the worker returning just after it.
+	exitMargin = 100 * time.Millisecond
 	// estimateFactor is the safety factor on the average handling time that RunUntil
 	// uses to decide whether another batch fits before its deadline.
 	estimateFactor = 2
@@ -274,11 +278,12 @@ func (w *Worker) start(ctx context.Context, deadline time.Time) error {
 	}
 	w.work = make(chan *consumer.Task, slots)
 	w.acks = make(chan *consumer.Task, slots)
+	cleanupBy := deadline.Add(-exitMargin)
 	if !deadline.IsZero() {
 		// Settling an unknown outcome outlives cancellation, but not RunUntil's deadline:
 		// a swap or release cut off when the handlers are cancelled leaves its tasks to
 		// come back after their timeout.
-		ctx = lwt.SettleBy(ctx, deadline)
+		ctx = lwt.SettleBy(ctx, cleanupBy)
 	}
 	workCtx, cancel := context.WithCancel(ctx)
 	w.cancelWork = cancel
@@ -286,7 +291,7 @@ func (w *Worker) start(ctx context.Context, deadline time.Time) error {
 	w.cleanupCtx = context.WithoutCancel(ctx)
 	cancelCleanup := func() {}
 	if !deadline.IsZero() {
-		w.cleanupCtx, cancelCleanup = context.WithDeadline(w.cleanupCtx, deadline)
+		w.cleanupCtx, cancelCleanup = context.WithDeadline(w.cleanupCtx, cleanupBy)
 	}
 
 	var handlers sync.WaitGroup
