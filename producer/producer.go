@@ -83,6 +83,8 @@ type Producer struct {
 	signals *signal.Toucher
 	writes  *combine.Writer
 
+	afterWrite func(error) error // tests only: what a task batch's write returned, and what to make of it
+
 	hintsMu sync.Mutex
 	hints   map[uint16][]string // shard.QueueHint -> queue names, as last read
 }
@@ -210,13 +212,21 @@ func (p *Producer) ScheduleTasks(ctx context.Context, tasks []Task) ([]uuid.UUID
 			stmts[j].Query, stmts[j].Args = rows[idx].Insert(ts)
 			bytes += len(rows[idx].Payload)
 		}
-		if err := p.writes.Write(ctx, rows[batches[i][0]].Key, stmts, bytes); err != nil {
+		err := p.writes.Write(ctx, rows[batches[i][0]].Key, stmts, bytes)
+		if p.afterWrite != nil {
+			err = p.afterWrite(err)
+		}
+		if err != nil {
 			failed[i] = batches[i]
 			return fmt.Errorf("writing %d task(s) to %s: %w", len(batches[i]), rows[batches[i][0]].Key, err)
 		}
 		return nil
 	})
 	<-indexDone
+	// Every row is announced whatever the outcome: rows reported written, and rows whose
+	// write failed, which may have applied all the same. A row that lands with no touch of
+	// its cell is read only when the ring comes back to it, or never once floors pass it.
+	p.notify(ctx, tasks, rows, queues)
 	if err = errors.Join(err, indexErr); err != nil {
 		// A task whose index entry failed is written but could not be found by Get:
 		// reported like one whose write failed.
@@ -231,14 +241,16 @@ func (p *Producer) ScheduleTasks(ctx context.Context, tasks []Task) ([]uuid.UUID
 		slices.Sort(perr.Failed)
 		return ids, perr
 	}
-	p.notify(ctx, tasks, rows, queues)
 	p.cfg.Logger.DebugContext(ctx, "scheduled tasks", "tasks", len(tasks), "batches", len(batches))
 	return ids, nil
 }
 
 // notify wakes idle workers: those of this process through the in-process bus, the
-// others through the signal cells of the partitions written.
+// others through the signal cells of the partitions written. It outlives ctx, whose end
+// may be what failed the write: the rows may have applied all the same.
 func (p *Producer) notify(ctx context.Context, tasks []Task, rows []taskrow.Row, queues []shardq.QueueConfig) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), signal.TouchTimeout)
+	defer cancel()
 	earliest := map[string]time.Time{}
 	var touches signal.Touches
 	for i, t := range tasks {

@@ -71,6 +71,9 @@ const (
 // ahead expires before it; the task is found by the polls of its bucket then.
 const maxTTL = 630_720_000
 
+// TouchTimeout bounds a touch sent on its own, after its caller's write.
+const TouchTimeout = 10 * time.Second
+
 // Coalesce is how long after a touch of a cell further touches of it are gathered into
 // one, written at the end of that time.
 const Coalesce = 20 * time.Millisecond
@@ -141,7 +144,7 @@ func (t *Toucher) flush() {
 	clear(t.pending)
 	t.deferred = false
 	t.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), TouchTimeout)
 	defer cancel()
 	if err := write(ctx, t.session, cells); err != nil {
 		t.log.WarnContext(ctx, "touching wake-up signals; idle workers find the tasks at their next poll", "error", err)
