@@ -9,6 +9,7 @@ package combine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -111,7 +112,10 @@ func (w *Writer) next(key string) {
 // flush sends batch, merged, and hands each of its writes the result. No one caller owns
 // a merged batch, so a cancelled caller does not stop it; but it is sent by the earliest
 // deadline among them, which callers may rest on (a unique key's claim is good for a
-// bounded time).
+// bounded time). When that deadline ends the batch, the writes of callers whose own
+// deadline is later are sent again on their own, under it: one caller's short deadline
+// must not leave another's write unconfirmed. Statements are idempotent (task rows carry
+// their write timestamp), so sending one twice writes it once.
 func (w *Writer) flush(batch []*write) {
 	var stmts []Stmt
 	var deadline time.Time
@@ -121,16 +125,25 @@ func (w *Writer) flush(batch []*write) {
 			deadline = wr.deadline
 		}
 	}
+	err := w.sendBy(deadline, stmts)
+	for _, wr := range batch {
+		if err != nil && errors.Is(err, context.DeadlineExceeded) && wr.deadline != deadline {
+			wr.done <- w.sendBy(wr.deadline, wr.stmts)
+			continue
+		}
+		wr.done <- err
+	}
+}
+
+// sendBy sends stmts by deadline, if any.
+func (w *Writer) sendBy(deadline time.Time, stmts []Stmt) error {
 	ctx := context.Background()
 	if !deadline.IsZero() {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithDeadline(ctx, deadline)
 		defer cancel()
 	}
-	err := w.send(ctx, stmts)
-	for _, wr := range batch {
-		wr.done <- err
-	}
+	return w.send(ctx, stmts)
 }
 
 // take removes the longest run of waiting writes for key that fits one batch and marks it

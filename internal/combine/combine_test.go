@@ -157,3 +157,25 @@ func TestCancelledWaitIsWithdrawn(t *testing.T) {
 	wait(t, errs)
 	require.Equal(t, []int{1}, rows(t, s, "a"), fmt.Sprintf("the withdrawn row is absent (%d batches)", seen.n.Load()))
 }
+
+// TestShortDeadlineDoesNotFailOthers: a merged batch goes by its callers' earliest
+// deadline; when that deadline ends it, the other callers' writes are sent again under
+// their own and land, and only the caller whose deadline passed sees the error.
+func TestShortDeadlineDoesNotFailOthers(t *testing.T) {
+	t.Parallel()
+	w, s, _ := setup(t)
+	errs := hold(t, w, "a", put("a", 1))
+	short := &write{stmts: put("a", 2), deadline: time.Now().Add(-time.Millisecond), done: make(chan error, 1)}
+	w.mu.Lock()
+	w.parts["a"] = append(w.parts["a"], short)
+	w.mu.Unlock()
+	w.next("a")
+	wait(t, errs)
+	select {
+	case err := <-short.done:
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the short write did not return")
+	}
+	require.Equal(t, []int{1}, rows(t, s, "a"))
+}
