@@ -3,6 +3,7 @@ package consumer
 import (
 	"context"
 	"errors"
+	"maps"
 	"time"
 
 	"github.com/gocql/gocql"
@@ -120,6 +121,18 @@ func (f *floors) raise(s span, skew time.Duration) {
 			f[p] = cand
 		}
 	}
+}
+
+// above reports whether some priority's floor lies at or above time at: a row of that
+// time written now would not be read.
+func (f *floors) above(at time.Time) bool {
+	id := gocql.UUID(shard.MinID(at))
+	for _, fl := range f {
+		if shard.CompareIDs(uuid.UUID(fl), uuid.UUID(id)) >= 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func minID(a, b gocql.UUID) gocql.UUID {
@@ -315,7 +328,7 @@ func (c *Consumer) lateUnchecked(pt *part) bool {
 	defer c.mu.Unlock()
 	k := pkey{pt.key, pt.bucket}
 	cell := c.cells[c.cellOf(pt)]
-	if v, ok := c.lateChecked[k]; ok && v == cell {
+	if v, ok := c.lateChecked[k]; ok && maps.Equal(v, cell) {
 		return false
 	}
 	c.lateChecked[k] = cell
@@ -389,7 +402,7 @@ func (c *Consumer) peekAll(ctx context.Context, parts []part, want int, now time
 		}
 	}
 	upper := now
-	var cells map[signal.Cell]gocql.UUID
+	var cells map[signal.Cell]signal.Slots
 	full := true
 	if idle {
 		// Every task and marker write touches its signal cell. A look-ahead partition
@@ -519,7 +532,7 @@ func (c *Consumer) lookAhead(ctx context.Context, parts []part, ahead []int, now
 
 // fullScan decides whether an idle scan reads every candidate partition, and records
 // the signal cells it starts from when it does.
-func (c *Consumer) fullScan(now time.Time, cells map[signal.Cell]gocql.UUID) bool {
+func (c *Consumer) fullScan(now time.Time, cells map[signal.Cell]signal.Slots) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if cells != nil && !c.fullAt.IsZero() && now.Before(c.fullAt.Add(c.cfg.LookAhead/2)) {
@@ -530,12 +543,12 @@ func (c *Consumer) fullScan(now time.Time, cells map[signal.Cell]gocql.UUID) boo
 }
 
 // changedSinceScan reports whether pt's signal cell was touched since the last full scan.
-func (c *Consumer) changedSinceScan(cells map[signal.Cell]gocql.UUID, pt *part) bool {
+func (c *Consumer) changedSinceScan(cells map[signal.Cell]signal.Slots, pt *part) bool {
 	cell := c.cellOf(pt)
 	v, ok := cells[cell]
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return ok && c.fullCells[cell] != v
+	return ok && !maps.Equal(c.fullCells[cell], v)
 }
 
 // comingDue reports whether a scan saw a row of pt becoming visible by now.

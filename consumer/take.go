@@ -260,7 +260,6 @@ func (c *Consumer) swap(ctx context.Context, pt *part, lease *lock.Lease, rows [
 		cur.raise(s, c.cfg.MaxClockSkew)
 	}
 	c.mu.Unlock()
-	c.touch(ctx, markers)
 	c.advanceSeries(ctx, tasks, true)
 	c.log.DebugContext(ctx, "leased tasks", "shard_key", pt.key, "tasks", len(tasks), "fencing_token", lease.Token())
 	return tasks, nil
@@ -275,10 +274,14 @@ func (c *Consumer) marker(r taskrow.Row, at time.Time) taskrow.Row {
 	return m
 }
 
-// writeMarkers writes rows with plain batches, one partition and a bounded size each.
+// writeMarkers writes rows with plain batches, one partition and a bounded size each,
+// and touches their signal cells whatever the outcome: a marker whose write failed may
+// have applied, and a marker nobody deletes again (an unsettled swap keeps them) must be
+// found when it comes due.
 func (c *Consumer) writeMarkers(ctx context.Context, rows []taskrow.Row) error {
+	defer c.touch(ctx, rows)
 	batches := taskrow.Group(rows)
-	ts := taskrow.Timestamp()
+	ts := c.cluster.Stamp(c.cfg.Clock.Now())
 	return fanout.Each(len(batches), c.cfg.PartitionsInFlight, func(i int) error {
 		b := cql.Batch(c.session, gocql.UnloggedBatch).WithContext(ctx)
 		for _, idx := range batches[i] {

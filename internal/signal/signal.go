@@ -3,7 +3,15 @@
 // row or a timeout marker into, after the write; an idle worker reads the few rows of the
 // buckets coming due a few times a second, which costs one small read, and fetches when a
 // cell changed. Consumers also read the cells of buckets ahead of now to peek only the
-// partitions that something was written into.
+// partitions that something was written into, and sweep the lap's cells for rows written
+// below their read floors.
+//
+// A cell holds one entry per slot (SlotWidth of its bucket) that rows were written into,
+// each the earliest row time of the slot's last touch. Touches are stamped by the
+// coordinator, so an entry keeps the touch made last in real time, whatever the writers'
+// clocks: on-time writers touch a slot only while it is current, so the last touch of a
+// past slot comes from a writer whose clock trails, or whose write was delayed, and no
+// on-time touch can hide it.
 package signal
 
 import (
@@ -20,17 +28,49 @@ import (
 	"github.com/shardq/shardq/shard"
 )
 
-// Cell is one signal cell: a queue's bucket and concurrency shard.
+// Cell is one signal cell: a queue's bucket and concurrency shard, whose partition rows
+// were written into.
 type Cell struct {
 	Queue  string
 	Bucket int64
 	Shard  int
 }
 
-// Touches gathers the cells rows were written into, each with the earliest row time
-// written into it, for one Touch or Defer.
+// Entry is one slot of a cell.
+type Entry struct {
+	Cell
+	Slot int
+}
+
+// Slots are a cell's entries as read: per slot, the earliest row time of its last touch.
+type Slots map[int]gocql.UUID
+
+// SlotWidth is the span of a bucket one entry stands for: narrower than the default
+// MaxClockSkew, so a writer trailing by more than that touches a slot no on-time writer
+// touches any more.
+const SlotWidth = time.Second
+
+// maxSlots bounds the slots of a bucket, so that the slot and the shard (at most
+// shardq.MaxShardCount) share one int map key; longer buckets get wider slots.
+const maxSlots = 1 << 15
+
+// slotWidth is the width of l's slots.
+func slotWidth(l shard.Layout) time.Duration {
+	return max(SlotWidth, (l.BucketDuration+maxSlots-1)/maxSlots)
+}
+
+// SlotStart is when slot of bucket starts, in the queue laid out by l.
+func SlotStart(l shard.Layout, bucket int64, slot int) time.Time {
+	return l.BucketStart(bucket).Add(time.Duration(slot) * slotWidth(l))
+}
+
+func mapKey(e Entry) int              { return e.Slot<<16 | e.Shard }
+func fromKey(k int) (slot, shard int) { return k >> 16, k & 0xffff }
+
+// Touches gathers the entries rows were written into, each with the earliest row time
+// written into it, for one Touch.
 type Touches struct {
-	idx  map[Cell]int
+	idx  map[Entry]int
 	list []Touch
 }
 
@@ -39,25 +79,26 @@ type Touches struct {
 func (ts *Touches) Add(l shard.Layout, id, taskID uuid.UUID) {
 	at := shard.IDTime(id)
 	b := l.Bucket(at)
-	c := Cell{Queue: l.Queue, Bucket: b, Shard: l.ShardFor(taskID)}
-	if i, ok := ts.idx[c]; ok {
+	e := Entry{Cell: Cell{Queue: l.Queue, Bucket: b, Shard: l.ShardFor(taskID)},
+		Slot: int(at.Sub(l.BucketStart(b)) / slotWidth(l))}
+	if i, ok := ts.idx[e]; ok {
 		if at.Before(ts.list[i].Earliest) {
 			ts.list[i].Earliest = at
 		}
 		return
 	}
 	if ts.idx == nil {
-		ts.idx = map[Cell]int{}
+		ts.idx = map[Entry]int{}
 	}
-	ts.idx[c] = len(ts.list)
-	ts.list = append(ts.list, Touch{Cell: c, Earliest: at, Until: l.BucketStart(b + 1)})
+	ts.idx[e] = len(ts.list)
+	ts.list = append(ts.list, Touch{Entry: e, Earliest: at, Until: l.BucketStart(b + 1)})
 }
 
-// Touch is a cell to touch: Earliest is the earliest visible time among the rows just
-// written into it, which the cell records (as a timeuuid that also makes every touch
+// Touch is an entry to touch: Earliest is the earliest visible time among the rows just
+// written into it, which the entry records (as a timeuuid that also makes every touch
 // unique), and Until the end of its bucket, which the cell outlives by a day.
 type Touch struct {
-	Cell
+	Entry
 	Earliest time.Time
 	Until    time.Time
 }
@@ -88,14 +129,14 @@ type Toucher struct {
 	log     *slog.Logger
 
 	mu       sync.Mutex
-	last     map[Cell]time.Time // when each cell's last touch was sent
-	pending  map[Cell]Touch
+	last     map[Entry]time.Time // when each entry's last touch was sent
+	pending  map[Entry]Touch
 	deferred bool // a background touch of pending is scheduled
 }
 
 // NewToucher returns a Toucher writing through session.
 func NewToucher(session *gocql.Session, log *slog.Logger) *Toucher {
-	return &Toucher{session: session, log: log, last: map[Cell]time.Time{}, pending: map[Cell]Touch{}}
+	return &Toucher{session: session, log: log, last: map[Entry]time.Time{}, pending: map[Entry]Touch{}}
 }
 
 // Touch records that the rows in ts were written. Call it after the write completed.
@@ -111,15 +152,15 @@ func (t *Toucher) gather(cells []Touch) []Touch {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, c := range cells {
-		if now.Sub(t.last[c.Cell]) >= Coalesce {
-			t.last[c.Cell] = now
+		if now.Sub(t.last[c.Entry]) >= Coalesce {
+			t.last[c.Entry] = now
 			out = append(out, c)
 			continue
 		}
-		if p, ok := t.pending[c.Cell]; ok && p.Earliest.Before(c.Earliest) {
+		if p, ok := t.pending[c.Entry]; ok && p.Earliest.Before(c.Earliest) {
 			c.Earliest = p.Earliest
 		}
-		t.pending[c.Cell] = c
+		t.pending[c.Entry] = c
 		if !t.deferred {
 			t.deferred = true
 			time.AfterFunc(Coalesce, t.flush)
@@ -164,12 +205,14 @@ func write(ctx context.Context, session *gocql.Session, cells []Touch) error {
 		if rows[r] == nil {
 			rows[r] = map[int]gocql.UUID{}
 		}
-		rows[r][c.Shard] = gocql.UUID(shard.NewID(c.Earliest))
+		rows[r][mapKey(c.Entry)] = gocql.UUID(shard.NewID(c.Earliest))
 		until[r] = maxTime(until[r], c.Until)
 	}
 	for r, shards := range rows {
 		ttl := min(int(max(time.Until(until[r]), 0)/time.Second)+86400, maxTTL)
-		if err := cql.Query(session, touchStmt, ttl, shards, r.queue, r.bucket).WithContext(ctx).Exec(); err != nil {
+		// Stamped by the coordinator: an entry must keep the touch made last in real time.
+		err := cql.Query(session, touchStmt, ttl, shards, r.queue, r.bucket).WithContext(ctx).DefaultTimestamp(false).Exec()
+		if err != nil {
 			return fmt.Errorf("signal: touching %s bucket %d: %w", r.queue, r.bucket, err)
 		}
 	}
@@ -184,35 +227,50 @@ func maxTime(a, b time.Time) time.Time {
 }
 
 // Cells reads the cells of queue's buckets from..to (within their time to live), each
-// with the value of its last touch: the partitions that may hold tasks written for those
-// buckets, and the earliest row time of the last write into each.
-func Cells(ctx context.Context, session *gocql.Session, queue string, from, to int64) (map[Cell]gocql.UUID, error) {
+// with its slots: the partitions that may hold tasks written for those buckets, and the
+// earliest row time of the last touch of each slot.
+func Cells(ctx context.Context, session *gocql.Session, queue string, from, to int64) (map[Cell]Slots, error) {
+	cells := map[Cell]Slots{}
+	err := scan(ctx, session, queue, from, to, func(e Entry, v gocql.UUID) {
+		if cells[e.Cell] == nil {
+			cells[e.Cell] = Slots{}
+		}
+		cells[e.Cell][e.Slot] = v
+	})
+	if err != nil {
+		return nil, err
+	}
+	return cells, nil
+}
+
+// scan reads the entries of queue's buckets from..to.
+func scan(ctx context.Context, session *gocql.Session, queue string, from, to int64, f func(Entry, gocql.UUID)) error {
 	iter := cql.Query(session, readStmt, queue, from, to).WithContext(ctx).Iter()
 	var bucket int64
 	var shards map[int]gocql.UUID
-	cells := map[Cell]gocql.UUID{}
 	for iter.Scan(&bucket, &shards) {
-		for s, v := range shards {
-			cells[Cell{Queue: queue, Bucket: bucket, Shard: s}] = v
+		for k, v := range shards {
+			slot, s := fromKey(k)
+			f(Entry{Cell: Cell{Queue: queue, Bucket: bucket, Shard: s}, Slot: slot}, v)
 		}
 		shards = nil
 	}
 	if err := iter.Close(); err != nil {
-		return nil, fmt.Errorf("signal: reading %s: %w", queue, err)
+		return fmt.Errorf("signal: reading %s: %w", queue, err)
 	}
-	return cells, nil
+	return nil
 }
 
 // Watcher notices touches of one queue's cells.
 type Watcher struct {
 	session *gocql.Session
 	queue   string
-	seen    map[Cell]gocql.UUID
+	seen    map[Entry]gocql.UUID
 }
 
 // NewWatcher returns a Watcher of queue.
 func NewWatcher(session *gocql.Session, queue string) *Watcher {
-	return &Watcher{session: session, queue: queue, seen: map[Cell]gocql.UUID{}}
+	return &Watcher{session: session, queue: queue, seen: map[Entry]gocql.UUID{}}
 }
 
 // Changed reads the cells of buckets from..to and reports whether one was touched since
@@ -220,26 +278,19 @@ func NewWatcher(session *gocql.Session, queue string) *Watcher {
 // for tasks, less the clock skew it allows between processes. Earlier rows are those
 // that look already saw, or rows written late, which consumers' sweeps find.
 func (w *Watcher) Changed(ctx context.Context, from, to int64, since time.Time) (bool, error) {
-	iter := cql.Query(w.session, readStmt, w.queue, from, to).WithContext(ctx).Iter()
-	var bucket int64
-	var shards map[int]gocql.UUID
 	changed := false
-	for iter.Scan(&bucket, &shards) {
-		for s, v := range shards {
-			c := Cell{Queue: w.queue, Bucket: bucket, Shard: s}
-			if w.seen[c] != v && !shard.IDTime(uuid.UUID(v)).Before(since) {
-				changed = true
-			}
-			w.seen[c] = v
+	err := scan(ctx, w.session, w.queue, from, to, func(e Entry, v gocql.UUID) {
+		if w.seen[e] != v && !shard.IDTime(uuid.UUID(v)).Before(since) {
+			changed = true
 		}
-		shards = nil
+		w.seen[e] = v
+	})
+	if err != nil {
+		return false, err
 	}
-	if err := iter.Close(); err != nil {
-		return false, fmt.Errorf("signal: reading %s: %w", w.queue, err)
-	}
-	for c := range w.seen {
-		if c.Bucket < from {
-			delete(w.seen, c)
+	for e := range w.seen {
+		if e.Bucket < from {
+			delete(w.seen, e)
 		}
 	}
 	return changed, nil
