@@ -112,3 +112,14 @@ type PartitionFailed struct {
 }
 
 func (PartitionFailed) isEvent() {}
+
+// ClockSkewed: a consumer's Clock was Skew ahead of the cluster's time (behind when
+// negative) by more than half its MaxClockSkew. Ahead, it may deliver tasks early and its
+// leases end late; behind, its writes land below other consumers' floors, found only by
+// their sweeps. Reported at most once per sweep (consumer.SweepInterval).
+type ClockSkewed struct {
+	Queue string
+	Skew  time.Duration
+}
+
+func (ClockSkewed) isEvent() {}

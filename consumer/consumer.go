@@ -24,6 +24,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/internal/clustertime"
 	"github.com/shardq/shardq/internal/defaults"
 	"github.com/shardq/shardq/internal/lwt"
 	"github.com/shardq/shardq/internal/series"
@@ -80,7 +81,11 @@ type Config struct {
 	// Observer receives BatchAcquired, LockContended, Acked, LeaseLost and
 	// PartitionFailed events. Defaults to shardq.NopObserver.
 	Observer shardq.Observer
-	// Clock decides when tasks are due and leases expire. Defaults to shardq.SystemClock.
+	// Clock decides when tasks are due and leases expire, and stamps writes (never past
+	// the cluster's time). Defaults to the cluster's time: this host's clock corrected by
+	// its measured offset from the coordinators', so a host whose clock leads never
+	// delivers early. A Clock given here is trusted; a skew of more than half
+	// MaxClockSkew from the cluster's time is reported (shardq.ClockSkewed).
 	Clock shardq.Clock
 	// Logger receives debug and warning events. Defaults to a logger that discards.
 	Logger *slog.Logger
@@ -117,6 +122,7 @@ type Consumer struct {
 	session *gocql.Session
 	cfg     Config
 	log     *slog.Logger
+	cluster *clustertime.Clock
 
 	q       shardq.QueueConfig
 	layout  shard.Layout
@@ -128,18 +134,18 @@ type Consumer struct {
 	cursors      []int64         // per concurrency shard: the oldest bucket that may hold work
 	hot          map[string]bool // partitions whose last take was full: tried before any peek
 	floors       map[pkey]*floors
-	keptFloors   map[string]lapFloors       // per partition, the floors of the latest lap forgotten
-	next         int                        // the concurrency shard the next scan starts at
-	nextDue      time.Time                  // earliest upcoming row the last scan saw; zero if none
-	short        bool                       // the last call found fewer tasks than it asked for
-	pageRows     int                        // rows per page of a locked read, from the largest payload seen
-	fullAt       time.Time                  // when an idle scan last read every candidate
-	fullCells    map[signal.Cell]gocql.UUID // the signal cells as that scan found them
-	upcoming     map[pkey]time.Time         // per partition, the next row seen coming due
-	lateChecked  map[pkey]gocql.UUID        // finished partitions lateRow read, with their cell as swept before
-	swept        time.Time                  // when the signal cells were last read for late rows
-	cells        map[signal.Cell]gocql.UUID // the lap's signal cells as last read; nil before
-	sweptCursors []int64                    // the cursors when the cells were last read
+	keptFloors   map[string]lapFloors         // per partition, the floors of the latest lap forgotten
+	next         int                          // the concurrency shard the next scan starts at
+	nextDue      time.Time                    // earliest upcoming row the last scan saw; zero if none
+	short        bool                         // the last call found fewer tasks than it asked for
+	pageRows     int                          // rows per page of a locked read, from the largest payload seen
+	fullAt       time.Time                    // when an idle scan last read every candidate
+	fullCells    map[signal.Cell]signal.Slots // the signal cells as that scan found them
+	upcoming     map[pkey]time.Time           // per partition, the next row seen coming due
+	lateChecked  map[pkey]signal.Slots        // finished partitions lateRow read, with their cell as swept before
+	swept        time.Time                    // when the signal cells were last read for late rows
+	cells        map[signal.Cell]signal.Slots // the lap's signal cells as last read; nil before
+	sweptCursors []int64                      // the cursors when the cells were last read
 
 	beforeSwap func()            // tests only: runs between the locked read and the swap
 	afterSwap  func(error) error // tests only: what the swap's LWT returned, and what to make of it
@@ -165,19 +171,20 @@ func New(session *gocql.Session, cfg Config) (*Consumer, error) {
 			return nil, err
 		}
 	}
-	if cfg.Clock == nil {
-		cfg.Clock = shardq.SystemClock{}
-	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	cluster := clustertime.For(session, cfg.Clock, cfg.Logger)
+	if cfg.Clock == nil {
+		cfg.Clock = cluster
 	}
 	if cfg.Observer == nil {
 		cfg.Observer = shardq.NopObserver{}
 	}
 	signals := signal.NewToucher(session, cfg.Logger)
-	return &Consumer{session: session, cfg: cfg, log: cfg.Logger, hot: map[string]bool{},
-		floors: map[pkey]*floors{}, keptFloors: map[string]lapFloors{}, upcoming: map[pkey]time.Time{}, lateChecked: map[pkey]gocql.UUID{}, pageRows: initialPageRows,
-		signals: signals, series: &series.Env{Session: session, Clock: cfg.Clock, Log: cfg.Logger, Signals: signals}}, nil
+	return &Consumer{session: session, cfg: cfg, log: cfg.Logger, cluster: cluster, hot: map[string]bool{},
+		floors: map[pkey]*floors{}, keptFloors: map[string]lapFloors{}, upcoming: map[pkey]time.Time{}, lateChecked: map[pkey]signal.Slots{}, pageRows: initialPageRows,
+		signals: signals, series: &series.Env{Session: session, Clock: cfg.Clock, Cluster: cluster, Log: cfg.Logger, Signals: signals}}, nil
 }
 
 // init loads the queue's settings once; a failure is retried on the next call.
@@ -191,6 +198,7 @@ func (c *Consumer) init(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	c.cluster.Ready(ctx)
 	locker, err := lock.New(c.session, lock.Config{TTL: q.LockTTL, Logger: c.log})
 	if err != nil {
 		return err
@@ -380,8 +388,11 @@ func wrapErr(what, key string, err error) error {
 }
 
 // touch touches the wake-up signal cells of markers just written, so idle workers
-// elsewhere know what comes due when. A failure only delays them to their next poll.
+// elsewhere know what comes due when. It outlives ctx, whose end may be what failed the
+// write. A failure is logged.
 func (c *Consumer) touch(ctx context.Context, rows []taskrow.Row) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), signal.TouchTimeout)
+	defer cancel()
 	var touches signal.Touches
 	for _, r := range rows {
 		touches.Add(c.layout, uuid.UUID(r.ID), uuid.UUID(r.TaskID))
@@ -393,7 +404,7 @@ func (c *Consumer) touch(ctx context.Context, rows []taskrow.Row) {
 
 // touchedCells reads which signal cells of the buckets of parts were touched, or nil when
 // they cannot be read.
-func (c *Consumer) touchedCells(ctx context.Context, parts []part) map[signal.Cell]gocql.UUID {
+func (c *Consumer) touchedCells(ctx context.Context, parts []part) map[signal.Cell]signal.Slots {
 	if len(parts) == 0 {
 		return nil
 	}
@@ -416,19 +427,20 @@ func (c *Consumer) cellOf(pt *part) signal.Cell {
 
 // untouched reports whether cells (when known) show that nothing was written into pt in
 // its lap: no task, no marker, so no swap either.
-func (c *Consumer) untouched(cells map[signal.Cell]gocql.UUID, pt *part) bool {
+func (c *Consumer) untouched(cells map[signal.Cell]signal.Slots, pt *part) bool {
 	_, ok := cells[c.cellOf(pt)]
 	return cells != nil && !ok
 }
 
-// sweep finds rows written later than MaxClockSkew. Every write touches its signal cell
-// with the earliest row time it wrote, so once per SweepInterval one read of the lap's
-// cells shows each write since the last sweep. A write since then into a bucket the
-// cursor had passed by then, or whose rows are older than the last sweep less
-// MaxClockSkew, was late:
-// the rows may lie below this consumer's floors, or where its cursor no longer looks. Their partition's floors are lowered below
-// them and the cursor moved back, so the next scan reads them. (A write whose touch
-// failed is found when the ring comes back to its partition.)
+// sweep finds rows written later than MaxClockSkew. Every write touches the entry of its
+// cell's slot with the earliest row time it wrote, and an entry keeps the touch made last
+// in real time, so once per SweepInterval one read of the lap's cells shows each slot
+// written since the last sweep. A write since then whose rows lie below this consumer's
+// floors for their partition, or in a bucket its cursor had passed by then, or (for a
+// partition it holds no floors for) older than the last sweep less MaxClockSkew, was
+// late: the partition's floors are lowered below the slot and the cursor moved back, so
+// the next scan reads it. (A write whose touch failed is found when the ring comes back
+// to its partition.)
 func (c *Consumer) sweep(ctx context.Context, now time.Time) {
 	c.mu.Lock()
 	due := c.cells == nil || !now.Before(c.swept.Add(SweepInterval))
@@ -436,6 +448,7 @@ func (c *Consumer) sweep(ctx context.Context, now time.Time) {
 	if !due {
 		return
 	}
+	c.checkSkew(ctx, now)
 	bNow := c.layout.Bucket(now)
 	cells, err := signal.Cells(ctx, c.session, c.q.Name, bNow-int64(c.q.BucketCount)+1, bNow)
 	if err != nil {
@@ -445,33 +458,49 @@ func (c *Consumer) sweep(ctx context.Context, now time.Time) {
 	c.mu.Lock()
 	last, lateBefore, passed := c.cells, c.swept.Add(-c.cfg.MaxClockSkew), c.sweptCursors
 	c.cells, c.swept, c.sweptCursors = cells, now, slices.Clone(c.cursors)
-	var late, unsure []signal.Cell
-	for cell, v := range cells {
-		switch {
-		case last == nil || last[cell] == v || cell.Shard >= len(c.cursors):
-			// A new consumer reads the whole lap anyway.
-		case cell.Bucket < passed[cell.Shard] || shard.IDTime(uuid.UUID(v)).Before(lateBefore):
-			// Written into a bucket the cursor had passed by the last sweep, or rows
-			// older than that sweep less the skew: late.
-			late = append(late, cell)
-		case cell.Bucket < c.cursors[cell.Shard]:
-			// Passed since the last sweep: the write may have come before the pass (and
-			// been read by it) or after.
-			unsure = append(unsure, cell)
+	late := map[signal.Cell]time.Time{} // per cell, what its floors go below
+	var unsure []signal.Cell
+	for cell, slots := range cells {
+		if last == nil || cell.Shard >= len(c.cursors) {
+			continue // a new consumer reads the whole lap anyway
+		}
+		f, haveFloors := c.floors[pkey{c.layout.Key(cell.Bucket, cell.Shard), cell.Bucket}]
+		for slot, v := range slots {
+			if last[cell][slot] == v {
+				continue
+			}
+			at := shard.IDTime(uuid.UUID(v))
+			switch {
+			case cell.Bucket < passed[cell.Shard],
+				haveFloors && f.above(at),
+				!haveFloors && at.Before(lateBefore):
+				// Written into a bucket the cursor had passed by the last sweep, or below
+				// the floors: late. The entry holds the last touch of its slot, so the
+				// floors go below the slot, under any row an earlier touch announced.
+				start := signal.SlotStart(c.layout, cell.Bucket, slot)
+				if t, ok := late[cell]; !ok || start.Before(t) {
+					late[cell] = start
+				}
+			case cell.Bucket < c.cursors[cell.Shard]:
+				// Passed since the last sweep: the write may have come before the pass (and
+				// been read by it) or after.
+				unsure = append(unsure, cell)
+			}
 		}
 	}
 	c.mu.Unlock()
 	for _, cell := range unsure {
+		if _, ok := late[cell]; ok {
+			continue
+		}
 		pt := part{key: c.layout.Key(cell.Bucket, cell.Shard), shard: cell.Shard, bucket: cell.Bucket}
 		if at, ok := c.firstVisible(ctx, &pt, now); ok {
-			cells[cell] = gocql.UUID(shard.MinID(at))
-			late = append(late, cell)
+			late[cell] = at
 		}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, cell := range late {
-		at := shard.IDTime(uuid.UUID(cells[cell]))
+	for cell, at := range late {
 		k := pkey{c.layout.Key(cell.Bucket, cell.Shard), cell.Bucket}
 		below := gocql.UUID(shard.MinID(at.Add(-100 * time.Nanosecond)))
 		if _, ok := c.floors[k]; !ok {
@@ -486,7 +515,17 @@ func (c *Consumer) sweep(ctx context.Context, now time.Time) {
 			}
 		}
 		c.cursors[cell.Shard] = min(c.cursors[cell.Shard], cell.Bucket)
-		c.log.WarnContext(ctx, "a row was written later than MaxClockSkew; reading its partition again",
-			"queue", c.q.Name, "shard_key", k.key, "row_time", at)
+		c.log.DebugContext(ctx, "a write since the last sweep may lie below the floors; reading its partition again",
+			"queue", c.q.Name, "shard_key", k.key, "from", at)
 	}
+}
+
+// checkSkew reports a Clock more than half MaxClockSkew from the cluster's time.
+func (c *Consumer) checkSkew(ctx context.Context, now time.Time) {
+	skew := now.Sub(c.cluster.Now())
+	if skew.Abs() <= c.cfg.MaxClockSkew/2 {
+		return
+	}
+	c.log.WarnContext(ctx, "the consumer's clock is off the cluster's time", "queue", c.q.Name, "skew", skew)
+	c.cfg.Observer.Observe(ctx, shardq.ClockSkewed{Queue: c.q.Name, Skew: skew})
 }

@@ -70,7 +70,7 @@ func (c *Consumer) relocate(ctx context.Context, t *Task, at time.Time, state ta
 		write = func(ctx context.Context) (bool, error) {
 			b := cql.Batch(c.session, gocql.LoggedBatch).WithContext(ctx)
 			b.Query(taskrow.DeleteIfExists, t.marker.KeyArgs()...)
-			stmt, args := next.Insert(taskrow.Timestamp())
+			stmt, args := next.Insert(c.cluster.Stamp(c.cfg.Clock.Now()))
 			b.Query(stmt, args...)
 			return lwt.Batch(c.session, b)
 		}
@@ -88,6 +88,10 @@ func (c *Consumer) relocate(ctx context.Context, t *Task, at time.Time, state ta
 			return applied, err
 		}
 	}
+	if next.Key == t.marker.Key {
+		// The batch may apply whatever it returns; writeMarkers touches in the other case.
+		defer c.touch(ctx, []taskrow.Row{next})
+	}
 	applied, err := lwt.Apply(ctx, write, func(rctx context.Context, cause error) (bool, error) {
 		// The old marker gone before its deadline means only this holder removed it.
 		rerr := cql.Query(c.session, taskrow.SelectOne, t.marker.KeyArgs()...).WithContext(rctx).Consistency(lwt.Serial).Scan(new(gocql.UUID))
@@ -103,7 +107,6 @@ func (c *Consumer) relocate(ctx context.Context, t *Task, at time.Time, state ta
 		c.cfg.Observer.Observe(ctx, shardq.LeaseLost{Queue: c.q.Name, TaskID: t.ID})
 		return t.marker, ErrLeaseLost
 	}
-	c.touch(ctx, []taskrow.Row{next})
 	return next, nil
 }
 

@@ -164,7 +164,7 @@ func (p *Producer) ReplayDeadLetter(ctx context.Context, queue string, id uuid.U
 	if _, err := taskindex.Apply(wctx, p.session, []taskindex.Write{scheduledEntry(task, row, now)}, 1); err != nil {
 		return uuid.Nil, fmt.Errorf("producer: replaying %s: %w", id, err)
 	}
-	stmt, args := row.Insert(taskrow.Timestamp())
+	stmt, args := row.Insert(p.cluster.Stamp(p.cfg.Clock.Now()))
 	if err := cql.Query(p.session, stmt, args...).WithContext(wctx).Exec(); err != nil {
 		return uuid.Nil, fmt.Errorf("producer: replaying %s: %w", id, err)
 	}

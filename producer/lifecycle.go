@@ -445,7 +445,7 @@ func (p *Producer) move(ctx context.Context, q shardq.QueueConfig, from taskrow.
 	apart := to != nil && to.Key != from.Key
 	switch {
 	case apart:
-		stmt, args := to.Insert(taskrow.Timestamp())
+		stmt, args := to.Insert(p.cluster.Stamp(p.cfg.Clock.Now()))
 		ins := cql.Query(p.session, stmt, args...).WithContext(ctx)
 		if err := ins.Exec(); err != nil {
 			p.dropRow(ctx, *to)

@@ -15,6 +15,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/internal/clustertime"
 	"github.com/shardq/shardq/internal/combine"
 	"github.com/shardq/shardq/internal/defaults"
 	"github.com/shardq/shardq/internal/fanout"
@@ -44,8 +45,9 @@ type Config struct {
 	// WritesInFlight is how many partition batches ScheduleTasks writes at once.
 	// Defaults to DefaultWritesInFlight.
 	WritesInFlight int
-	// Clock gives "now" for tasks due now and for bucket choice.
-	// Defaults to shardq.SystemClock.
+	// Clock gives "now" for tasks due now, for bucket choice and for write timestamps
+	// (never past the cluster's time). Defaults to the cluster's time: this host's clock
+	// corrected by its measured offset from the coordinators'.
 	Clock shardq.Clock
 	// Logger receives debug events. Defaults to a logger that discards.
 	Logger *slog.Logger
@@ -82,6 +84,7 @@ type Producer struct {
 	turns   turns    // their turns at a partition's lock
 	signals *signal.Toucher
 	writes  *combine.Writer
+	cluster *clustertime.Clock
 
 	afterWrite func(error) error // tests only: what a task batch's write returned, and what to make of it
 
@@ -103,14 +106,15 @@ func New(session *gocql.Session, cfg Config) (*Producer, error) {
 	if err := defaults.NonNegative(&cfg.WritesInFlight, DefaultWritesInFlight, "Config.WritesInFlight"); err != nil {
 		return nil, err
 	}
-	if cfg.Clock == nil {
-		cfg.Clock = shardq.SystemClock{}
-	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	cluster := clustertime.For(session, cfg.Clock, cfg.Logger)
+	if cfg.Clock == nil {
+		cfg.Clock = cluster
+	}
 	return &Producer{session: session, cfg: cfg, signals: signal.NewToucher(session, cfg.Logger),
-		writes: combine.New(session, taskrow.MaxBatchRows, taskrow.MaxBatchBytes)}, nil
+		writes: combine.New(session, taskrow.MaxBatchRows, taskrow.MaxBatchBytes), cluster: cluster}, nil
 }
 
 // ScheduleTask writes one task and returns its ID.
@@ -155,6 +159,7 @@ func (p *Producer) ScheduleTasks(ctx context.Context, tasks []Task) ([]uuid.UUID
 		}
 		queues[i] = q
 	}
+	p.cluster.Ready(ctx)
 	// "Now" is taken once the settings are loaded, right before the write: a row's ID is
 	// never earlier than the time it is written, which consumers' read floors rest on.
 	now := p.cfg.Clock.Now()
@@ -204,7 +209,7 @@ func (p *Producer) ScheduleTasks(ctx context.Context, tasks []Task) ([]uuid.UUID
 	}
 	batches := taskrow.Group(rows)
 	failed := make([][]int, len(batches))
-	ts := taskrow.Timestamp()
+	ts := p.cluster.Stamp(now)
 	err = fanout.Each(len(batches), p.cfg.WritesInFlight, func(i int) error {
 		stmts := make([]combine.Stmt, len(batches[i]))
 		bytes := 0

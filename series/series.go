@@ -23,6 +23,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/internal/clustertime"
 	iseries "github.com/shardq/shardq/internal/series"
 	"github.com/shardq/shardq/internal/signal"
 	"github.com/shardq/shardq/producer"
@@ -127,7 +128,8 @@ type Info struct {
 
 // Config configures a Client.
 type Config struct {
-	// Clock gives "now" for scheduling occurrences. Defaults to shardq.SystemClock.
+	// Clock gives "now" for scheduling occurrences. Defaults to the cluster's time, as
+	// producer.Config.Clock does.
 	Clock shardq.Clock
 	// Logger receives warnings and debug events. Defaults to a logger that discards.
 	Logger *slog.Logger
@@ -146,18 +148,19 @@ func New(session *gocql.Session, cfg Config) (*Client, error) {
 	if session == nil {
 		return nil, shardq.Invalid("session", "is nil")
 	}
-	if cfg.Clock == nil {
-		cfg.Clock = shardq.SystemClock{}
-	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	cluster := clustertime.For(session, cfg.Clock, cfg.Logger)
+	if cfg.Clock == nil {
+		cfg.Clock = cluster
 	}
 	p, err := producer.New(session, producer.Config{Clock: cfg.Clock, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}
 	return &Client{session: session, producer: p,
-		env: &iseries.Env{Session: session, Clock: cfg.Clock, Log: cfg.Logger, Signals: signal.NewToucher(session, cfg.Logger)}}, nil
+		env: &iseries.Env{Session: session, Clock: cfg.Clock, Cluster: cluster, Log: cfg.Logger, Signals: signal.NewToucher(session, cfg.Logger)}}, nil
 }
 
 // Create creates a series and schedules its first occurrence. Creating a series that

@@ -19,6 +19,7 @@ import (
 
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/consumer"
+	"github.com/shardq/shardq/internal/clustertime"
 	"github.com/shardq/shardq/internal/defaults"
 	"github.com/shardq/shardq/internal/lwt"
 	"github.com/shardq/shardq/internal/signal"
@@ -122,7 +123,8 @@ type Config struct {
 	Observer shardq.Observer
 	// Logger receives errors and debug events. Defaults to a logger that discards.
 	Logger *slog.Logger
-	// Clock tells the time for due times and leases. Defaults to shardq.SystemClock.
+	// Clock tells the time for due times and leases. Defaults to the cluster's time, as
+	// consumer.Config.Clock does.
 	Clock shardq.Clock
 }
 
@@ -230,7 +232,9 @@ func New(session *gocql.Session, cfg Config) (*Worker, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Clock == nil {
-		cfg.Clock = shardq.SystemClock{}
+		// One cluster clock for the worker's consumer, producer and series, which must
+		// agree on when leases end.
+		cfg.Clock = clustertime.New(session, nil, cfg.Logger)
 	}
 	w := &Worker{cfg: cfg, signals: signal.NewWatcher(session, cfg.Queue), log: cfg.Logger, stopFetch: make(chan struct{}),
 		fetchStopped: make(chan struct{}), done: make(chan struct{})}

@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/internal/clustertime"
 	"github.com/shardq/shardq/internal/cql"
 	"github.com/shardq/shardq/internal/lwt"
 	"github.com/shardq/shardq/internal/signal"
@@ -107,7 +108,6 @@ func (st *State) schedule(now time.Time, fresh bool, anchor time.Time) error {
 	st.Open, st.CatchUp, st.Nominal = true, catchUp, nominal
 	st.TaskID = shard.NewTaskID(maxTime(nominal, now), st.Queue)
 	st.Priority = int8(st.Spec.Priority)
-	st.Stamp = taskrow.Timestamp()
 	st.AdvancedAt = now
 	return nil
 }
@@ -123,6 +123,7 @@ func maxTime(a, b time.Time) time.Time {
 type Env struct {
 	Session *gocql.Session
 	Clock   shardq.Clock
+	Cluster *clustertime.Clock // stamps occurrences' writes
 	Log     *slog.Logger
 	Signals *signal.Toucher
 }
@@ -194,6 +195,7 @@ func (e *Env) Create(ctx context.Context, q shardq.QueueConfig, name string, spe
 	if err := st.Next(now); err != nil {
 		return st, false, err
 	}
+	st.Stamp = e.Cluster.Stamp(now)
 	// The name first: a series is listed (and kept) from the moment it may exist.
 	if err := cql.Query(e.Session, `INSERT INTO series_names (queue, name) VALUES (?, ?)`, q.Name, name).
 		WithContext(ctx).Exec(); err != nil {
@@ -247,9 +249,14 @@ func (e *Env) Change(ctx context.Context, q shardq.QueueConfig, name string, f f
 			return st, err
 		}
 		before := st
-		ok, err := f(&st, e.Clock.Now())
+		now := e.Clock.Now()
+		ok, err := f(&st, now)
 		if err != nil || !ok {
 			return before, err
+		}
+		if st.TaskID != before.TaskID {
+			// The occurrence's write is stamped now, before the takes that delete it.
+			st.Stamp = e.Cluster.Stamp(now)
 		}
 		st.Version = before.Version + 1
 		applied, err := e.put(ctx, st, before.Version)

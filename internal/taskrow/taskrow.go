@@ -35,23 +35,14 @@ type Row struct {
 // valid version 1 UUID.
 var LockID = gocql.UUID{0, 0, 0, 0, 0, 0, 0x10, 0, 0x80}
 
-// TimestampLag is how far before the wall clock plain writes of task rows are stamped.
-// Rows are deleted by lightweight transactions, whose timestamps come from a
-// coordinator's clock at the time of the delete: a lag keeps every delete later than the
-// insert it removes even when clocks differ by less than this, so a delete is never
-// shadowed, and a driver's late retry of an insert cannot bring a consumed row back.
-const TimestampLag = time.Second
-
-// Timestamp is the write timestamp of a plain insert made now: the system clock (not an
-// injected one: storage order must follow real time) less TimestampLag, in microseconds.
-func Timestamp() int64 { return time.Now().Add(-TimestampLag).UnixMicro() }
-
 const (
 	insertCols = `INSERT INTO tasks (shard_key, kind, priority, id, task_id, payload, due_at, timeout_ms, attempt, deliveries`
 	insertVals = `) VALUES (?, 1, ?, ?, ?, ?, ?, ?, ?, ?`
 )
 
-// Insert returns the statement writing r with write timestamp ts (see Timestamp).
+// Insert returns the statement writing r with write timestamp ts, in microseconds (see
+// clustertime.Clock.Stamp: rows are deleted by lightweight transactions, stamped by
+// coordinators, which must win over the insert).
 func (r Row) Insert(ts int64) (string, []any) {
 	stmt, args := r.InsertLWT()
 	return stmt + ` USING TIMESTAMP ?`, append(args, ts)

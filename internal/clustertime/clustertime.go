@@ -1,0 +1,162 @@
+// Package clustertime tells the cluster's time: a host's clock corrected by how far it was
+// measured from the coordinators' clocks. Lightweight transactions, which delete task rows
+// and markers, are stamped by a coordinator's clock; plain writes are stamped by ours, so
+// a host whose clock leads the cluster's writes rows that deletes cannot shadow, and one
+// whose clock trails writes rows below the floors consumers read from. Measuring costs one
+// small read of system.local per Refresh.
+package clustertime
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/gocql/gocql"
+	"github.com/google/uuid"
+
+	"github.com/shardq/shardq/internal/cql"
+	"github.com/shardq/shardq/shard"
+)
+
+const (
+	// Refresh is how often the offset is measured again.
+	Refresh = time.Minute
+	// samples are taken per measure; the one with the shortest round trip counts.
+	samples = 3
+	// WriteLag is how far before the cluster's time plain writes are stamped: deletes
+	// made after a write, which coordinators stamp, then win over it even when the
+	// coordinators' clocks differ by less than this, and a driver's late retry of an insert
+	// cannot bring a deleted row back.
+	WriteLag = time.Second
+)
+
+// Host is the clock this host keeps; tests give a skewed one.
+type Host interface{ Now() time.Time }
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
+// Clock is the cluster's time as seen from this host. Safe for concurrent use.
+type Clock struct {
+	session *gocql.Session
+	host    Host
+	log     *slog.Logger
+	first   sync.Once
+
+	mu        sync.Mutex
+	offset    time.Duration // cluster minus host
+	attempted time.Time     // host time of the last measure, done or failed; zero before
+	measuring bool
+}
+
+// New returns the cluster's clock through session, measured against host (nil: this
+// host's system clock).
+func New(session *gocql.Session, host Host, log *slog.Logger) *Clock {
+	if host == nil {
+		host = systemClock{}
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Clock{session: session, host: host, log: log}
+}
+
+// Now returns the host's time corrected by the last measured offset, and measures again
+// in the background once that is older than Refresh. Until Ready's first measure it is
+// the host's own time.
+func (c *Clock) Now() time.Time {
+	now := c.host.Now()
+	c.mu.Lock()
+	off := c.offset
+	stale := !c.measuring && !c.attempted.IsZero() && now.Sub(c.attempted) >= Refresh
+	if stale {
+		c.measuring = true
+	}
+	c.mu.Unlock()
+	if stale {
+		go c.measureInBackground()
+	}
+	return now.Add(off)
+}
+
+// Ready measures the offset the first time it is called, and waits for that measure, so
+// that the times a process hands out are corrected from its first task on. A failed
+// measure is logged: the host's time serves until one succeeds.
+func (c *Clock) Ready(ctx context.Context) {
+	c.first.Do(func() {
+		c.mu.Lock()
+		c.measuring = true
+		c.mu.Unlock()
+		if _, err := c.Measure(ctx); err != nil {
+			c.log.WarnContext(ctx, "measuring the cluster's clock; using this host's until it succeeds", "error", err)
+		}
+	})
+}
+
+// Offset returns how far the cluster's clock was last measured ahead of the host's.
+func (c *Clock) Offset() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.offset
+}
+
+func (c *Clock) measureInBackground() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := c.Measure(ctx); err != nil {
+		c.log.WarnContext(ctx, "measuring the cluster's clock; using the last offset", "error", err)
+	}
+}
+
+// Measure reads a coordinator's clock and records the offset of the host's from it,
+// taken from the sample with the shortest round trip.
+func (c *Clock) Measure(ctx context.Context) (time.Duration, error) {
+	best, bestRTT := time.Duration(0), time.Duration(-1)
+	var err error
+	for range samples {
+		var id gocql.UUID
+		sent := c.host.Now()
+		if err = cql.Query(c.session, `SELECT now() FROM system.local`).WithContext(ctx).Scan(&id); err != nil {
+			break
+		}
+		got := c.host.Now()
+		if rtt := got.Sub(sent); bestRTT < 0 || rtt < bestRTT {
+			best, bestRTT = shard.IDTime(uuid.UUID(id)).Sub(sent.Add(rtt/2)), rtt
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.measuring, c.attempted = false, c.host.Now()
+	if bestRTT < 0 {
+		return 0, fmt.Errorf("clustertime: reading a coordinator's clock: %w", err)
+	}
+	c.offset = best
+	if best.Abs() > WriteLag/2 {
+		c.log.WarnContext(ctx, "this host's clock is off the cluster's; shardq corrects its times, but fix the host's time sync",
+			"offset", best)
+	}
+	return best, nil
+}
+
+// Stamp is the write timestamp, in microseconds, of a plain write made at writer's time
+// now: WriteLag before the earlier of now and the cluster's time. A writer whose clock
+// trails stamps as it writes row IDs; one whose clock leads cannot stamp past the deletes
+// that will follow.
+func (c *Clock) Stamp(now time.Time) int64 {
+	if cluster := c.Now(); cluster.Before(now) {
+		now = cluster
+	}
+	return now.Add(-WriteLag).UnixMicro()
+}
+
+// For returns clock when it is a cluster clock already (one a worker hands its consumer),
+// else a new one through session, so the parts of one worker measure once.
+func For(session *gocql.Session, clock Host, log *slog.Logger) *Clock {
+	if c, ok := clock.(*Clock); ok {
+		return c
+	}
+	return New(session, nil, log)
+}
