@@ -181,6 +181,7 @@ func (p *Producer) ScheduleTasks(ctx context.Context, tasks []Task) ([]uuid.UUID
 		return nil, err
 	}
 	defer cancel()
+	now = p.placeKeyedAgain(queues, tasks, rows, late, now)
 
 	// A task without a key is found at its first place by its ID (see home): only keyed
 	// tasks need an index entry before their first move, to find them by key.
@@ -248,6 +249,28 @@ func (p *Producer) ScheduleTasks(ctx context.Context, tasks []Task) ([]uuid.UUID
 	}
 	p.cfg.Logger.DebugContext(ctx, "scheduled tasks", "tasks", len(tasks), "batches", len(batches))
 	return ids, nil
+}
+
+// placeKeyedAgain places keyed rows due by now again after their keys' claims, whose
+// lightweight transactions take round trips: written at the place taken before them, such
+// a row lands that much later than its ID time, below the floors of consumers that read
+// its partition meanwhile. A keyed task's index entry names its row, so the row's ID may
+// differ from the task's. It returns the time the rows are now placed by.
+func (p *Producer) placeKeyedAgain(queues []shardq.QueueConfig, tasks []Task, rows []taskrow.Row, late []time.Duration, before time.Time) time.Time {
+	now := p.cfg.Clock.Now()
+	if !now.After(before) {
+		return before
+	}
+	for i, t := range tasks {
+		place := now.Add(late[i])
+		if t.Key == "" || !shard.IDTime(uuid.UUID(rows[i].ID)).Before(place) {
+			continue
+		}
+		l := queues[i].Layout()
+		rows[i].ID = gocql.UUID(shard.NewID(place))
+		rows[i].Key = l.Key(l.Bucket(place), l.ShardFor(uuid.UUID(rows[i].TaskID)))
+	}
+	return now
 }
 
 // notify wakes idle workers: those of this process through the in-process bus, the
