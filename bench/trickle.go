@@ -293,6 +293,10 @@ func runChildIfAsked() {
 		err = trickleProducer(ctx)
 	case roleTrickleWorker:
 		err = trickleWorker(ctx)
+	case roleSkewProducer:
+		err = skewProducer(ctx)
+	case roleSkewWorker:
+		err = skewWorker(ctx)
 	default:
 		err = fmt.Errorf("unknown role")
 	}
