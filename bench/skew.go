@@ -222,6 +222,7 @@ func (b *bench) skew(ctx context.Context) error {
 		}
 	}
 	lateness := make([]time.Duration, 0, len(first))
+	latenessBy := make([][]time.Duration, len(clocks))
 	lostBy, beyondBy := make([]int, len(clocks)), make([]int, len(clocks))
 	for _, id := range ids {
 		f, ok := first[id]
@@ -233,13 +234,20 @@ func (b *bench) skew(ctx context.Context) error {
 		}
 		if ok {
 			lateness = append(lateness, f.start.Sub(f.due))
+			latenessBy[producerOf[id]] = append(latenessBy[producerOf[id]], f.start.Sub(f.due))
 		}
 	}
 	p50, p99, mx := percentiles(lateness)
+	var p50By, p99By []float64
+	for _, l := range latenessBy {
+		p50, p99, _ := percentiles(l)
+		p50By, p99By = append(p50By, p50), append(p99By, p99)
+	}
 	clocksS := []float64{clocks[0].Seconds(), clocks[1].Seconds()}
 	b.emit(result{"workload": "skew", "tasks": len(ids), "schedule_errors": failed, "delivered": len(first),
 		"lost": lost, "still_in_table": left, "early": early, "early_max_ms": ms(earliest), "duplicates": dups,
 		"redeliveries": redelivered, "lateness_p50_ms": p50, "lateness_p99_ms": p99, "lateness_max_ms": mx,
+		"lateness_p50_ms_by_producer": p50By, "lateness_p99_ms_by_producer": p99By,
 		"bound_ms": ms(skewBound), "beyond_bound": beyondBy[0] + beyondBy[1],
 		"producer_clocks_s": clocksS, "lost_by_producer": lostBy, "beyond_bound_by_producer": beyondBy,
 		"unknown_deliveries": unknown, "acked": acked, "lease_lost": leaseLost,
