@@ -77,3 +77,30 @@ func TestWorkloadsSmall(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, strings.HasPrefix(string(png), "\x89PNG"), "the chart is a PNG")
 }
+
+// TestSkewSmall runs skew at a tiny size, its producers in two processes, and checks its
+// JSON line has the documented fields and counts every task scheduled. It asserts no loss
+// or lateness: skew exists to measure those.
+func TestSkewSmall(t *testing.T) {
+	dir := t.TempDir()
+	o := options{
+		hosts: strings.Join(cassandratest.Hosts(t), ","), keyspace: cassandratest.Keyspace(t),
+		workloads: "skew", jsonPath: filepath.Join(dir, "out.jsonl"), rf: 1, buckets: 900, bucket: time.Second,
+		skewTasks: 100, skewOver: 2 * time.Second, skewDue: "now", skewBound: 30 * time.Second,
+		producerSkew: 4 * time.Second, producersIn: "two", workerSkew: time.Second, workers: 2, concurrency: 4,
+	}
+	t.Setenv(cqlcluster.HostsEnv, "") // o.hosts says where the cluster is
+	require.NoError(t, run(context.Background(), o))
+
+	raw, err := os.ReadFile(o.jsonPath)
+	require.NoError(t, err)
+	var r map[string]any
+	require.NoError(t, json.Unmarshal(raw, &r))
+	require.Equal(t, "skew", r["workload"])
+	for _, field := range []string{"tasks", "delivered", "lost", "still_in_table", "early", "duplicates",
+		"lateness_p50_ms", "lateness_p99_ms", "lateness_max_ms", "bound_ms", "beyond_bound"} {
+		require.Contains(t, r, field)
+	}
+	require.EqualValues(t, 100, r["tasks"])
+	require.EqualValues(t, 0, r["schedule_errors"])
+}

@@ -61,6 +61,13 @@ type options struct {
 	sweepConsumers, sweepBatch string
 
 	ceilingTasks int
+
+	skewTasks                int
+	skewOver, skewBound      time.Duration
+	skewDue                  string
+	producerSkew, workerSkew time.Duration
+	producersIn              string
+	workers, concurrency     int
 }
 
 func main() {
@@ -68,7 +75,7 @@ func main() {
 	var o options
 	flag.StringVar(&o.hosts, "hosts", "127.0.0.1", "comma-separated Cassandra hosts (SHARDQ_CASSANDRA_HOSTS wins when set)")
 	flag.StringVar(&o.keyspace, "keyspace", "shardq_bench", "keyspace each workload drops and makes again")
-	flag.StringVar(&o.workloads, "workload", "burst", "comma-separated workloads: burst, burst-worker, spread, trickle, idle, soak, sweep, ceiling, or all")
+	flag.StringVar(&o.workloads, "workload", "burst", "comma-separated workloads: burst, burst-worker, spread, trickle, idle, soak, sweep, ceiling, skew, or all (all but skew)")
 	flag.StringVar(&o.jsonPath, "json", "", "append JSON lines to this file (default: print them on stdout)")
 	flag.StringVar(&o.chartPath, "chart", "sweep.png", "PNG file for the sweep's chart")
 
@@ -112,6 +119,16 @@ func main() {
 	flag.StringVar(&o.sweepBatch, "sweep-batch", "50,200", "sweep: batch sizes")
 
 	flag.IntVar(&o.ceilingTasks, "ceiling-tasks", 50_000, "ceiling: rows per measurement")
+
+	flag.IntVar(&o.skewTasks, "skew-tasks", 10_000, "skew: tasks scheduled, half by each of two producers")
+	flag.DurationVar(&o.skewOver, "skew-over", 30*time.Second, "skew: tasks are scheduled (-skew-due now) or due (ahead) evenly over this long")
+	flag.StringVar(&o.skewDue, "skew-due", "now", "skew: now (DueAt zero, scheduled over -skew-over) or ahead (all scheduled at the start, due over -skew-over)")
+	flag.DurationVar(&o.skewBound, "skew-bound", 90*time.Second, "skew: how long after the last due time a task may run before it counts as lost")
+	flag.DurationVar(&o.producerSkew, "producer-skew", 4*time.Second, "skew: how far one producer's clock trails (the other is on time)")
+	flag.StringVar(&o.producersIn, "producers-in", "one", "skew: one (both producers in one process, one session) or two processes")
+	flag.DurationVar(&o.workerSkew, "worker-skew", 0, "skew: how far every worker's clock leads")
+	flag.IntVar(&o.workers, "workers", 2, "skew: worker processes")
+	flag.IntVar(&o.concurrency, "concurrency", 16, "skew: each worker's Concurrency")
 	flag.Parse()
 
 	if err := run(context.Background(), o); err != nil {
@@ -136,6 +153,7 @@ func run(ctx context.Context, o options) error {
 	workloads := map[string]func(context.Context) error{
 		"burst": b.burst, "burst-worker": b.burstWorker, "spread": b.spread, "trickle": b.trickle,
 		"idle": b.idle, "soak": b.soak, "sweep": b.sweep, "ceiling": b.ceiling,
+		"skew": b.skew,
 	}
 	for _, name := range names {
 		w, ok := workloads[strings.TrimSpace(name)]

@@ -64,12 +64,7 @@ func (b *bench) trickle(ctx context.Context) error {
 	tr := newTracker(n)
 
 	// The worker first, and only once it has polled: its first poll looks back a whole lap.
-	ready := make(chan struct{})
-	wk, err := startChild(roleTrickleWorker, env, func(line string) error {
-		if line == "ready" {
-			close(ready)
-			return nil
-		}
+	wk, err := startReady(roleTrickleWorker, env, func(line string) error {
 		id, lateUs, ok := strings.Cut(line, " ")
 		u, err1 := uuid.Parse(id)
 		late, err2 := strconv.ParseInt(lateUs, 10, 64)
@@ -83,13 +78,6 @@ func (b *bench) trickle(ctx context.Context) error {
 		return err
 	}
 	defer wk.stop(5 * time.Second) //nolint:errcheck // only reached first on an error path
-	select {
-	case <-ready:
-	case <-wk.read:
-		return fmt.Errorf("%s exited before it was ready: %v", roleTrickleWorker, wk.stop(5*time.Second))
-	case <-time.After(2 * time.Minute):
-		return fmt.Errorf("%s not ready within 2m", roleTrickleWorker)
-	}
 
 	pid := b.cassandraPIDs()
 	cpu0, cpuErr := cpuSeconds(pid)
@@ -215,6 +203,32 @@ func startChild(role string, env []string, onLine func(string) error) (*child, e
 	return c, nil
 }
 
+// startReady starts a worker child as startChild does and waits until it prints "ready"
+// (a line onLine does not get).
+func startReady(role string, env []string, onLine func(string) error) (*child, error) {
+	ready := make(chan struct{})
+	c, err := startChild(role, env, func(line string) error {
+		if line == "ready" {
+			close(ready)
+			return nil
+		}
+		return onLine(line)
+	})
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case <-ready:
+		return c, nil
+	case <-c.read:
+		err = fmt.Errorf("%s exited before it was ready: %v", role, c.stop(5*time.Second))
+	case <-time.After(2 * time.Minute):
+		err = fmt.Errorf("%s not ready within 2m", role)
+	}
+	c.stop(5 * time.Second) //nolint:errcheck // err says what went wrong
+	return nil, err
+}
+
 // stop closes the child's stdin, which tells it to stop, reads its stdout to the end and
 // waits for it to exit, killing it if that takes longer than grace. Later calls return
 // the first one's result.
@@ -279,6 +293,10 @@ func runChildIfAsked() {
 		err = trickleProducer(ctx)
 	case roleTrickleWorker:
 		err = trickleWorker(ctx)
+	case roleSkewProducer:
+		err = skewProducer(ctx)
+	case roleSkewWorker:
+		err = skewWorker(ctx)
 	default:
 		err = fmt.Errorf("unknown role")
 	}
@@ -346,15 +364,37 @@ func trickleProducer(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	n := int(float64(rate) * over.Seconds())
+	start := time.Now()
+	err = paced(ctx, n, func(i int) time.Time { return start.Add(time.Duration(i) * time.Second / time.Duration(rate)) },
+		func(ctx context.Context, i int) error {
+			id, err := p.ScheduleTask(ctx, producer.Task{Queue: queue, Payload: payload, Priority: i % 10})
+			if err != nil {
+				return err
+			}
+			return out.printf("%s\n", id)
+		})
+	if err != nil {
+		return err
+	}
+	if took := time.Since(start); took > over+over/10 {
+		fmt.Fprintf(os.Stderr, "trickle: the producer took %v to schedule %d tasks meant to take %v\n",
+			took.Round(time.Millisecond), n, over)
+	}
+	return nil
+}
+
+// paced calls send(ctx, i) for each i in [0, n), at at(i) or, when that has passed, as
+// soon as one of the trickleInFlight calls that may wait at once returns. It stops at
+// the first error send returns, which it returns, or when ctx ends.
+func paced(ctx context.Context, n int, at func(i int) time.Time, send func(ctx context.Context, i int) error) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	slots := make(chan struct{}, trickleInFlight)
 	var wg sync.WaitGroup
-	n := int(float64(rate) * over.Seconds())
-	start := time.Now()
 send:
 	for i := range n {
-		if wait := time.Until(start.Add(time.Duration(i) * time.Second / time.Duration(rate))); wait > 0 {
+		if wait := time.Until(at(i)); wait > 0 {
 			select {
 			case <-ctx.Done():
 				break send
@@ -370,11 +410,7 @@ send:
 		go func() {
 			defer wg.Done()
 			defer func() { <-slots }()
-			id, err := p.ScheduleTask(ctx, producer.Task{Queue: queue, Payload: payload, Priority: i % 10})
-			if err == nil {
-				err = out.printf("%s\n", id)
-			}
-			if err != nil {
+			if err := send(ctx, i); err != nil {
 				cancel(err)
 			}
 		}()
@@ -382,10 +418,6 @@ send:
 	wg.Wait()
 	if err := context.Cause(ctx); err != nil && err != context.Canceled {
 		return err // a failed call, not the parent telling it to stop
-	}
-	if took := time.Since(start); took > over+over/10 {
-		fmt.Fprintf(os.Stderr, "trickle: the producer took %v to schedule %d tasks meant to take %v\n",
-			took.Round(time.Millisecond), n, over)
 	}
 	return nil
 }
@@ -399,18 +431,25 @@ func trickleWorker(ctx context.Context) error {
 		return err
 	}
 	defer s.Close()
-	w, err := worker.New(s, worker.Config{Queue: queue, Concurrency: trickleWorkerConcurrency,
+	_, err = serveWorker(ctx, s, worker.Config{Queue: queue, Concurrency: trickleWorkerConcurrency,
 		Handler: worker.HandlerFunc(func(_ context.Context, t *consumer.Task) error {
 			late := time.Since(t.DueAt)
 			out.printf("%s %d\n", t.ID, late.Microseconds()) //nolint:errcheck // a parent gone also closes stdin
 			return nil
 		})})
+	return err
+}
+
+// serveWorker runs a worker with cfg until ctx ends, then stops it gracefully and
+// returns its stats. It prints "ready" once the worker has polled.
+func serveWorker(ctx context.Context, s *gocql.Session, cfg worker.Config) (worker.Stats, error) {
+	w, err := worker.New(s, cfg)
 	if err != nil {
-		return err
+		return worker.Stats{}, err
 	}
 	// Not ctx: cancelling Start's context stops the worker hard.
 	if err := w.Start(context.WithoutCancel(ctx)); err != nil {
-		return err
+		return worker.Stats{}, err
 	}
 	for w.Stats().Polls == 0 && ctx.Err() == nil {
 		time.Sleep(10 * time.Millisecond)
@@ -420,7 +459,8 @@ func trickleWorker(ctx context.Context) error {
 	<-ctx.Done()
 	stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	return w.Stop(stopCtx)
+	err = w.Stop(stopCtx)
+	return w.Stats(), err
 }
 
 // out is where a child prints its lines.
