@@ -279,7 +279,8 @@ func TestBacklogInOnePartition(t *testing.T) {
 // consumers' floors, some into the bucket being read (whose signal cell on-time writes
 // touch again before any sweep sees it) and some into buckets the cursors passed. Each of
 // its tasks is still delivered within a sweep of its write (plus the polls of this test),
-// not at its bucket's end, nor when the ring comes back a lap later.
+// not at its bucket's end, nor at an idle consumer's next full scan (a worker's look
+// three idle intervals ahead makes those 15 s apart), nor when the ring comes back.
 func TestLateWritesFoundBySweep(t *testing.T) {
 	t.Parallel()
 	for _, bucket := range []time.Duration{time.Second, 10 * time.Second} {
@@ -288,7 +289,8 @@ func TestLateWritesFoundBySweep(t *testing.T) {
 			e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 120, BucketDuration: bucket, DefaultTimeout: 30 * time.Second})
 			trailing, err := producer.New(e.s, producer.Config{Clock: offsetClock{e.clock, -4 * time.Second}})
 			require.NoError(t, err)
-			c := e.consumer()
+			c, err := consumer.New(e.s, consumer.Config{Queue: e.q.Name, Clock: e.clock, LookAhead: 30 * time.Second})
+			require.NoError(t, err)
 			ctx := context.Background()
 			written := map[uuid.UUID]time.Time{} // by the consumer's clock
 			var waited time.Duration
