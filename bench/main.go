@@ -66,7 +66,7 @@ type options struct {
 	skewOver, skewBound      time.Duration
 	skewDue                  string
 	producerSkew, workerSkew time.Duration
-	producersIn              string
+	producersIn, skewAs      string
 	workers, concurrency     int
 }
 
@@ -127,6 +127,7 @@ func main() {
 	flag.DurationVar(&o.producerSkew, "producer-skew", 4*time.Second, "skew: how far one producer's clock trails (the other is on time)")
 	flag.StringVar(&o.producersIn, "producers-in", "one", "skew: one (both producers in one process, one session) or two processes")
 	flag.DurationVar(&o.workerSkew, "worker-skew", 0, "skew: how far every worker's clock leads")
+	flag.StringVar(&o.skewAs, "skew-as", "clock", "skew: clock (the offsets are each part's Config.Clock) or host (each part runs on the default clock of a host whose own clock is offset)")
 	flag.IntVar(&o.workers, "workers", 2, "skew: worker processes")
 	flag.IntVar(&o.concurrency, "concurrency", 16, "skew: each worker's Concurrency")
 	flag.Parse()

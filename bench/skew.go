@@ -15,6 +15,7 @@ import (
 
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/consumer"
+	"github.com/shardq/shardq/internal/clustertime"
 	"github.com/shardq/shardq/producer"
 	"github.com/shardq/shardq/shard"
 	"github.com/shardq/shardq/worker"
@@ -28,6 +29,7 @@ const (
 	mineEnv        = "SHARDQ_BENCH_MINE"        // the producers this process runs, e.g. "0,1"
 	dueEnv         = "SHARDQ_BENCH_DUE"         // "now" or "ahead"
 	clockEnv       = "SHARDQ_BENCH_CLOCK"       // a worker's clock offset
+	skewAsEnv      = "SHARDQ_BENCH_SKEW_AS"     // -skew-as
 	concurrencyEnv = "SHARDQ_BENCH_CONCURRENCY" // a worker's Concurrency
 
 	roleSkewProducer = "skew-producer"
@@ -50,6 +52,16 @@ type offsetClock time.Duration
 
 func (c offsetClock) Now() time.Time { return time.Now().Add(time.Duration(c)) }
 
+// skewClock is a part's clock offset from the real one: the part's Config.Clock itself
+// (-skew-as clock), or the default clock, the cluster's time, as measured on a host whose
+// clock is that offset (host).
+func skewClock(s *gocql.Session, offset time.Duration) shardq.Clock {
+	if os.Getenv(skewAsEnv) == "host" {
+		return clustertime.New(s, offsetClock(offset), nil)
+	}
+	return offsetClock(offset)
+}
+
 // skewDelivery is one handler start, as a worker process printed it.
 type skewDelivery struct {
 	id         uuid.UUID
@@ -71,6 +83,9 @@ func (b *bench) skew(ctx context.Context) error {
 	if o.skewTasks <= 0 || o.skewOver <= 0 || o.workers <= 0 || o.concurrency <= 0 {
 		return fmt.Errorf("-skew-tasks, -skew-over, -workers and -concurrency must be positive")
 	}
+	if o.skewAs != "clock" && o.skewAs != "host" {
+		return fmt.Errorf("-skew-as %q: want clock or host", o.skewAs)
+	}
 	if o.skewDue != "now" && o.skewDue != "ahead" {
 		return fmt.Errorf("-skew-due %q: want now or ahead", o.skewDue)
 	}
@@ -85,7 +100,8 @@ func (b *bench) skew(ctx context.Context) error {
 		return err
 	}
 	// Clipped, so that each append below makes a copy of its own.
-	env := slices.Clip(append(os.Environ(), hostsEnv+"="+strings.Join(b.hosts, ","), keyspaceEnv+"="+b.o.keyspace, queueEnv+"="+q.Name))
+	env := slices.Clip(append(os.Environ(), hostsEnv+"="+strings.Join(b.hosts, ","), keyspaceEnv+"="+b.o.keyspace, queueEnv+"="+q.Name,
+		skewAsEnv+"="+o.skewAs))
 	tr := newTracker(o.skewTasks)
 	var mu sync.Mutex // guards what the children's lines fill in
 	var (
@@ -251,7 +267,7 @@ func (b *bench) skew(ctx context.Context) error {
 		"bound_ms": ms(skewBound), "beyond_bound": beyondBy[0] + beyondBy[1],
 		"producer_clocks_s": clocksS, "lost_by_producer": lostBy, "beyond_bound_by_producer": beyondBy,
 		"unknown_deliveries": unknown, "acked": acked, "lease_lost": leaseLost,
-		"producers_in": o.producersIn, "workers": o.workers, "concurrency": o.concurrency,
+		"producers_in": o.producersIn, "skew_as": o.skewAs, "workers": o.workers, "concurrency": o.concurrency,
 		"worker_skew_s": o.workerSkew.Seconds(), "due": o.skewDue, "over_s": o.skewOver.Seconds(),
 		"wait_after_last_due_s": o.skewBound.Seconds(), "bucket_s": o.bucket.Seconds(), "buckets": o.buckets,
 		"shards": skewShards, "timeout_s": skewTimeout.Seconds()})
@@ -343,7 +359,7 @@ func skewProducer(ctx context.Context) error {
 		if err != nil || p < 0 || p >= len(clocks) {
 			return fmt.Errorf("%s %q", mineEnv, os.Getenv(mineEnv))
 		}
-		if ps[p], err = producer.New(s, producer.Config{Clock: offsetClock(clocks[p])}); err != nil {
+		if ps[p], err = producer.New(s, producer.Config{Clock: skewClock(s, clocks[p])}); err != nil {
 			return err
 		}
 	}
@@ -398,7 +414,7 @@ func skewWorker(ctx context.Context) error {
 		return err
 	}
 	defer s.Close()
-	st, err := serveWorker(ctx, s, worker.Config{Queue: queue, Concurrency: concurrency, Clock: offsetClock(offset),
+	st, err := serveWorker(ctx, s, worker.Config{Queue: queue, Concurrency: concurrency, Clock: skewClock(s, offset),
 		Handler: worker.HandlerFunc(func(_ context.Context, t *consumer.Task) error {
 			start := time.Now()
 			out.printf("%s %d %d %d\n", t.ID, t.Attempt, start.UnixNano(), t.DueAt.UnixNano()) //nolint:errcheck // a parent gone also closes stdin
