@@ -38,7 +38,6 @@ func TestNodeFrozen(t *testing.T) {
 	})
 	rep := e.rec.report("node-frozen")
 	p50, p99, maxMs, due := e.rec.lateness(frozeAt, thawedAt)
-	scheduled := e.rec.dueWithin(frozeAt, thawedAt)
 	rep.Extra["frozen_s"] = thawedAt.Sub(frozeAt).Seconds()
 	rep.Extra["frozen_tasks"] = due
 	rep.Extra["frozen_lateness_p50_ms"] = p50
@@ -46,7 +45,6 @@ func TestNodeFrozen(t *testing.T) {
 	rep.Extra["frozen_lateness_max_ms"] = maxMs
 	logTimeline(t, e.rec, frozeAt.Add(-3*time.Second), thawedAt.Add(5*time.Second))
 	finish(t, rep)
-	require.Equal(t, scheduled, due, "every task due during the freeze started")
 	// A quarter into 40 s of tasks, a 15 s freeze has 15 s of them due within it; 10 s
 	// worth leaves room for a late start, and none would make the p99 below say nothing.
 	require.GreaterOrEqual(t, due, 10*rate, "tasks due during the freeze")
