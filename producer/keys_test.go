@@ -2,6 +2,7 @@ package producer_test
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,7 +12,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/internal/taskindex"
+	"github.com/shardq/shardq/internal/taskrow"
+	"github.com/shardq/shardq/lock"
 	"github.com/shardq/shardq/producer"
+	"github.com/shardq/shardq/shard"
 )
 
 // base is a time whose bucket is the first of setup's ring (time shard 0).
@@ -108,3 +113,112 @@ func (c *tickingClock) Now() time.Time {
 }
 
 func (c *tickingClock) Add(d time.Duration) { c.now.Add(int64(d)) }
+
+// lockHolder reads the holder of key's lock; zero when free.
+func lockHolder(t *testing.T, s *gocql.Session, key string) gocql.UUID {
+	t.Helper()
+	var h gocql.UUID
+	err := s.Query(`SELECT lock_holder FROM tasks WHERE shard_key = ? AND kind = 0 AND priority = 0 AND id = ?`, key, taskrow.LockID).Scan(&h)
+	if errors.Is(err, gocql.ErrNotFound) {
+		return gocql.UUID{}
+	}
+	require.NoError(t, err)
+	return h
+}
+
+// lockedMove schedules a task due at base+5s and starts rescheduling it to now (base)
+// while a lease of a test locker (30 s TTL) holds the task's partition. It returns once
+// the producer holds the destination's lock (the lower key, so it takes it first).
+func lockedMove(t *testing.T, q shardq.QueueConfig, s *gocql.Session, p *producer.Producer) (id uuid.UUID, src *lock.Lease, dst string, done <-chan error) {
+	t.Helper()
+	ctx := context.Background()
+	id, err := p.ScheduleTask(ctx, producer.Task{Queue: q.Name, Payload: []byte("x"), DueAt: base.Add(5 * time.Second)})
+	require.NoError(t, err)
+	lay := q.Layout()
+	from := lay.Key(lay.Bucket(base.Add(5*time.Second)), lay.ShardFor(id))
+	dst = lay.Key(lay.Bucket(base), lay.ShardFor(id))
+	require.Less(t, dst, from)
+	locker, err := lock.New(s, lock.Config{TTL: 30 * time.Second})
+	require.NoError(t, err)
+	src, err = locker.Acquire(ctx, from)
+	require.NoError(t, err)
+	ch := make(chan error, 1)
+	go func() { ch <- p.Reschedule(ctx, id, producer.RescheduleOptions{DueAt: base}) }()
+	require.Eventually(t, func() bool { return lockHolder(t, s, dst) != gocql.UUID{} }, 10*time.Second, 2*time.Millisecond)
+	return id, src, dst, ch
+}
+
+func wait(t *testing.T, done <-chan error) error {
+	t.Helper()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(30 * time.Second):
+		require.FailNow(t, "Reschedule did not return")
+		return nil
+	}
+}
+
+// TestRescheduleMakesItsRowAfterTheLocks: a reschedule that waited for a partition's
+// lock makes its row's ID after the wait, not before it: a row written later than its ID
+// says would land below consumers' read floors.
+func TestRescheduleMakesItsRowAfterTheLocks(t *testing.T) {
+	t.Parallel()
+	s, q := setup(t)
+	clock := newClock()
+	p, err := producer.New(s, producer.Config{Clock: clock})
+	require.NoError(t, err)
+	ctx := context.Background()
+	id, src, _, done := lockedMove(t, q, s, p)
+
+	clock.Add(3 * time.Second) // the time the wait took
+	require.NoError(t, src.Release(ctx))
+	require.NoError(t, wait(t, done))
+	e, _, err := taskindex.Read(ctx, s, id)
+	require.NoError(t, err)
+	require.Equal(t, taskindex.Scheduled, e.State)
+	row := shard.IDTime(uuid.UUID(e.Row.ID))
+	require.False(t, row.Before(clock.Now()), "the row's ID (%v) was made before the lock wait ended (%v)", row, clock.Now())
+	lay := q.Layout()
+	require.Equal(t, lay.Key(lay.Bucket(row), lay.ShardFor(id)), e.Row.Key)
+}
+
+// TestRescheduleHoldsNoExpiredLock: a reschedule that holds one partition's lock while
+// it waits for the other's never lets the first expire under it: it must not write into
+// a partition another holder locked meanwhile.
+func TestRescheduleHoldsNoExpiredLock(t *testing.T) {
+	t.Parallel()
+	s, _ := setup(t)
+	q, err := shardq.CreateQueue(context.Background(), s, shardq.QueueConfig{Name: "locks", ShardCount: 4,
+		BucketCount: 10, BucketDuration: time.Second, DefaultTimeout: 5 * time.Second, LockTTL: shardq.MinLockTTL})
+	require.NoError(t, err)
+	p, err := producer.New(s, producer.Config{Clock: newClock()})
+	require.NoError(t, err)
+	ctx := context.Background()
+	id, src, dst, done := lockedMove(t, q, s, p)
+
+	// A consumer takes the destination as soon as the producer's lease on it ends.
+	locker, err := lock.New(s, lock.Config{TTL: 30 * time.Second})
+	require.NoError(t, err)
+	var taken *lock.Lease
+	require.Eventually(t, func() bool {
+		taken, err = locker.Acquire(ctx, dst)
+		if errors.Is(err, lock.ErrLockHeld) {
+			return false
+		}
+		require.NoError(t, err)
+		return true
+	}, 20*time.Second, 2*time.Millisecond)
+	require.NoError(t, src.Release(ctx))
+
+	require.ErrorIs(t, wait(t, done), lock.ErrLockHeld, "the task moved into a partition another holder had locked")
+	held, err := taken.Held(ctx)
+	require.NoError(t, err)
+	require.True(t, held)
+	var n int
+	require.NoError(t, s.Query(`SELECT count(*) FROM tasks WHERE shard_key = ? AND kind = 1`, dst).Scan(&n))
+	require.Zero(t, n, "a row was written into the locked partition")
+	info, err := p.Get(ctx, id)
+	require.NoError(t, err)
+	require.True(t, info.DueAt.Equal(base.Add(5*time.Second)), "the task did not stay where it was")
+}
