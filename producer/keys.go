@@ -106,7 +106,8 @@ func (p *Producer) claimKeys(ctx context.Context, tasks []Task, rows []taskrow.R
 const (
 	claimStmt = `UPDATE task_keys USING TTL ? SET task_id = ?, claimed_at = ? WHERE queue = ? AND key = ?
 		IF task_id = ? AND claimed_at = ?`
-	keyStmt = `SELECT task_id, claimed_at FROM task_keys WHERE queue = ? AND key = ?`
+	keyStmt    = `SELECT task_id, claimed_at FROM task_keys WHERE queue = ? AND key = ?`
+	keyTTLStmt = `SELECT task_id, claimed_at, TTL(task_id) FROM task_keys WHERE queue = ? AND key = ?`
 )
 
 // claimRow is a key's row as read: a zero holder means nobody holds the key.
@@ -183,6 +184,25 @@ func (p *Producer) writeClaim(ctx context.Context, queue, key string, id uuid.UU
 		return cur.holder == gocql.UUID(id) && cur.claimedAt.Equal(now.Truncate(time.Millisecond)), nil
 	})
 	return applied, cur, err
+}
+
+// keepClaim makes sure key, held by task id, stays claimed for at least ttl: a task moved
+// later must keep its key as long as it can still run. A claim already long enough is
+// left as it is; one gone (or taken by a task that is done) is claimed again. It returns
+// a *DuplicateError when another live task holds the key.
+func (p *Producer) keepClaim(ctx context.Context, queue, key string, id uuid.UUID, ttl time.Duration) error {
+	var seen claimRow
+	var left *int
+	err := cql.Query(p.session, keyTTLStmt, queue, key).WithContext(ctx).Scan(&seen.holder, &seen.claimedAt, &left)
+	switch {
+	case errors.Is(err, gocql.ErrNotFound):
+		seen = claimRow{}
+	case err != nil:
+		return fmt.Errorf("producer: reading key %q: %w", key, err)
+	case seen.holder == gocql.UUID(id) && left != nil && time.Duration(*left)*time.Second >= ttl:
+		return nil
+	}
+	return p.claim(ctx, queue, key, id, ttl, seen)
 }
 
 // holds reports whether task id, which holds a key claimed at claimedAt, still keeps it.

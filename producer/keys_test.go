@@ -38,6 +38,14 @@ func keyRows(t *testing.T, s *gocql.Session, key string) int {
 	return n
 }
 
+// claimTTL is how long key's claim has left, per cell.
+func claimTTL(t *testing.T, s *gocql.Session, key string) (holder, claimedAt time.Duration) {
+	t.Helper()
+	var h, c int
+	require.NoError(t, s.Query(`SELECT TTL(task_id), TTL(claimed_at) FROM task_keys WHERE queue = 'q' AND key = ?`, key).Scan(&h, &c))
+	return time.Duration(h) * time.Second, time.Duration(c) * time.Second
+}
+
 // keyFree checks that nothing holds key: it is looked up as not found, and a task can
 // take it.
 func keyFree(t *testing.T, p *producer.Producer, key string) uuid.UUID {
@@ -92,6 +100,33 @@ func TestLeftoverKeyRowBlocksNothing(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, s.Query(`INSERT INTO task_keys (queue, key) VALUES ('q', 'k') USING TTL 86400`).Exec())
 	keyFree(t, p, "k")
+}
+
+// TestRescheduleKeepsTheKeyClaimed: a keyed task moved 60 days out keeps its key claimed
+// past its new due time, not only for the 30 days its first claim was good for.
+func TestRescheduleKeepsTheKeyClaimed(t *testing.T) {
+	t.Parallel()
+	s, _ := setup(t)
+	clock := newClock()
+	p, err := producer.New(s, producer.Config{Clock: clock})
+	require.NoError(t, err)
+	ctx := context.Background()
+
+	id, err := p.ScheduleTask(ctx, producer.Task{Queue: "q", Key: "k", Payload: []byte("x")})
+	require.NoError(t, err)
+	due := clock.Now().Add(60 * 24 * time.Hour)
+	require.NoError(t, p.Reschedule(ctx, id, producer.RescheduleOptions{DueAt: due}))
+	holder, claimedAt := claimTTL(t, s, "k")
+	require.Greater(t, holder, due.Sub(clock.Now()), "the claim ends before the task is due")
+	require.Equal(t, holder, claimedAt, "both cells of a claim end together")
+
+	_, err = p.ScheduleTask(ctx, producer.Task{Queue: "q", Key: "k", Payload: []byte("y")})
+	var dup *producer.DuplicateError
+	require.ErrorAs(t, err, &dup)
+	require.Equal(t, id, dup.ExistingID)
+	info, err := p.GetByKey(ctx, "q", "k")
+	require.NoError(t, err)
+	require.True(t, info.DueAt.Equal(due))
 }
 
 // tickingClock is a test clock that moves by step at each reading once step is set:

@@ -329,7 +329,23 @@ func (p *Producer) Reschedule(ctx context.Context, id uuid.UUID, opts Reschedule
 		}
 		// Where the task goes by the time now, which names the partitions to lock; made
 		// again once they are held.
-		next, _ := p.rescheduled(q, l, info, opts, p.cfg.Clock.Now())
+		now := p.cfg.Clock.Now()
+		next, place := p.rescheduled(q, l, info, opts, now)
+		if l.row.Keyed && l.entry.Key != "" {
+			// Before the move: a claim longer than needed is harmless, one shorter lets a
+			// second task take the key while this one still waits.
+			err := p.keepClaim(ctx, q.Name, l.entry.Key, id, taskindex.TTL(now, place))
+			var dup *DuplicateError
+			switch {
+			case errors.As(err, &dup):
+				// Another live task took the key after this one's claim ran out (as claims
+				// of earlier versions could): there is no claim of ours left to keep.
+				p.cfg.Logger.WarnContext(ctx, "rescheduling a task whose key another task holds",
+					"task_id", id, "key", l.entry.Key, "holder", dup.ExistingID)
+			case err != nil:
+				return fmt.Errorf("producer: rescheduling %s: %w", id, err)
+			}
+		}
 		moved, err := p.reschedule(ctx, q, l, info, opts, next.Key)
 		switch {
 		case err != nil:
