@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/internal/taskindex"
 	"github.com/shardq/shardq/internal/taskrow"
 	"github.com/shardq/shardq/lock"
@@ -148,6 +149,85 @@ func (c *tickingClock) Now() time.Time {
 }
 
 func (c *tickingClock) Add(d time.Duration) { c.now.Add(int64(d)) }
+
+// deadLetterOf schedules a task with key and lets it die.
+func deadLetterOf(t *testing.T, s *gocql.Session, p *producer.Producer, clock shardq.Clock, key string) (uuid.UUID, producer.DeadLetter) {
+	t.Helper()
+	ctx := context.Background()
+	id, err := p.ScheduleTask(ctx, producer.Task{Queue: "q", Key: key, Payload: []byte("x")})
+	require.NoError(t, err)
+	c, err := consumer.New(s, consumer.Config{Queue: "q", Clock: clock})
+	require.NoError(t, err)
+	var got []*consumer.Task
+	require.Eventually(t, func() bool {
+		got, err = c.AcquireTasks(ctx, 1)
+		require.NoError(t, err)
+		return len(got) == 1
+	}, 10*time.Second, 10*time.Millisecond)
+	require.Equal(t, id, got[0].ID)
+	require.NoError(t, c.DeadLetter(ctx, got[0], errors.New("boom")))
+	letters, err := p.DeadLetters(ctx, "q", producer.DeadLetterQuery{})
+	require.NoError(t, err)
+	require.Len(t, letters, 1)
+	return id, letters[0]
+}
+
+// TestReplayRenewsTheKeyClaim: a replayed task claims its key for as long as a task
+// scheduled now, even when the claim it died with is still there and ends sooner.
+func TestReplayRenewsTheKeyClaim(t *testing.T) {
+	t.Parallel()
+	s, _ := setup(t)
+	clock := newClock()
+	p, err := producer.New(s, producer.Config{Clock: clock})
+	require.NoError(t, err)
+	ctx := context.Background()
+	id, letter := deadLetterOf(t, s, p, clock, "k")
+
+	// Its claim has a day left, as one made 29 days before the replay.
+	applied, err := s.Query(`UPDATE task_keys USING TTL 86400 SET task_id = ?, claimed_at = ? WHERE queue = 'q' AND key = 'k' IF task_id = ?`,
+		gocql.UUID(id), clock.Now(), gocql.UUID(id)).MapScanCAS(map[string]any{})
+	require.NoError(t, err)
+	require.True(t, applied)
+	clock.Add(29 * 24 * time.Hour)
+	_, err = p.ReplayDeadLetter(ctx, "q", letter.ID)
+	require.NoError(t, err)
+	info, err := p.Get(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, "k", info.Key, "the task lost its key when it died")
+	holder, claimedAt := claimTTL(t, s, "k")
+	require.Greater(t, holder, 29*24*time.Hour, "the replayed task's claim ends with the old one")
+	require.Equal(t, holder, claimedAt)
+	_, err = p.ScheduleTask(ctx, producer.Task{Queue: "q", Key: "k", Payload: []byte("y")})
+	require.ErrorIs(t, err, producer.ErrDuplicate)
+}
+
+// TestReplayMakesItsRowAfterTheClaim: a replay's row is made once its key is claimed, so
+// a slow claim cannot leave it written later than its ID says (below consumers' floors).
+func TestReplayMakesItsRowAfterTheClaim(t *testing.T) {
+	t.Parallel()
+	s, _ := setup(t)
+	clock := newClock()
+	p, err := producer.New(s, producer.Config{Clock: clock})
+	require.NoError(t, err)
+	ctx := context.Background()
+	id, letter := deadLetterOf(t, s, p, clock, "k")
+	// Its claim expired meanwhile: the replay claims the key afresh.
+	applied, err := s.Query(`DELETE FROM task_keys WHERE queue = 'q' AND key = 'k' IF task_id = ?`, gocql.UUID(id)).
+		MapScanCAS(map[string]any{})
+	require.NoError(t, err)
+	require.True(t, applied)
+
+	clock.step.Store(int64(time.Second))
+	_, err = p.ReplayDeadLetter(ctx, "q", letter.ID)
+	clock.step.Store(0)
+	require.NoError(t, err)
+	var claimedAt time.Time
+	require.NoError(t, s.Query(`SELECT claimed_at FROM task_keys WHERE queue = 'q' AND key = 'k'`).Scan(&claimedAt))
+	e, _, err := taskindex.Read(ctx, s, id)
+	require.NoError(t, err)
+	row := shard.IDTime(uuid.UUID(e.Row.ID))
+	require.False(t, row.Before(claimedAt), "the row's ID (%v) was made before its key was claimed (%v)", row, claimedAt)
+}
 
 // lockHolder reads the holder of key's lock; zero when free.
 func lockHolder(t *testing.T, s *gocql.Session, key string) gocql.UUID {
