@@ -582,9 +582,9 @@ const lockWait = 3
 // lockKeys takes the locks of keys (one, or two in order), waiting up to lockWait lock
 // TTLs while consumers hold them. Holding the first, it waits for the second only while
 // the first surely still holds (a lease lasts more than its TTL less a second: TTLs expire
-// on whole seconds), then renews the first: a lock that expired while its holder waited
-// would let a consumer take the partition in the middle of the move. When the second
-// stays held, it lets the first go and starts again.
+// on whole seconds), and renews the first when half that time has passed: a lock that
+// expired while its holder waited would let a consumer take the partition in the middle
+// of the move. When the second stays held, it lets the first go and starts again.
 func (p *Producer) lockKeys(ctx context.Context, q shardq.QueueConfig, keys []string) ([]*lock.Lease, error) {
 	locker, err := p.locker(q)
 	if err != nil {
@@ -593,19 +593,20 @@ func (p *Producer) lockKeys(ctx context.Context, q shardq.QueueConfig, keys []st
 	give := time.Now().Add(lockWait * q.LockTTL)
 	backoff := newBackoff()
 	for {
-		first, at, _, err := p.lock(ctx, locker, keys[0], give)
+		first, at, err := p.lock(ctx, locker, keys[0], give)
 		switch {
 		case err != nil:
 			return nil, err
 		case len(keys) == 1:
 			return []*lock.Lease{first}, nil
 		}
-		until := at.Add((q.LockTTL - time.Second) / 2)
+		half := at.Add((q.LockTTL - time.Second) / 2) // half the time the first surely holds
+		until := half
 		if give.Before(until) {
 			until = give
 		}
-		second, _, waited, err := p.lock(ctx, locker, keys[1], until)
-		if err == nil && waited {
+		second, _, err := p.lock(ctx, locker, keys[1], until)
+		if err == nil && time.Now().After(half) {
 			if err = first.Renew(ctx); err != nil {
 				p.releaseLease(ctx, second)
 			}
@@ -639,19 +640,19 @@ func (p *Producer) locker(q shardq.QueueConfig) (*lock.Locker, error) {
 	return v.(*lock.Locker), nil
 }
 
-// lock takes key's lock, waiting while consumers hold it until until. It returns when
-// the try that took it started, from which the lease lasts more than its TTL less a
-// second, and whether it had to wait.
-func (p *Producer) lock(ctx context.Context, locker *lock.Locker, key string, until time.Time) (le *lock.Lease, at time.Time, waited bool, err error) {
+// lock takes key's lock, waiting while consumers hold it until until. It also returns
+// when the try that took it started, from which the lease lasts more than its TTL less a
+// second.
+func (p *Producer) lock(ctx context.Context, locker *lock.Locker, key string, until time.Time) (*lock.Lease, time.Time, error) {
 	backoff := newBackoff()
-	for ; ; waited = true {
-		at = time.Now()
-		le, err = locker.Acquire(ctx, key)
+	for {
+		at := time.Now()
+		le, err := locker.Acquire(ctx, key)
 		if !errors.Is(err, lock.ErrLockHeld) || time.Now().After(until) {
-			return le, at, waited, err
+			return le, at, err
 		}
 		if err := backoff.wait(ctx); err != nil {
-			return nil, at, waited, err
+			return nil, at, err
 		}
 	}
 }
