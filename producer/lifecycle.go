@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/gocql/gocql"
@@ -276,7 +277,7 @@ func (p *Producer) Cancel(ctx context.Context, id uuid.UUID, opts CancelOptions)
 			}
 			continue // look again, without it
 		}
-		removed, err := p.move(ctx, q, l.row, nil)
+		removed, err := p.remove(ctx, q, l.row)
 		switch {
 		case errors.Is(err, lwt.ErrOutcomeUnknown):
 			unsettled = err
@@ -349,64 +350,39 @@ func (p *Producer) Reschedule(ctx context.Context, id uuid.UUID, opts Reschedule
 		if err != nil {
 			return err
 		}
-		// Before the entry below stops naming it.
+		// Before the index entry of the move stops naming it.
 		if l.stray != nil {
 			if err := p.dropStray(ctx, q, l); err != nil {
 				return fmt.Errorf("producer: rescheduling %s: %w", id, err)
 			}
 			continue // look again, without it
 		}
+		// Where the task goes by the time now, which names the partitions to lock; made
+		// again once they are held.
 		now := p.cfg.Clock.Now()
-		next := l.row
-		due := opts.DueAt
-		if due.IsZero() {
-			due = info.DueAt
+		next, place := p.rescheduled(q, l, info, opts, now)
+		if l.row.Keyed && l.entry.Key != "" {
+			// Before the move: a claim longer than needed is harmless, one shorter lets a
+			// second task take the key while this one still waits.
+			err := p.keepClaim(ctx, q.Name, l.entry.Key, id, taskindex.TTL(now, place))
+			var dup *DuplicateError
+			switch {
+			case errors.As(err, &dup):
+				// Another live task took the key after this one's claim ran out (as claims
+				// of earlier versions could): there is no claim of ours left to keep.
+				p.cfg.Logger.WarnContext(ctx, "rescheduling a task whose key another task holds",
+					"task_id", id, "key", l.entry.Key, "holder", dup.ExistingID)
+			case err != nil:
+				return fmt.Errorf("producer: rescheduling %s: %w", id, err)
+			}
 		}
-		if l.state == taskindex.Scheduled {
-			next.DueAt = due // a retrying row keeps the due time first asked for
-		}
-		if opts.Priority != nil {
-			next.Priority = int8(*opts.Priority)
-		}
-		place := due
-		if place.Before(now) {
-			place = now
-		}
-		next.ID = gocql.UUID(shard.NewID(place))
-		lay := q.Layout()
-		next.Key = lay.Key(lay.Bucket(place), lay.ShardFor(uuid.UUID(next.TaskID)))
-
-		state := l.state
-		if state == taskindex.InFlight {
-			state = taskindex.Retrying // its lease ran out: pending again
-		}
-		next.Retrying = state == taskindex.Retrying
-		entry := taskindex.Entry{TaskID: id, Queue: q.Name, State: state, Row: loc(next), PrevState: state,
-			Prev: loc(l.row), DueAt: next.DueAt, Attempt: next.Attempt, Token: next.Token}
-		ttl := taskindex.TTL(now, place)
-		if _, err := taskindex.Apply(ctx, p.session, []taskindex.Write{{Entry: entry, Stamp: l.stamp + 1, TTL: ttl}}, 1); err != nil {
-			return fmt.Errorf("producer: rescheduling %s: %w", id, err)
-		}
-		moved, err := p.move(ctx, q, l.row, &next)
+		moved, err := p.reschedule(ctx, q, l, info, opts, next.Key)
 		switch {
 		case err != nil:
 			return fmt.Errorf("producer: rescheduling %s: %w", id, err)
-		case !moved:
-			continue
+		case moved:
+			return nil
 		}
-		// Confirm the move, so that a racing call's entry (same timestamp, lost move)
-		// cannot stand.
-		entry.Prev, entry.PrevState = taskindex.Loc{}, 0
-		if _, err := taskindex.Apply(ctx, p.session, []taskindex.Write{{Entry: entry, Stamp: l.stamp + 2, TTL: ttl}}, 1); err != nil {
-			p.cfg.Logger.WarnContext(ctx, "confirming a reschedule in the index", "task_id", id, "error", err)
-		}
-		var touches signal.Touches
-		touches.Add(lay, uuid.UUID(next.ID), uuid.UUID(next.TaskID))
-		wakeup.Notify(q.Name, place)
-		if err := p.signals.Touch(ctx, &touches); err != nil {
-			p.cfg.Logger.WarnContext(ctx, "touching wake-up signals", "error", err)
-		}
-		return nil
 	}
 	return fmt.Errorf("producer: rescheduling %s: it kept moving (%d tries)", id, maxMoves)
 }
@@ -420,13 +396,80 @@ func (p *Producer) RescheduleByKey(ctx context.Context, queue, key string, opts 
 	return p.Reschedule(ctx, id, opts)
 }
 
-// move deletes the pending row from and, when to is given, writes it in its place,
-// fenced against consumers: it reports false when from was gone (a consumer took it, or
-// another call moved it). A row never delivered is deleted only under its partition's
-// lock, because consumers delete such rows without a condition; to's partition is
-// locked too while to exists beside from, so no consumer can take both.
-func (p *Producer) move(ctx context.Context, q shardq.QueueConfig, from taskrow.Row, to *taskrow.Row) (bool, error) {
-	if to == nil && from.Attempt > 0 {
+// rescheduled is the row the task of l moves to when rescheduled by opts at now, and
+// the time it becomes visible.
+func (p *Producer) rescheduled(q shardq.QueueConfig, l located, info *shardq.TaskInfo, opts RescheduleOptions, now time.Time) (taskrow.Row, time.Time) {
+	next := l.row
+	due := opts.DueAt
+	if due.IsZero() {
+		due = info.DueAt
+	}
+	if l.state == taskindex.Scheduled {
+		next.DueAt = due // a retrying row keeps the due time first asked for
+	}
+	if opts.Priority != nil {
+		next.Priority = int8(*opts.Priority)
+	}
+	place := due
+	if place.Before(now) {
+		place = now
+	}
+	next.ID = gocql.UUID(shard.NewID(place))
+	lay := q.Layout()
+	next.Key = lay.Key(lay.Bucket(place), lay.ShardFor(uuid.UUID(next.TaskID)))
+	next.Retrying = l.state != taskindex.Scheduled // a lapsed lease is pending again too
+	return next, place
+}
+
+// reschedule moves the task of l as opts say into partition dst, under the locks of
+// its partition and dst. It reports false when the task moved under it, or when the
+// time the lock wait took sends it to another partition than dst: the caller looks again.
+func (p *Producer) reschedule(ctx context.Context, q shardq.QueueConfig, l located, info *shardq.TaskInfo, opts RescheduleOptions, dst string) (bool, error) {
+	m, err := p.lockMove(ctx, q, l.row.Key, dst)
+	if err != nil {
+		return false, err
+	}
+	defer m.release(ctx)
+	// "Now" once the locks are held, for the row's ID: a row written later than its ID
+	// says (by more than consumers' MaxClockSkew) lands below their read floors.
+	now := p.cfg.Clock.Now()
+	next, place := p.rescheduled(q, l, info, opts, now)
+	if next.Key != dst {
+		return false, nil
+	}
+	state := l.state
+	if state == taskindex.InFlight {
+		state = taskindex.Retrying // its lease ran out: pending again
+	}
+	entry := taskindex.Entry{TaskID: info.ID, Queue: q.Name, State: state, Row: loc(next), PrevState: state,
+		Prev: loc(l.row), DueAt: next.DueAt, Attempt: next.Attempt, Token: next.Token}
+	ttl := taskindex.TTL(now, place)
+	if _, err := taskindex.Apply(ctx, p.session, []taskindex.Write{{Entry: entry, Stamp: l.stamp + 1, TTL: ttl}}, 1); err != nil {
+		return false, err
+	}
+	moved, err := p.swap(ctx, m, l.row, &next)
+	if err != nil || !moved {
+		return false, err
+	}
+	// Confirm the move, so that a racing call's entry (same timestamp, lost move)
+	// cannot stand.
+	entry.Prev, entry.PrevState = taskindex.Loc{}, 0
+	if _, err := taskindex.Apply(ctx, p.session, []taskindex.Write{{Entry: entry, Stamp: l.stamp + 2, TTL: ttl}}, 1); err != nil {
+		p.cfg.Logger.WarnContext(ctx, "confirming a reschedule in the index", "task_id", info.ID, "error", err)
+	}
+	var touches signal.Touches
+	touches.Add(q.Layout(), uuid.UUID(next.ID), uuid.UUID(next.TaskID))
+	wakeup.Notify(q.Name, place)
+	if err := p.signals.Touch(ctx, &touches); err != nil {
+		p.cfg.Logger.WarnContext(ctx, "touching wake-up signals", "error", err)
+	}
+	return true, nil
+}
+
+// remove deletes the pending row from, fenced against consumers: it reports false when
+// from was gone (a consumer took it, or another call moved it).
+func (p *Producer) remove(ctx context.Context, q shardq.QueueConfig, from taskrow.Row) (bool, error) {
+	if from.Attempt > 0 {
 		// Consumers take such rows only if they still exist, so a condition is fence enough.
 		return lwt.Apply(ctx, func(ctx context.Context) (bool, error) {
 			return cql.Query(p.session, taskrow.DeleteIfExists, from.KeyArgs()...).WithContext(ctx).
@@ -435,37 +478,83 @@ func (p *Producer) move(ctx context.Context, q shardq.QueueConfig, from taskrow.
 			return false, fmt.Errorf("%w: deleting %s: %w", lwt.ErrOutcomeUnknown, from.Key, cause)
 		})
 	}
-	keys := []string{from.Key}
-	if to != nil && to.Key != from.Key {
-		keys = append(keys, to.Key)
-		if to.Key < from.Key {
-			keys[0], keys[1] = keys[1], keys[0]
-		}
+	m, err := p.lockMove(ctx, q, from.Key, from.Key)
+	if err != nil {
+		return false, err
 	}
+	defer m.release(ctx)
+	return p.swap(ctx, m, from, nil)
+}
+
+// moveLocks is what a move holds: its turns at the partitions it touches and their locks.
+type moveLocks struct {
+	p     *Producer
+	src   *lock.Lease // the source partition's; nil once a batch released it
+	dst   *lock.Lease // the destination's, when it is another partition
+	turns []func()
+}
+
+// lockMove takes the turns and the locks of partitions from and to (the same one, or
+// two), in key order.
+func (p *Producer) lockMove(ctx context.Context, q shardq.QueueConfig, from, to string) (*moveLocks, error) {
+	keys := []string{from}
+	if to != from {
+		keys = append(keys, to)
+		slices.Sort(keys)
+	}
+	m := &moveLocks{p: p}
 	for _, k := range keys {
 		done, err := p.turns.take(ctx, k)
 		if err != nil {
-			return false, err
+			m.release(ctx)
+			return nil, err
 		}
-		defer done() // after the leases' release below: defers run last in, first out
+		m.turns = append(m.turns, done)
 	}
-	leases := map[string]*lock.Lease{}
-	defer func() {
-		for _, le := range leases {
-			if err := le.Release(ctx); err != nil && !errors.Is(err, lock.ErrLockLost) {
-				p.cfg.Logger.WarnContext(ctx, "releasing a lock", "shard_key", le.Key(), "error", err)
-			}
-		}
-	}()
-	for _, k := range keys {
-		le, err := p.lock(ctx, q, k)
-		if err != nil {
-			return false, err
-		}
-		leases[k] = le
+	leases, err := p.lockKeys(ctx, q, keys)
+	if err != nil {
+		m.release(ctx)
+		return nil, err
 	}
-	src := leases[from.Key]
-	delete(leases, from.Key) // the batch below releases it
+	for i, k := range keys {
+		if k == from {
+			m.src = leases[i]
+		} else {
+			m.dst = leases[i]
+		}
+	}
+	return m, nil
+}
+
+// release frees the locks still held, then the turns.
+func (m *moveLocks) release(ctx context.Context) {
+	for _, le := range []*lock.Lease{m.src, m.dst} {
+		if le != nil {
+			m.p.releaseLease(ctx, le)
+		}
+	}
+	m.src, m.dst = nil, nil
+	for _, done := range m.turns {
+		done()
+	}
+	m.turns = nil
+}
+
+func (p *Producer) releaseLease(ctx context.Context, le *lock.Lease) {
+	if err := le.Release(ctx); err != nil && !errors.Is(err, lock.ErrLockLost) {
+		p.cfg.Logger.WarnContext(ctx, "releasing a lock", "shard_key", le.Key(), "error", err)
+	}
+}
+
+// swap deletes the pending row from and, when to is given, writes it in its place,
+// under m's locks: it reports false when from was gone (a consumer took it, or another
+// call moved it). A row never delivered is deleted only under its partition's lock,
+// because consumers delete such rows without a condition; to's partition is locked too
+// while to exists beside from, so no consumer can take both. The batch releases m's
+// source lock.
+func (p *Producer) swap(ctx context.Context, m *moveLocks, from taskrow.Row, to *taskrow.Row) (bool, error) {
+	src := m.src
+	m.src = nil // released by the batch, or below when it did not apply
 	b := cql.Batch(p.session, gocql.LoggedBatch).WithContext(ctx)
 	stmt, args := src.ReleaseStatement()
 	b.Query(stmt, args...)
@@ -479,6 +568,7 @@ func (p *Producer) move(ctx context.Context, q shardq.QueueConfig, from taskrow.
 		ins := cql.Query(p.session, stmt, args...).WithContext(ctx)
 		if err := ins.Exec(); err != nil {
 			p.dropRow(ctx, *to)
+			p.releaseLease(ctx, src)
 			return false, fmt.Errorf("writing %s: %w", to.Key, err)
 		}
 	case to != nil:
@@ -497,9 +587,7 @@ func (p *Producer) move(ctx context.Context, q shardq.QueueConfig, from taskrow.
 		p.dropRow(ctx, *to)
 	}
 	if err != nil || !applied {
-		if rerr := src.Release(ctx); rerr != nil && !errors.Is(rerr, lock.ErrLockLost) {
-			p.cfg.Logger.WarnContext(ctx, "releasing a lock", "shard_key", src.Key(), "error", rerr)
-		}
+		p.releaseLease(ctx, src)
 	}
 	// An unsettled outcome leaves to in place: if from is gone too, to is the task; if
 	// not, the task is there twice, a duplicate but never a loss.
@@ -521,32 +609,98 @@ func (p *Producer) dropRow(ctx context.Context, r taskrow.Row) {
 // multiples of the queue's LockTTL: a holder keeps it far shorter, or it expires.
 const lockWait = 3
 
-// lock takes key's lock, waiting while consumers hold it.
-func (p *Producer) lock(ctx context.Context, q shardq.QueueConfig, key string) (*lock.Lease, error) {
-	v, ok := p.lockers.Load(q.Name)
-	if !ok {
-		l, err := lock.New(p.session, lock.Config{TTL: q.LockTTL, Logger: p.cfg.Logger})
-		if err != nil {
+// lockKeys takes the locks of keys (one, or two in order), waiting up to lockWait lock
+// TTLs while consumers hold them. Holding the first, it waits for the second only while
+// the first surely still holds (a lease lasts more than its TTL less a second: TTLs expire
+// on whole seconds), and renews the first when half that time has passed: a lock that
+// expired while its holder waited would let a consumer take the partition in the middle
+// of the move. When the second stays held, it lets the first go and starts again.
+func (p *Producer) lockKeys(ctx context.Context, q shardq.QueueConfig, keys []string) ([]*lock.Lease, error) {
+	locker, err := p.locker(q)
+	if err != nil {
+		return nil, err
+	}
+	give := time.Now().Add(lockWait * q.LockTTL)
+	backoff := newBackoff()
+	for {
+		first, at, err := p.lock(ctx, locker, keys[0], give)
+		switch {
+		case err != nil:
+			return nil, err
+		case len(keys) == 1:
+			return []*lock.Lease{first}, nil
+		}
+		half := at.Add((q.LockTTL - time.Second) / 2) // half the time the first surely holds
+		until := half
+		if give.Before(until) {
+			until = give
+		}
+		second, _, err := p.lock(ctx, locker, keys[1], until)
+		if err == nil && time.Now().After(half) {
+			if err = first.Renew(ctx); err != nil {
+				p.releaseLease(ctx, second)
+			}
+		}
+		switch {
+		case err == nil:
+			return []*lock.Lease{first, second}, nil
+		case !errors.Is(err, lock.ErrLockHeld) && !errors.Is(err, lock.ErrLockLost):
+			p.releaseLease(ctx, first)
 			return nil, err
 		}
-		v, _ = p.lockers.LoadOrStore(q.Name, l)
+		p.releaseLease(ctx, first)
+		if time.Now().After(give) {
+			return nil, lock.ErrLockHeld
+		}
+		if err := backoff.wait(ctx); err != nil {
+			return nil, err
+		}
 	}
-	locker := v.(*lock.Locker)
-	wait := 5 * time.Millisecond
-	give := time.Now().Add(lockWait * q.LockTTL)
+}
+
+func (p *Producer) locker(q shardq.QueueConfig) (*lock.Locker, error) {
+	if v, ok := p.lockers.Load(q.Name); ok {
+		return v.(*lock.Locker), nil
+	}
+	l, err := lock.New(p.session, lock.Config{TTL: q.LockTTL, Logger: p.cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	v, _ := p.lockers.LoadOrStore(q.Name, l)
+	return v.(*lock.Locker), nil
+}
+
+// lock takes key's lock, waiting while consumers hold it until until. It also returns
+// when the try that took it started, from which the lease lasts more than its TTL less a
+// second.
+func (p *Producer) lock(ctx context.Context, locker *lock.Locker, key string, until time.Time) (*lock.Lease, time.Time, error) {
+	backoff := newBackoff()
 	for {
+		at := time.Now()
 		le, err := locker.Acquire(ctx, key)
-		if !errors.Is(err, lock.ErrLockHeld) || time.Now().After(give) {
-			return le, err
+		if !errors.Is(err, lock.ErrLockHeld) || time.Now().After(until) {
+			return le, at, err
 		}
-		// Jittered, so that producers waiting on one partition do not retry in step.
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(wait/2 + rand.N(wait/2+1)):
+		if err := backoff.wait(ctx); err != nil {
+			return nil, at, err
 		}
-		wait = min(2*wait, 200*time.Millisecond)
 	}
+}
+
+// backoff spaces the tries of a lock held by others: 5 ms doubling up to 200 ms,
+// jittered, so that producers waiting on one partition do not retry in step.
+type backoff struct{ next time.Duration }
+
+func newBackoff() *backoff { return &backoff{next: 5 * time.Millisecond} }
+
+func (b *backoff) wait(ctx context.Context) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(b.next/2 + rand.N(b.next/2+1)):
+	}
+	b.next = min(2*b.next, 200*time.Millisecond)
+	return nil
 }
 
 // checkID rejects what cannot be a task or dead letter ID: those are version 1 UUIDs.
