@@ -49,7 +49,7 @@ const (
 // schedules tasks due now, one ScheduleTask call each, at R tasks/s for T, and lateness
 // is handler start (in the worker's process) minus due time.
 func (b *bench) trickle(ctx context.Context) error {
-	_, q, err := b.fresh(ctx, shardq.QueueConfig{Name: "trickle"})
+	s, q, err := b.fresh(ctx, shardq.QueueConfig{Name: "trickle"})
 	if err != nil {
 		return err
 	}
@@ -143,6 +143,12 @@ wait:
 	close(stop)
 	cpu1, cpuErr1 := cpuSeconds(pid)
 	self1 := selfCPU()
+	var set settled
+	if !timedOut { // the worker goes on delivering what is left
+		if set, err = b.settle(ctx, s, q); err != nil {
+			return err
+		}
+	}
 	prErr := pr.stop(30 * time.Second)
 	wkErr := wk.stop(time.Minute) // the worker stops gracefully: running handlers finish, acks flush
 	if prErr != nil {
@@ -153,13 +159,14 @@ wait:
 	}
 	idsMu.Lock()
 	defer idsMu.Unlock()
-	lost, dups := tr.lostAndDuplicates(ids)
+	lost, dups := tr.lostAndDuplicates(ids, set.left)
 	if timedOut {
 		fmt.Fprintf(os.Stderr, "trickle: %d of %d tasks did not run within %v\n", lost, len(ids), over+time.Minute)
 	}
 	p50, p99, mx := percentiles(tr.lateness)
 	r := result{"workload": "trickle", "rate": rate, "duration_s": over.Seconds(), "tasks": len(ids),
 		"lateness_p50_ms": p50, "lateness_p99_ms": p99, "lateness_max_ms": mx, "lost": lost, "duplicates": dups,
+		"left": len(set.left), "settle_s": set.took.Seconds(),
 		"producer_cpu_s": pr.cpu(), "worker_cpu_s": wk.cpu(), "bench_cpu_s": self1 - self0}
 	if cpuErr == nil && cpuErr1 == nil {
 		r["server_cpu_s"] = cpu1 - cpu0
