@@ -64,7 +64,7 @@ func TestWorkloadsSmall(t *testing.T) {
 		"burst":        {"schedule_tasks_per_s", "drain_tasks_per_s", "lateness_p50_ms", "lateness_p99_ms", "lateness_max_ms", "lost", "duplicates", "left", "settle_s"},
 		"burst-worker": {"tasks", "handlers", "drain_tasks_per_s", "requests_per_task", "schedule_tasks_per_s", "lost", "duplicates", "left", "settle_s"},
 		"spread":       {"lateness_p50_ms", "lateness_p99_ms", "lateness_max_ms", "lost", "duplicates", "left", "settle_s"},
-		"trickle":      {"rate", "duration_s", "tasks", "lateness_p50_ms", "lateness_p99_ms", "lateness_max_ms", "lost", "duplicates", "left", "settle_s"},
+		"trickle":      {"rate", "rate_reached", "schedule_window_s", "duration_s", "tasks", "lateness_p50_ms", "lateness_p99_ms", "lateness_max_ms", "lost", "duplicates", "left", "settle_s", "cpu_window_s", "producer_cpu_s", "worker_cpu_s", "bench_cpu_s"},
 		"idle":         {"idle_requests_per_s"},
 		"soak":         {"acquire_p50_ms", "acquire_p99_ms", "tombstones_per_read", "drain_tasks_per_s", "lost", "duplicates", "left", "settle_s"},
 		"sweep":        {"drain_tasks_per_s", "lateness_p99_ms"},
@@ -77,6 +77,12 @@ func TestWorkloadsSmall(t *testing.T) {
 			require.Contains(t, byWorkload[w], field, w)
 		}
 	}
+	// The rate reached is the tasks scheduled over the producer's window, which the CPU
+	// window (until the last task ran) spans.
+	tr := byWorkload["trickle"]
+	require.InDelta(t, tr["tasks"].(float64)/tr["schedule_window_s"].(float64), tr["rate_reached"], 1e-9)
+	require.InDelta(t, o.trickleDuration.Seconds(), tr["schedule_window_s"], 1, "the producer held the small rate")
+	require.Greater(t, tr["cpu_window_s"], tr["schedule_window_s"], "the window runs until the last task ran")
 	png, err := os.ReadFile(o.chartPath)
 	require.NoError(t, err)
 	require.True(t, strings.HasPrefix(string(png), "\x89PNG"), "the chart is a PNG")
