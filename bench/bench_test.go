@@ -97,7 +97,7 @@ func TestSkewSmall(t *testing.T) {
 		hosts: strings.Join(cassandratest.Hosts(t), ","), keyspace: cassandratest.Keyspace(t),
 		workloads: "skew", jsonPath: filepath.Join(dir, "out.jsonl"), rf: 1, buckets: 900, bucket: time.Second,
 		skewTasks: 100, skewOver: 2 * time.Second, skewDue: "now", skewBound: 30 * time.Second,
-		producerSkew: 4 * time.Second, producersIn: "two", workerSkew: time.Second, workers: 2, concurrency: 4,
+		producerSkew: 4 * time.Second, producersIn: "two", skewAs: "clock", workerSkew: time.Second, workers: 2, concurrency: 4,
 	}
 	t.Setenv(cqlcluster.HostsEnv, "") // o.hosts says where the cluster is
 	require.NoError(t, run(context.Background(), o))
