@@ -2,7 +2,9 @@ package consumer_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -13,38 +15,59 @@ import (
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/internal/cassandratest"
+	"github.com/shardq/shardq/lock"
 	"github.com/shardq/shardq/producer"
+	"github.com/shardq/shardq/series"
 )
 
-// recordingPolicy passes host selection on and records the consistency of every
-// statement the driver executes.
+// execution is one statement execution as the driver picked a host for it.
+type execution struct {
+	stmt   string
+	cons   gocql.Consistency
+	serial gocql.SerialConsistency
+}
+
+// recordingPolicy passes host selection on and records the consistency and serial
+// consistency of every statement execution the driver makes.
 type recordingPolicy struct {
 	gocql.HostSelectionPolicy
 	mu   sync.Mutex
-	seen map[string]gocql.Consistency
+	seen []execution
 }
 
 func (p *recordingPolicy) Pick(q gocql.ExecutableQuery) gocql.NextHost {
-	stmt := fmt.Sprintf("%T", q)
+	e := execution{stmt: fmt.Sprintf("%T", q), cons: q.GetConsistency()}
 	switch q := q.(type) {
 	case *gocql.Query:
-		stmt = q.Statement()
+		e.stmt = q.Statement()
 	case *gocql.Batch:
-		stmt = fmt.Sprintf("batch of %d, first: %s", q.Size(), q.Entries[0].Stmt)
+		e.stmt = fmt.Sprintf("batch of %d, first: %s", q.Size(), q.Entries[0].Stmt)
 	}
+	// gocql has no getter for it; both Query and Batch keep it in this field.
+	e.serial = gocql.SerialConsistency(reflect.ValueOf(q).Elem().FieldByName("serialCons").Uint())
 	p.mu.Lock()
-	p.seen[stmt] = q.GetConsistency()
+	p.seen = append(p.seen, e)
 	p.mu.Unlock()
 	return p.HostSelectionPolicy.Pick(q)
 }
 
-// Every statement the library sends is read or written at QUORUM (or SERIAL), whatever
-// the session's default: a locked read at ONE on a cluster with RF > 1 could return rows
-// the previous lock holder already swapped away, and deliver them a second time.
+func (p *recordingPolicy) count() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.seen)
+}
+
+// Every statement the library sends is read or written at QUORUM (or SERIAL), and every
+// one carries SERIAL as its serial consistency, whatever the session's defaults: a locked
+// read at ONE on a cluster with RF > 1 could return rows the previous lock holder already
+// swapped away, and deliver them a second time; an LWT at LOCAL_SERIAL decides in one data
+// centre only. Each path is exercised: scheduling, keys, Get, Reschedule, Cancel, the
+// consumer's take, extension, retry, dead-lettering and ack, dead letters, series and
+// their advance and keeper, and a lock's renewal.
 func TestConsistencyPinned(t *testing.T) {
 	t.Parallel()
 	ks := cassandratest.SchemaKeyspace(t)
-	rec := &recordingPolicy{seen: map[string]gocql.Consistency{}}
+	rec := &recordingPolicy{}
 	s := cassandratest.SessionFor(t, ks, func(c *gocql.ClusterConfig) {
 		rec.HostSelectionPolicy = c.PoolConfig.HostSelectionPolicy
 		c.PoolConfig.HostSelectionPolicy = rec
@@ -52,30 +75,124 @@ func TestConsistencyPinned(t *testing.T) {
 		c.SerialConsistency = gocql.LocalSerial
 	})
 	ctx := context.Background()
-	q, err := shardq.CreateQueue(ctx, s, shardq.QueueConfig{Name: "pinned", ShardCount: 2, BucketCount: 10,
-		BucketDuration: time.Second, DefaultTimeout: 5 * time.Second})
-	require.NoError(t, err)
+	// step runs f and fails the test if it sent nothing: a path this test does not reach.
+	step := func(name string, f func()) {
+		t.Helper()
+		before := rec.count()
+		f()
+		require.Greater(t, rec.count(), before, "%s sent no statement", name)
+	}
+
+	var q shardq.QueueConfig
+	step("CreateQueue", func() {
+		var err error
+		q, err = shardq.CreateQueue(ctx, s, shardq.QueueConfig{Name: "pinned", ShardCount: 2, BucketCount: 10,
+			BucketDuration: time.Second, DefaultTimeout: 5 * time.Second})
+		require.NoError(t, err)
+	})
 	p, err := producer.New(s, producer.Config{})
 	require.NoError(t, err)
-	_, err = p.ScheduleTasks(ctx, []producer.Task{{Queue: q.Name}, {Queue: q.Name}, {Queue: q.Name}})
+	step("ScheduleTasks", func() {
+		_, err := p.ScheduleTasks(ctx, []producer.Task{{Queue: q.Name}, {Queue: q.Name}, {Queue: q.Name}})
+		require.NoError(t, err)
+	})
+	step("ScheduleTask with a key", func() {
+		_, err := p.ScheduleTask(ctx, producer.Task{Queue: q.Name, Key: "k"})
+		require.NoError(t, err)
+	})
+	step("ScheduleTask with a key held", func() {
+		_, err := p.ScheduleTask(ctx, producer.Task{Queue: q.Name, Key: "k"})
+		require.ErrorIs(t, err, producer.ErrDuplicate)
+	})
+	step("GetByKey", func() {
+		_, err := p.GetByKey(ctx, q.Name, "k")
+		require.NoError(t, err)
+	})
+	later, err := p.ScheduleTask(ctx, producer.Task{Queue: q.Name, DueAt: time.Now().Add(time.Hour)})
 	require.NoError(t, err)
+	step("Get", func() {
+		_, err := p.Get(ctx, later)
+		require.NoError(t, err)
+	})
+	step("Reschedule", func() {
+		require.NoError(t, p.Reschedule(ctx, later, producer.RescheduleOptions{DueAt: time.Now().Add(2 * time.Hour)}))
+	})
+	step("Cancel", func() { require.NoError(t, p.Cancel(ctx, later, producer.CancelOptions{})) })
+
 	c, err := consumer.New(s, consumer.Config{Queue: q.Name})
 	require.NoError(t, err)
 	var got []*consumer.Task
-	require.Eventually(t, func() bool {
-		more, err := c.AcquireTasks(ctx, 3)
+	step("AcquireTasks", func() {
+		require.Eventually(t, func() bool {
+			more, err := c.AcquireTasks(ctx, 4)
+			require.NoError(t, err)
+			got = append(got, more...)
+			return len(got) == 4
+		}, 10*time.Second, 20*time.Millisecond)
+	})
+	step("Extend", func() { require.NoError(t, c.Extend(ctx, got[0], 4*time.Second)) })
+	step("Retry", func() { require.NoError(t, c.Retry(ctx, got[0], 9*time.Second)) })
+	step("DeadLetter", func() { require.NoError(t, c.DeadLetter(ctx, got[1], errors.New("failed"))) })
+	step("AckTasks", func() { require.NoError(t, c.AckTasks(ctx, got[2:]...)) })
+	var letters []producer.DeadLetter
+	step("DeadLetters", func() {
+		letters, err = p.DeadLetters(ctx, q.Name, producer.DeadLetterQuery{})
 		require.NoError(t, err)
-		got = append(got, more...)
-		return len(got) == 3
-	}, 10*time.Second, 20*time.Millisecond)
-	require.NoError(t, c.Retry(ctx, got[0], time.Second))
-	require.NoError(t, c.DeadLetter(ctx, got[1], nil))
-	require.NoError(t, c.AckTasks(ctx, got[2]))
+		require.Len(t, letters, 1)
+	})
+	step("ReplayDeadLetter", func() {
+		_, err := p.ReplayDeadLetter(ctx, q.Name, letters[0].ID)
+		require.NoError(t, err)
+	})
+
+	sc, err := series.New(s, series.Config{})
+	require.NoError(t, err)
+	step("series Create", func() {
+		_, err := sc.Create(ctx, series.Series{Queue: q.Name, Name: "each-second", Every: time.Second})
+		require.NoError(t, err)
+	})
+	step("series List", func() {
+		_, err := sc.List(ctx, q.Name)
+		require.NoError(t, err)
+	})
+	step("series occurrence acked, and the series advanced", func() {
+		var occ []*consumer.Task
+		require.Eventually(t, func() bool {
+			more, err := c.AcquireTasks(ctx, 10)
+			require.NoError(t, err)
+			occ = append(occ, more...)
+			return len(occ) >= 2 // the occurrence and the replayed dead letter
+		}, 10*time.Second, 20*time.Millisecond)
+		require.NoError(t, c.AckTasks(ctx, occ...))
+		info, err := sc.Get(ctx, q.Name, "each-second")
+		require.NoError(t, err)
+		require.Equal(t, int64(2), info.Occurrences, "the ack scheduled the next occurrence")
+	})
+	step("series Keep", func() { require.NoError(t, sc.Keep(ctx, q.Name)) })
+	step("series Pause", func() { require.NoError(t, sc.Pause(ctx, q.Name, "each-second")) })
+	step("series Resume", func() { require.NoError(t, sc.Resume(ctx, q.Name, "each-second")) })
+	step("series Delete", func() { require.NoError(t, sc.Delete(ctx, q.Name, "each-second")) })
+
+	locker, err := lock.New(s, lock.Config{})
+	require.NoError(t, err)
+	var lease *lock.Lease
+	step("lock Acquire", func() {
+		lease, err = locker.Acquire(ctx, "pinned-lock")
+		require.NoError(t, err)
+	})
+	step("lock Renew", func() { require.NoError(t, lease.Renew(ctx)) })
+	step("lock Held", func() {
+		held, err := lease.Held(ctx)
+		require.NoError(t, err)
+		require.True(t, held)
+	})
+	step("lock Release", func() { require.NoError(t, lease.Release(ctx)) })
 
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
-	require.NotEmpty(t, rec.seen)
-	for stmt, cons := range rec.seen {
-		require.Contains(t, []gocql.Consistency{gocql.Quorum, gocql.Consistency(gocql.Serial)}, cons, "%s", stmt)
+	for _, e := range rec.seen {
+		require.Contains(t, []gocql.Consistency{gocql.Quorum, gocql.Consistency(gocql.Serial)}, e.cons, "%s", e.stmt)
+		require.Equal(t, gocql.Serial, e.serial, "serial consistency of %s", e.stmt)
 	}
+	t.Logf("%d statement executions checked", len(rec.seen))
 }

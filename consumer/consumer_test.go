@@ -259,8 +259,10 @@ func TestCrashAfterLockOrRead(t *testing.T) {
 	e.clock.Add(500 * time.Millisecond) // inside a bucket: the five tasks share its partition
 	want := e.schedule(make([]producer.Task, 5)...)
 
-	// The crashed consumer: took the lock of the only partition, read, and died.
-	locker, err := lock.New(e.s, lock.Config{TTL: 3 * time.Second})
+	// The crashed consumer: took the lock of the only partition, read, and died. Its TTL
+	// outlasts the consumer's call below however slow the node, so the lock is held
+	// throughout it.
+	locker, err := lock.New(e.s, lock.Config{TTL: 10 * time.Second})
 	require.NoError(t, err)
 	key := e.q.Layout().Key(e.q.Layout().Bucket(e.clock.Now()), 0)
 	stale, err := locker.Acquire(ctx, key)
@@ -273,13 +275,12 @@ func TestCrashAfterLockOrRead(t *testing.T) {
 	got := e.acquire(c, 10)
 	held, err := stale.Held(ctx)
 	require.NoError(t, err)
-	if held { // still held after the call, so it was held throughout
-		require.Empty(t, got, "the held shard is skipped, not waited on")
-	}
+	require.True(t, held, "the crashed consumer's lock outlived the call")
+	require.Empty(t, got, "the held shard is skipped, not waited on")
 	require.Eventually(t, func() bool { // the lock's server-side TTL ends it
 		got = append(got, e.acquire(c, 10)...)
 		return len(got) == 5
-	}, 15*time.Second, 50*time.Millisecond)
+	}, 30*time.Second, 50*time.Millisecond)
 	require.ElementsMatch(t, want, ids(got))
 	require.NoError(t, c.AckTasks(ctx, got...))
 }
@@ -478,18 +479,22 @@ func TestSkippedPartitionKeepsNextDue(t *testing.T) {
 	e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 20, BucketDuration: time.Second})
 	e.clock.Add(500 * time.Millisecond)
 	e.schedule(producer.Task{})
-	locker, err := lock.New(e.s, lock.Config{TTL: 3 * time.Second})
+	// A TTL that outlasts the consumer's call however slow the node: the lock is held
+	// throughout it.
+	locker, err := lock.New(e.s, lock.Config{TTL: time.Minute})
 	require.NoError(t, err)
 	held, err := locker.Acquire(context.Background(), e.q.Layout().Key(e.q.Layout().Bucket(e.clock.Now()), 0))
 	require.NoError(t, err)
 	c := e.consumer()
 	got := e.acquire(c, 10)
-	if ok, err := held.Held(context.Background()); err == nil && ok {
-		require.Empty(t, got)
-		next := c.NextDue()
-		require.False(t, next.IsZero(), "due rows were skipped: NextDue must say when to look again")
-		require.False(t, next.After(e.clock.Now().Add(time.Second)))
-	}
+	ok, err := held.Held(context.Background())
+	require.NoError(t, err)
+	require.True(t, ok, "the other consumer's lock outlived the call")
+	require.Empty(t, got)
+	next := c.NextDue()
+	require.False(t, next.IsZero(), "due rows were skipped: NextDue must say when to look again")
+	require.False(t, next.After(e.clock.Now().Add(time.Second)))
+	require.NoError(t, held.Release(context.Background()))
 }
 
 // A producer's insert replayed after its task was taken (a driver retry that lands

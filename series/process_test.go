@@ -31,8 +31,10 @@ const (
 
 // TestSeriesWorkerProcess is a worker process of TestSeriesAcrossKilledProcess: two
 // default workers of the queue, printing "start <task> <due ns> <token> <now ns>" as a
-// handler starts and "done <task> <now ns>" as it returns. It stops when its standard
-// input closes. Run on its own it has nothing to do and returns.
+// handler starts and "done <task> <now ns>" as it returns. Once a line "hold" comes on
+// its standard input, the next handler to start prints "held <task>" after its start
+// line and never returns, so the task cannot be acked before the process is killed. It
+// stops when its standard input closes. Run on its own it has nothing to do and returns.
 func TestSeriesWorkerProcess(t *testing.T) {
 	ks := os.Getenv(workerKeyspaceEnv)
 	if ks == "" {
@@ -46,11 +48,19 @@ func TestSeriesWorkerProcess(t *testing.T) {
 	}
 	session := cassandratest.SessionFor(t, ks)
 	ctx := context.Background()
+	hold := make(chan struct{}, 1)
 	var workers []*worker.Worker
 	for range 2 {
 		w, err := worker.New(session, worker.Config{Queue: os.Getenv(workerQueueEnv),
-			Handler: worker.HandlerFunc(func(_ context.Context, task *consumer.Task) error {
+			Handler: worker.HandlerFunc(func(ctx context.Context, task *consumer.Task) error {
 				say("start %s %d %d %d", task.ID, task.DueAt.UnixNano(), task.Token, time.Now().UnixNano())
+				select {
+				case <-hold:
+					say("held %s", task.ID)
+					<-ctx.Done() // the process is killed before the lease ends
+					return ctx.Err()
+				default:
+				}
 				say("done %s %d", task.ID, time.Now().UnixNano())
 				return nil
 			})})
@@ -59,7 +69,11 @@ func TestSeriesWorkerProcess(t *testing.T) {
 		workers = append(workers, w)
 	}
 	say("ready")
-	_, _ = io.Copy(io.Discard, os.Stdin)
+	for sc := bufio.NewScanner(os.Stdin); sc.Scan(); {
+		if sc.Text() == "hold" {
+			hold <- struct{}{}
+		}
+	}
 	for _, w := range workers {
 		require.NoError(t, w.Stop(ctx))
 	}
@@ -120,7 +134,7 @@ func TestSeriesAcrossKilledProcess(t *testing.T) {
 				switch text := sc.Text(); {
 				case text == "ready":
 					close(ready)
-				case strings.HasPrefix(text, "start ") || strings.HasPrefix(text, "done "):
+				case strings.HasPrefix(text, "start ") || strings.HasPrefix(text, "done ") || strings.HasPrefix(text, "held "):
 					lines <- line{n, text}
 				}
 			}
@@ -139,23 +153,37 @@ func TestSeriesAcrossKilledProcess(t *testing.T) {
 	anchor := in.NextAt
 
 	seen := map[uuid.UUID]*delivery{}
-	killed := false
-	for len(seen) < 55 {
+	var held uuid.UUID // the occurrence process a held when it was killed
+	holding := false
+	deadline := time.Now().Add(3 * time.Minute)
+	// Past 55 occurrences, until a held one was delivered again: process a may start none
+	// for a while once told to hold.
+	for len(seen) < 55 || held == uuid.Nil || seen[held].deliveries < 2 {
+		require.True(t, time.Now().Before(deadline), "after %d occurrences, held %v", len(seen), held)
 		var l line
 		select {
 		case l = <-lines:
 		case <-time.After(30 * time.Second):
 			require.FailNow(t, "no occurrence started for 30s", "after %d occurrences", len(seen))
 		}
-		require.NoError(t, record(seen, l.text))
-		// Killed as it starts an occurrence, before its ack: the occurrence is redelivered
-		// after its timeout, and the series waits for it.
-		if len(seen) >= 15 && !killed && l.from == a.n && strings.HasPrefix(l.text, "start ") {
-			killed = true
+		if id, ok := strings.CutPrefix(l.text, "held "); ok {
+			// Killed in the handler of an occurrence, which never returns, so before its
+			// ack: the occurrence is redelivered after its timeout, and the series waits
+			// for it.
+			require.Equal(t, a.n, l.from, "only process a was told to hold")
+			held, err = uuid.Parse(id)
+			require.NoError(t, err)
 			require.NoError(t, a.cmd.Process.Kill())
 			<-a.eof
 			_ = a.cmd.Wait()
 			a = start()
+			continue
+		}
+		require.NoError(t, record(seen, l.text))
+		if len(seen) >= 15 && !holding {
+			holding = true
+			_, err := io.WriteString(a.stdin, "hold\n")
+			require.NoError(t, err)
 		}
 	}
 	for _, p := range []proc{a, b} {
@@ -194,7 +222,10 @@ func TestSeriesAcrossKilledProcess(t *testing.T) {
 	}
 	t.Logf("%d occurrences over %v, %d redelivered after the kill", len(occurrences),
 		occurrences[len(occurrences)-1].due.Sub(occurrences[0].due), redelivered)
-	require.True(t, killed)
+	require.NotEqual(t, uuid.Nil, held, "process a was killed holding an occurrence")
+	require.NotNil(t, seen[held])
+	require.Equal(t, 2, seen[held].deliveries, "the occurrence killed in its handler was delivered again, once")
+	require.Equal(t, 1, redelivered, "only the occurrence killed in its handler was delivered twice")
 }
 
 // record notes a line of a worker process in seen.
