@@ -13,6 +13,8 @@ import (
 
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/consumer"
+	"github.com/shardq/shardq/internal/lwt"
+	"github.com/shardq/shardq/internal/taskrow"
 	"github.com/shardq/shardq/lock"
 	"github.com/shardq/shardq/producer"
 	"github.com/shardq/shardq/shard"
@@ -394,6 +396,104 @@ func TestCancelAfterLease(t *testing.T) {
 	e.clock.Add(time.Minute)
 	require.Empty(t, e.acquire(c, 10), "never delivered again")
 	require.ErrorIs(t, e.p.Cancel(ctx, id, producer.CancelOptions{}), shardq.ErrTaskNotFound)
+}
+
+// unfinishedSwap has a consumer take the one due task of a one-shard queue and stop before
+// its swap applies, the way a crash ("crash") or a swap that did not apply and whose
+// outcome stays unknown ("unsettled") leaves it: the task's row is still pending, beside
+// the timeout marker and the index entry written ahead of the swap. It returns the
+// marker's deadline.
+func (e *env) unfinishedSwap(how string) time.Time {
+	e.t.Helper()
+	ctx := context.Background()
+	c := e.consumer()
+	switch how {
+	case "crash":
+		consumer.SetCrash(c, func(step string) bool { return step == "swap" })
+	case "unsettled":
+		key := e.q.Layout().Key(e.q.Layout().Bucket(e.clock.Now()), 0)
+		consumer.SetBeforeSwap(c, func() {
+			// The lease ends here, as if it expired, so the swap cannot apply.
+			var holder *gocql.UUID
+			require.NoError(e.t, e.s.Query(`SELECT lock_holder FROM tasks WHERE shard_key = ? AND kind = 0 AND priority = 0
+				AND id = ?`, key, taskrow.LockID).Consistency(lwt.Serial).Scan(&holder))
+			require.NotNil(e.t, holder, "the consumer holds the lock")
+			applied, err := e.s.Query(`UPDATE tasks SET lock_holder = null WHERE shard_key = ? AND kind = 0
+				AND priority = 0 AND id = ? IF lock_holder = ?`, key, taskrow.LockID, *holder).MapScanCAS(map[string]any{})
+			require.NoError(e.t, err)
+			require.True(e.t, applied)
+		})
+		consumer.SetAfterSwap(c, func(err error) error {
+			require.NoError(e.t, err)
+			return gocql.ErrTimeoutNoResponse
+		})
+		ctx = lwt.SettleBy(ctx, time.Now()) // settling gives up at once
+	}
+	deadline := e.clock.Now().Add(e.q.DefaultTimeout)
+	got, err := c.AcquireTasks(ctx, 1)
+	require.NoError(e.t, err)
+	require.Empty(e.t, got)
+	return deadline
+}
+
+// TestCancelAfterUnfinishedSwap cancels a task whose consumer wrote its timeout marker and
+// index entry but whose swap never applied. The task is pending, so the cancel succeeds,
+// and then it must never be delivered: not when the marker comes due, nor later.
+func TestCancelAfterUnfinishedSwap(t *testing.T) {
+	t.Parallel()
+	for _, how := range []string{"crash", "unsettled"} {
+		t.Run(how, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 60, BucketDuration: time.Second})
+			ctx := context.Background()
+			id := e.schedule(producer.Task{Payload: []byte("x")})[0]
+			deadline := e.unfinishedSwap(how)
+			require.Equal(t, shardq.TaskScheduled, e.state(id).State, "the swap never applied")
+
+			require.NoError(t, e.p.Cancel(ctx, id, producer.CancelOptions{}))
+			d := &deliveries{at: map[uuid.UUID][]time.Time{}}
+			e.clock.Add(deadline.Sub(e.clock.Now()) + time.Millisecond)
+			e.drain(d)
+			require.Empty(t, d.of(id), "delivered when the marker of the unfinished swap came due")
+			e.clock.Add(time.Minute)
+			e.drain(d)
+			require.Empty(t, d.of(id), "delivered after its cancel succeeded")
+			e.notFound(id)
+		})
+	}
+}
+
+// TestRescheduleAfterUnfinishedSwap moves a task whose consumer wrote its timeout marker
+// and index entry but whose swap never applied to a time after the marker's deadline:
+// it is delivered once, at its new time, and not when the marker comes due.
+func TestRescheduleAfterUnfinishedSwap(t *testing.T) {
+	t.Parallel()
+	for _, how := range []string{"crash", "unsettled"} {
+		t.Run(how, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 60, BucketDuration: time.Second})
+			ctx := context.Background()
+			id := e.schedule(producer.Task{Payload: []byte("x")})[0]
+			deadline := e.unfinishedSwap(how)
+			later := deadline.Add(10 * time.Second)
+
+			require.NoError(t, e.p.Reschedule(ctx, id, producer.RescheduleOptions{DueAt: later}))
+			info := e.state(id)
+			require.Equal(t, shardq.TaskScheduled, info.State)
+			require.True(t, info.DueAt.Equal(later))
+			d := &deliveries{at: map[uuid.UUID][]time.Time{}}
+			e.clock.Add(deadline.Sub(e.clock.Now()) + time.Millisecond)
+			e.drain(d)
+			require.Empty(t, d.of(id), "delivered when the marker of the unfinished swap came due")
+			e.clock.Add(later.Sub(e.clock.Now()))
+			e.drain(d)
+			e.clock.Add(time.Minute) // any second copy would be visible by now
+			e.drain(d)
+			at := d.of(id)
+			require.Len(t, at, 1, "delivered once")
+			require.True(t, at[0].Equal(later), "delivered at %v, not at its new time %v", at[0], later)
+		})
+	}
 }
 
 // TestRescheduleRacesAcquire moves 200 due tasks 3 s later while consumers take them.

@@ -47,6 +47,10 @@ type located struct {
 	stamp int64           // the entry's write timestamp
 	state taskindex.State // the state of the row found, or the entry's final state
 	row   taskrow.Row     // the task's row, for the pending and in-flight states
+	// stray is the row the entry names as the task's next place, found beside row: a
+	// consumer's swap or a Reschedule wrote it ahead of a move out of row that never
+	// applied (see dropStray).
+	stray *taskrow.Row
 }
 
 // locate finds task id: the row its index entry names now, or, when that move has not
@@ -67,7 +71,7 @@ func (p *Producer) locate(ctx context.Context, id uuid.UUID) (located, error) {
 	// The previous place first: if it is still there, the move the entry announces has
 	// not happened (or its process died before finishing it), and the state is the one
 	// before.
-	for _, c := range []struct {
+	for i, c := range []struct {
 		state taskindex.State
 		at    taskindex.Loc
 	}{{e.PrevState, e.Prev}, {e.State, e.Row}} {
@@ -78,9 +82,22 @@ func (p *Producer) locate(ctx context.Context, id uuid.UUID) (located, error) {
 		if err != nil {
 			return located{}, err
 		}
-		if ok {
-			return located{entry: e, stamp: stamp, state: c.state, row: r}, nil
+		if !ok {
+			continue
 		}
+		l := located{entry: e, stamp: stamp, state: c.state, row: r}
+		// A holder's lease move (PrevState in flight) is not fenced by a lock, so its
+		// new marker is left to it.
+		if i == 0 && e.Row.Key != "" && e.PrevState != taskindex.InFlight {
+			stray, ok, err := p.readRow(ctx, e.Row)
+			if err != nil {
+				return located{}, err
+			}
+			if ok {
+				l.stray = &stray
+			}
+		}
+		return l, nil
 	}
 	return located{}, fmt.Errorf("%w: %s", shardq.ErrTaskNotFound, id)
 }
@@ -253,6 +270,12 @@ func (p *Producer) Cancel(ctx context.Context, id uuid.UUID, opts CancelOptions)
 		if err != nil {
 			return err
 		}
+		if l.stray != nil {
+			if err := p.dropStray(ctx, q, l); err != nil {
+				return fmt.Errorf("producer: cancelling %s: %w", id, err)
+			}
+			continue // look again, without it
+		}
 		removed, err := p.move(ctx, q, l.row, nil)
 		switch {
 		case errors.Is(err, lwt.ErrOutcomeUnknown):
@@ -325,6 +348,13 @@ func (p *Producer) Reschedule(ctx context.Context, id uuid.UUID, opts Reschedule
 		q, err := p.queue(ctx, l.entry.Queue)
 		if err != nil {
 			return err
+		}
+		// Before the entry below stops naming it.
+		if l.stray != nil {
+			if err := p.dropStray(ctx, q, l); err != nil {
+				return fmt.Errorf("producer: rescheduling %s: %w", id, err)
+			}
+			continue // look again, without it
 		}
 		now := p.cfg.Clock.Now()
 		next := l.row

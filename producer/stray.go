@@ -1,0 +1,84 @@
+package producer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/gocql/gocql"
+
+	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/internal/cql"
+	"github.com/shardq/shardq/internal/lwt"
+	"github.com/shardq/shardq/internal/taskrow"
+	"github.com/shardq/shardq/lock"
+)
+
+// dropStray deletes l.stray, a row written ahead of a move out of l.row (a consumer's
+// timeout marker, or a Reschedule's new row) whose conditional step did not apply: its
+// process died, or its outcome stayed unknown. Left alone, it would deliver the task at
+// its time after a Cancel, or beside the row a Reschedule moves.
+//
+// Both kinds of move apply only under the lock of l.row's partition, and delete l.row
+// when they do. So while we hold that lock and l.row is still there, the move never
+// applied and never will, and the stray is not the task. The stray's partition is locked
+// too, so no consumer takes it meanwhile. Deleting it first keeps every step safe: a
+// crash after it leaves the task pending at l.row, and the caller's own move follows.
+// A stray that is gone already was deleted by its writer or taken by a consumer when it
+// came due; the caller looks again either way.
+func (p *Producer) dropStray(ctx context.Context, q shardq.QueueConfig, l located) error {
+	keys := []string{l.row.Key}
+	if k := l.stray.Key; k != l.row.Key {
+		keys = append(keys, k)
+		if k < l.row.Key {
+			keys[0], keys[1] = keys[1], keys[0]
+		}
+	}
+	for _, k := range keys {
+		done, err := p.turns.take(ctx, k)
+		if err != nil {
+			return err
+		}
+		defer done() // after the leases' release below: defers run last in, first out
+	}
+	var leases []*lock.Lease
+	defer func() {
+		for _, le := range leases {
+			if err := le.Release(ctx); err != nil && !errors.Is(err, lock.ErrLockLost) {
+				p.cfg.Logger.WarnContext(ctx, "releasing a lock", "shard_key", le.Key(), "error", err)
+			}
+		}
+	}()
+	for _, k := range keys {
+		le, err := p.lock(ctx, q, k)
+		if err != nil {
+			return err
+		}
+		leases = append(leases, le)
+	}
+	// At SERIAL, so a move that applied before we took the lock is seen.
+	err := cql.Query(p.session, taskrow.SelectOne, l.row.KeyArgs()...).WithContext(ctx).Consistency(lwt.Serial).Scan(new(gocql.UUID))
+	switch {
+	case errors.Is(err, gocql.ErrNotFound):
+		return nil // the move applied after all: the "stray" is the task
+	case err != nil:
+		return fmt.Errorf("reading %s: %w", l.row.Key, err)
+	}
+	_, err = lwt.Apply(ctx, func(ctx context.Context) (bool, error) {
+		return cql.Query(p.session, taskrow.DeleteIfExists, l.stray.KeyArgs()...).WithContext(ctx).
+			RetryPolicy(lwt.NoRetry).MapScanCAS(map[string]any{})
+	}, func(rctx context.Context, cause error) (bool, error) {
+		// We hold its partition's lock: nobody else deletes it meanwhile.
+		rerr := cql.Query(p.session, taskrow.SelectOne, l.stray.KeyArgs()...).WithContext(rctx).
+			Consistency(lwt.Serial).Scan(new(gocql.UUID))
+		switch {
+		case errors.Is(rerr, gocql.ErrNotFound):
+			return true, nil
+		case rerr == nil:
+			return false, fmt.Errorf("deleting the stray row %s of a move that did not apply: %w", l.stray.Key, cause)
+		}
+		return false, fmt.Errorf("%w: deleting the stray row %s of a move that did not apply: %w (reading back: %w)",
+			lwt.ErrOutcomeUnknown, l.stray.Key, cause, rerr)
+	})
+	return err
+}
