@@ -23,9 +23,9 @@ const rate = 100
 // One node is frozen (SIGSTOP) for 15 s a quarter into a drain, then resumed: it keeps its
 // connections open and answers nothing, the hardest failure for a client to see. The
 // partitions keep a quorum of the other two, and delivery goes on: the tasks due during
-// the freeze (about 1,500) start within 2 s (p99), every task is acked, none runs twice. It runs first: a node another test restarted runs a
-// cold JVM for a minute or so, and on two cores shared by three nodes that alone took this
-// test's p99 from 0.7-0.8 s to 2.2 s.
+// the freeze (about 1,500) start within 5 s (p99), every task is acked, none runs twice. It
+// runs first: a node another test restarted runs a cold JVM for a minute or so, and on two
+// cores shared by three nodes that alone took this test's p99 from 0.7-0.8 s to 2.2 s.
 func TestNodeFrozen(t *testing.T) {
 	c := newCluster(t)
 	var frozeAt, thawedAt time.Time
@@ -48,7 +48,13 @@ func TestNodeFrozen(t *testing.T) {
 	// A quarter into 40 s of tasks, a 15 s freeze has 15 s of them due within it; 10 s
 	// worth leaves room for a late start, and none would make the p99 below say nothing.
 	require.GreaterOrEqual(t, due, 10*rate, "tasks due during the freeze")
-	require.LessOrEqual(t, p99, 2000.0, "lateness p99 of the tasks due during the freeze, ms")
+	// This p99 was 0.7-2.2 s in the README's runs and 1.0-3.5 s in four runs on the 2-core
+	// box loaded by other work (load average near 20), where the tasks due outside the
+	// freeze ran as late: its spikes sit where the freeze starts (requests the node holds
+	// wait out their timeout and are settled) and where it ends (the node answers its
+	// backlog). Without hostpolicy's routing the partitions the frozen node leads wait out
+	// the freeze: p99 17.5 s. 5 s stands clear of both.
+	require.LessOrEqual(t, p99, 5000.0, "lateness p99 of the tasks due during the freeze, ms")
 }
 
 // One node is SIGKILLed a quarter into a drain (3 worker processes, 100 tasks/s due over
@@ -90,7 +96,9 @@ func drainThrough(t *testing.T, c *cluster, node int, fault func()) *env {
 // Worker processes are SIGKILLed at random, one every 1 to 4 s, and each is replaced at
 // once, while 100 tasks/s come due for 60 s. The tasks a killed worker held (leased ahead,
 // or in a handler) come back when their 5 s timeout ends: those whose handler had started
-// may run twice, no other runs twice, and every task is acked.
+// may run twice, and so may those a killed worker had written timeout markers for but not
+// yet swapped (a live worker takes them meanwhile, and the markers deliver them again);
+// no other runs twice, and every task is acked.
 func TestWorkersKilled(t *testing.T) {
 	newCluster(t)
 	e := newEnv(t, shardq.QueueConfig{DefaultTimeout: 5 * time.Second})
