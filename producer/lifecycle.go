@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/gocql/gocql"
@@ -49,9 +50,15 @@ type located struct {
 	row   taskrow.Row     // the task's row, for the pending and in-flight states
 	// stray is the row the entry names as the task's next place, found beside row: a
 	// consumer's swap or a Reschedule wrote it ahead of a move out of row that never
-	// applied (see dropStray).
+	// applied (see dropStray), or a holder's lease move ahead of its delete of row, which
+	// may still apply (see leaseMove).
 	stray *taskrow.Row
 }
+
+// leaseMove reports whether l.stray is the new marker of a lease move (Extend or Retry):
+// its holder deletes l.row with a lightweight transaction that no lock fences, so the
+// move may still apply, and l.stray must outlive l.row (see move).
+func (l located) leaseMove() bool { return l.stray != nil && l.entry.PrevState == taskindex.InFlight }
 
 // locate finds task id: the row its index entry names now, or, when that move has not
 // happened (or a crash cut it short), the row it names as the previous place.
@@ -86,9 +93,7 @@ func (p *Producer) locate(ctx context.Context, id uuid.UUID) (located, error) {
 			continue
 		}
 		l := located{entry: e, stamp: stamp, state: c.state, row: r}
-		// A holder's lease move (PrevState in flight) is not fenced by a lock, so its
-		// new marker is left to it.
-		if i == 0 && e.Row.Key != "" && e.PrevState != taskindex.InFlight {
+		if i == 0 && e.Row.Key != "" {
 			stray, ok, err := p.readRow(ctx, e.Row)
 			if err != nil {
 				return located{}, err
@@ -270,13 +275,13 @@ func (p *Producer) Cancel(ctx context.Context, id uuid.UUID, opts CancelOptions)
 		if err != nil {
 			return err
 		}
-		if l.stray != nil {
+		if l.stray != nil && !l.leaseMove() {
 			if err := p.dropStray(ctx, q, l); err != nil {
 				return fmt.Errorf("producer: cancelling %s: %w", id, err)
 			}
 			continue // look again, without it
 		}
-		removed, err := p.move(ctx, q, l.row, nil)
+		removed, err := p.move(ctx, q, l.row, nil, l.stray)
 		switch {
 		case errors.Is(err, lwt.ErrOutcomeUnknown):
 			unsettled = err
@@ -349,8 +354,9 @@ func (p *Producer) Reschedule(ctx context.Context, id uuid.UUID, opts Reschedule
 		if err != nil {
 			return err
 		}
-		// Before the entry below stops naming it.
-		if l.stray != nil {
+		// Before the entry below stops naming it. A lease move's marker goes with the move
+		// below instead: a crash in between leaves it, a duplicate.
+		if l.stray != nil && !l.leaseMove() {
 			if err := p.dropStray(ctx, q, l); err != nil {
 				return fmt.Errorf("producer: rescheduling %s: %w", id, err)
 			}
@@ -387,7 +393,7 @@ func (p *Producer) Reschedule(ctx context.Context, id uuid.UUID, opts Reschedule
 		if _, err := taskindex.Apply(ctx, p.session, []taskindex.Write{{Entry: entry, Stamp: l.stamp + 1, TTL: ttl}}, 1); err != nil {
 			return fmt.Errorf("producer: rescheduling %s: %w", id, err)
 		}
-		moved, err := p.move(ctx, q, l.row, &next)
+		moved, err := p.move(ctx, q, l.row, &next, l.stray)
 		switch {
 		case err != nil:
 			return fmt.Errorf("producer: rescheduling %s: %w", id, err)
@@ -425,8 +431,17 @@ func (p *Producer) RescheduleByKey(ctx context.Context, queue, key string, opts 
 // another call moved it). A row never delivered is deleted only under its partition's
 // lock, because consumers delete such rows without a condition; to's partition is
 // locked too while to exists beside from, so no consumer can take both.
-func (p *Producer) move(ctx context.Context, q shardq.QueueConfig, from taskrow.Row, to *taskrow.Row) (bool, error) {
-	if to == nil && from.Attempt > 0 {
+//
+// stray, when given, is the new marker of a lease move out of from (located.leaseMove)
+// whose holder has not deleted from: it died, or it is slow. Its delete of from is not
+// fenced by any lock, so deleting stray first could leave a live holder's task nowhere.
+// Once our batch has deleted from, that delete cannot apply (a live holder drops stray
+// and gets ErrLeaseLost), so stray is not the task and is deleted after it. Its partition
+// is locked throughout and stray read at SERIAL first: a consumer that took it before
+// made it the task (we report false), and none takes it meanwhile. A crash after the
+// batch leaves stray: a duplicate, and not a successful call.
+func (p *Producer) move(ctx context.Context, q shardq.QueueConfig, from taskrow.Row, to, stray *taskrow.Row) (bool, error) {
+	if to == nil && from.Attempt > 0 && stray == nil {
 		// Consumers take such rows only if they still exist, so a condition is fence enough.
 		return lwt.Apply(ctx, func(ctx context.Context) (bool, error) {
 			return cql.Query(p.session, taskrow.DeleteIfExists, from.KeyArgs()...).WithContext(ctx).
@@ -436,12 +451,13 @@ func (p *Producer) move(ctx context.Context, q shardq.QueueConfig, from taskrow.
 		})
 	}
 	keys := []string{from.Key}
-	if to != nil && to.Key != from.Key {
-		keys = append(keys, to.Key)
-		if to.Key < from.Key {
-			keys[0], keys[1] = keys[1], keys[0]
+	for _, r := range []*taskrow.Row{to, stray} {
+		if r != nil {
+			keys = append(keys, r.Key)
 		}
 	}
+	slices.Sort(keys) // one order for every caller, so none waits on another's next lock
+	keys = slices.Compact(keys)
 	for _, k := range keys {
 		done, err := p.turns.take(ctx, k)
 		if err != nil {
@@ -463,6 +479,15 @@ func (p *Producer) move(ctx context.Context, q shardq.QueueConfig, from taskrow.
 			return false, err
 		}
 		leases[k] = le
+	}
+	if stray != nil {
+		err := cql.Query(p.session, taskrow.SelectOne, stray.KeyArgs()...).WithContext(ctx).Consistency(lwt.Serial).Scan(new(gocql.UUID))
+		switch {
+		case errors.Is(err, gocql.ErrNotFound):
+			return false, nil // a consumer took it, or its holder's move failed: look again
+		case err != nil:
+			return false, fmt.Errorf("reading %s: %w", stray.Key, err)
+		}
 	}
 	src := leases[from.Key]
 	delete(leases, from.Key) // the batch below releases it
@@ -499,6 +524,11 @@ func (p *Producer) move(ctx context.Context, q shardq.QueueConfig, from taskrow.
 	if err != nil || !applied {
 		if rerr := src.Release(ctx); rerr != nil && !errors.Is(rerr, lock.ErrLockLost) {
 			p.cfg.Logger.WarnContext(ctx, "releasing a lock", "shard_key", src.Key(), "error", rerr)
+		}
+	}
+	if err == nil && applied && stray != nil {
+		if err := p.deleteStray(ctx, *stray); err != nil {
+			return true, err
 		}
 	}
 	// An unsettled outcome leaves to in place: if from is gone too, to is the task; if
