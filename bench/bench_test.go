@@ -12,8 +12,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/internal/cassandratest"
 	"github.com/shardq/shardq/internal/cqlcluster"
+	"github.com/shardq/shardq/producer"
 )
 
 // TestMain lets trickle run this test binary again as its producer and worker processes.
@@ -54,15 +57,16 @@ func TestWorkloadsSmall(t *testing.T) {
 		if lost, ok := r["lost"]; ok {
 			require.Zero(t, lost, r["workload"])
 			require.Zero(t, r["duplicates"], r["workload"])
+			require.Zero(t, r["left"], r["workload"])
 		}
 	}
 	want := map[string][]string{
-		"burst":        {"schedule_tasks_per_s", "drain_tasks_per_s", "lateness_p50_ms", "lateness_p99_ms", "lateness_max_ms"},
-		"burst-worker": {"tasks", "handlers", "drain_tasks_per_s", "requests_per_task", "schedule_tasks_per_s", "lost", "duplicates"},
-		"spread":       {"lateness_p50_ms", "lateness_p99_ms", "lateness_max_ms"},
-		"trickle":      {"rate", "duration_s", "tasks", "lateness_p50_ms", "lateness_p99_ms", "lateness_max_ms", "lost", "duplicates"},
+		"burst":        {"schedule_tasks_per_s", "drain_tasks_per_s", "lateness_p50_ms", "lateness_p99_ms", "lateness_max_ms", "lost", "duplicates", "left", "settle_s"},
+		"burst-worker": {"tasks", "handlers", "drain_tasks_per_s", "requests_per_task", "schedule_tasks_per_s", "lost", "duplicates", "left", "settle_s"},
+		"spread":       {"lateness_p50_ms", "lateness_p99_ms", "lateness_max_ms", "lost", "duplicates", "left", "settle_s"},
+		"trickle":      {"rate", "rate_reached", "schedule_window_s", "duration_s", "tasks", "lateness_p50_ms", "lateness_p99_ms", "lateness_max_ms", "lost", "duplicates", "left", "settle_s", "cpu_window_s", "producer_cpu_s", "worker_cpu_s", "bench_cpu_s"},
 		"idle":         {"idle_requests_per_s"},
-		"soak":         {"acquire_p50_ms", "acquire_p99_ms", "tombstones_per_read", "drain_tasks_per_s"},
+		"soak":         {"acquire_p50_ms", "acquire_p99_ms", "tombstones_per_read", "drain_tasks_per_s", "lost", "duplicates", "left", "settle_s"},
 		"sweep":        {"drain_tasks_per_s", "lateness_p99_ms"},
 		"ceiling":      {"ceiling_insert_rows_per_s", "ceiling_drain_tasks_per_s", "ceiling_lwt_cycles_per_s"},
 		"ratios":       {"schedule_vs_insert_ceiling", "drain_vs_drain_ceiling"},
@@ -73,6 +77,12 @@ func TestWorkloadsSmall(t *testing.T) {
 			require.Contains(t, byWorkload[w], field, w)
 		}
 	}
+	// The rate reached is the tasks scheduled over the producer's window, which the CPU
+	// window (until the last task ran) spans.
+	tr := byWorkload["trickle"]
+	require.InDelta(t, tr["tasks"].(float64)/tr["schedule_window_s"].(float64), tr["rate_reached"], 1e-9)
+	require.InDelta(t, o.trickleDuration.Seconds(), tr["schedule_window_s"], 1, "the producer held the small rate")
+	require.Greater(t, tr["cpu_window_s"], tr["schedule_window_s"], "the window runs until the last task ran")
 	png, err := os.ReadFile(o.chartPath)
 	require.NoError(t, err)
 	require.True(t, strings.HasPrefix(string(png), "\x89PNG"), "the chart is a PNG")
@@ -87,7 +97,7 @@ func TestSkewSmall(t *testing.T) {
 		hosts: strings.Join(cassandratest.Hosts(t), ","), keyspace: cassandratest.Keyspace(t),
 		workloads: "skew", jsonPath: filepath.Join(dir, "out.jsonl"), rf: 1, buckets: 900, bucket: time.Second,
 		skewTasks: 100, skewOver: 2 * time.Second, skewDue: "now", skewBound: 30 * time.Second,
-		producerSkew: 4 * time.Second, producersIn: "two", workerSkew: time.Second, workers: 2, concurrency: 4,
+		producerSkew: 4 * time.Second, producersIn: "two", skewAs: "clock", workerSkew: time.Second, workers: 2, concurrency: 4,
 	}
 	t.Setenv(cqlcluster.HostsEnv, "") // o.hosts says where the cluster is
 	require.NoError(t, run(context.Background(), o))
@@ -103,4 +113,41 @@ func TestSkewSmall(t *testing.T) {
 	}
 	require.EqualValues(t, 100, r["tasks"])
 	require.EqualValues(t, 0, r["schedule_errors"])
+}
+
+// TestDrainCountsRedelivery: a task whose lease ends unacked (as when an ack does not
+// take) is delivered again; the drain goes on consuming until the queue is empty, so that
+// delivery counts as a duplicate even though every task had already been seen once.
+func TestDrainCountsRedelivery(t *testing.T) {
+	t.Setenv(cqlcluster.HostsEnv, "") // the options say where the cluster is
+	b, err := newBench(options{hosts: strings.Join(cassandratest.Hosts(t), ","), keyspace: cassandratest.Keyspace(t), rf: 1})
+	require.NoError(t, err)
+	t.Cleanup(b.close)
+	ctx := context.Background()
+	s, q, err := b.fresh(ctx, shardq.QueueConfig{Name: "redeliver", ShardCount: 2, BucketCount: 60,
+		BucketDuration: time.Second, DefaultTimeout: 30 * time.Second})
+	require.NoError(t, err)
+	p, err := producer.New(s, producer.Config{})
+	require.NoError(t, err)
+	// Taken first (highest priority) by a consumer that never acks it; its lease is short.
+	unacked, err := p.ScheduleTask(ctx, producer.Task{Queue: q.Name, Payload: payload, Priority: 9, Timeout: 2 * time.Second})
+	require.NoError(t, err)
+	c, err := consumer.New(s, consumer.Config{Queue: q.Name})
+	require.NoError(t, err)
+	taken, err := c.AcquireTasks(ctx, 1)
+	require.NoError(t, err)
+	require.Len(t, taken, 1)
+	require.Equal(t, unacked, taken[0].ID)
+	ids, _, err := scheduleAll(ctx, s, q.Name, 20, func(int) time.Time { return time.Time{} })
+	require.NoError(t, err)
+	ids = append(ids, unacked)
+
+	tr := newTracker(len(ids))
+	tr.record(unacked, 0) // its first delivery, whose ack is lost
+	d, err := b.drain(ctx, s, q, 2, 10, len(ids), tr, nil, time.Minute)
+	require.NoError(t, err)
+	lost, dups := tr.lostAndDuplicates(ids, d.left)
+	require.Zero(t, lost)
+	require.Equal(t, 1, dups, "the unacked task came back once its lease ended")
+	require.Empty(t, d.left)
 }

@@ -28,18 +28,19 @@ func (b *bench) burst(ctx context.Context) error {
 	go progress("burst drain", n, func() int { return int(tr.delivered.Load()) }, stop)
 	start := time.Now() // every task is due by now
 	req0 := b.requests.Load()
-	err = drain(ctx, s, q.Name, b.o.consumers, b.o.batch, n, tr, nil, 10*time.Minute)
+	d, err := b.drain(ctx, s, q, b.o.consumers, b.o.batch, n, tr, nil, 10*time.Minute)
 	close(stop)
 	if err != nil {
 		return err
 	}
-	lost, dups := tr.lostAndDuplicates(ids)
+	lost, dups := tr.lostAndDuplicates(ids, d.left)
 	p50, p99, mx := percentiles(tr.lateness)
 	b.emit(result{"workload": "burst", "tasks": n, "consumers": b.o.consumers, "batch": b.o.batch, "shards": q.ShardCount,
 		"schedule_tasks_per_s":    float64(n) / schedTime.Seconds(),
 		"drain_tasks_per_s":       float64(n) / tr.lastAck.Sub(start).Seconds(),
-		"drain_requests_per_task": float64(b.requests.Load()-req0) / float64(n),
-		"lateness_p50_ms":         p50, "lateness_p99_ms": p99, "lateness_max_ms": mx, "lost": lost, "duplicates": dups})
+		"drain_requests_per_task": float64(d.requests-req0) / float64(n),
+		"lateness_p50_ms":         p50, "lateness_p99_ms": p99, "lateness_max_ms": mx, "lost": lost, "duplicates": dups,
+		"left": len(d.left), "settle_s": d.took.Seconds()})
 	return nil
 }
 

@@ -73,15 +73,20 @@ wait:
 	reqs := b.requests.Load() - req0
 	poll.Stop()
 	close(stop)
+	var set settled
+	if waitErr == nil {
+		set, waitErr = b.settle(ctx, s, q)
+	}
 	if err := stopWorker(ctx, w, waitErr); err != nil {
 		return err
 	}
-	lost, dups := tr.lostAndDuplicates(ids)
+	lost, dups := tr.lostAndDuplicates(ids, set.left)
 	r := result{"workload": "burst-worker", "tasks": n, "handlers": b.o.burstWorkerHandlers,
 		"schedule_tasks_per_s": float64(n) / schedTime.Seconds(),
 		"drain_tasks_per_s":    float64(n) / end.Sub(start).Seconds(),
 		"requests_per_task":    float64(reqs) / float64(n),
-		"lost":                 lost, "duplicates": dups, "partition_errors": partitionErrors.Load()}
+		"lost":                 lost, "duplicates": dups, "partition_errors": partitionErrors.Load(),
+		"left": len(set.left), "settle_s": set.took.Seconds()}
 	if cpuErr == nil && cpuErr1 == nil {
 		r["server_cpu_s"] = cpu1 - cpu0
 		r["server_cpu_ms_per_1k_tasks"] = (cpu1 - cpu0) * 1000 / (float64(n) / 1000)

@@ -135,20 +135,29 @@ func (c counter) ObserveBatch(context.Context, gocql.ObservedBatch) { c.n.Add(1)
 // tracker records deliveries, to count lost and duplicated tasks and lateness.
 type tracker struct {
 	mu        sync.Mutex
+	want      int
 	seen      map[uuid.UUID]int
 	lateness  []time.Duration
 	delivered atomic.Int64
+	all       chan struct{} // closed once want tasks were delivered
 	lastAck   time.Time
 }
 
-func newTracker(n int) *tracker { return &tracker{seen: make(map[uuid.UUID]int, n)} }
+func newTracker(n int) *tracker {
+	t := &tracker{want: n, seen: make(map[uuid.UUID]int, n), all: make(chan struct{})}
+	if n == 0 {
+		close(t.all)
+	}
+	return t
+}
 
-// record notes a delivered task, late by lateness.
-func (t *tracker) record(id uuid.UUID, lateness time.Duration) {
+// record notes a delivered task, late by lateness, and reports whether it was the task's
+// first delivery.
+func (t *tracker) record(id uuid.UUID, lateness time.Duration) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.count(id)
 	t.lateness = append(t.lateness, lateness)
+	return t.count(id)
 }
 
 // deliver notes a delivered task without keeping its lateness, for runs too large to
@@ -159,12 +168,18 @@ func (t *tracker) deliver(id uuid.UUID) {
 	t.count(id)
 }
 
-func (t *tracker) count(id uuid.UUID) {
-	if t.seen[id]++; t.seen[id] == 1 {
-		t.delivered.Add(1)
+func (t *tracker) count(id uuid.UUID) bool {
+	if t.seen[id]++; t.seen[id] > 1 {
+		return false
 	}
+	if t.delivered.Add(1) == int64(t.want) {
+		close(t.all)
+	}
+	return true
 }
 
+// acked notes the time of an ack that took tasks delivered for the first time: the last
+// is when the drain was done, however late a duplicate is acked after it.
 func (t *tracker) acked(at time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -173,15 +188,25 @@ func (t *tracker) acked(at time.Time) {
 	}
 }
 
-// lostAndDuplicates compares deliveries with the scheduled IDs.
-func (t *tracker) lostAndDuplicates(scheduled []uuid.UUID) (lost, dups int) {
+// lostAndDuplicates compares deliveries with the scheduled IDs. A task is lost when it was
+// never acked: never delivered, or delivered but still in the queue (left, as settle
+// returns it) after the drain, since an ack is what takes a delivered task's rows out of
+// the queue; the bench cannot see a worker's acks one by one, so it reads the table for
+// all workloads alike. Every delivery beyond a task's first is a duplicate, including
+// one of a task already acked.
+func (t *tracker) lostAndDuplicates(scheduled, left []uuid.UUID) (lost, dups int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	stuck := make(map[uuid.UUID]bool, len(left))
+	for _, id := range left {
+		stuck[id] = true
+	}
 	for _, id := range scheduled {
-		switch n := t.seen[id]; {
-		case n == 0:
+		n := t.seen[id]
+		if n == 0 || stuck[id] {
 			lost++
-		case n > 1:
+		}
+		if n > 1 {
 			dups += n - 1
 		}
 	}

@@ -78,7 +78,7 @@ func (b *bench) soak(ctx context.Context) error {
 		}
 	}()
 
-	err = drain(ctx, s, q.Name, b.o.consumers, b.o.batch, n, tr, cl, expected+10*time.Minute)
+	d, err := b.drain(ctx, s, q, b.o.consumers, b.o.batch, n, tr, cl, expected+10*time.Minute)
 	close(stop)
 	if err != nil {
 		return err
@@ -86,7 +86,7 @@ func (b *bench) soak(ctx context.Context) error {
 	if err := <-prodErr; err != nil {
 		return err
 	}
-	end := time.Now()
+	end := d.at // not the settling after it, which acquires nothing
 	early, late := <-samples, <-samples
 	if early.err != nil || late.err != nil {
 		return fmt.Errorf("tracing reads: %v %v", early.err, late.err)
@@ -94,12 +94,12 @@ func (b *bench) soak(ctx context.Context) error {
 	tenth := end.Sub(start) / 10
 	s50, s99, _ := percentiles(cl.window(start, start.Add(tenth)))
 	e50, e99, _ := percentiles(cl.window(end.Add(-tenth), end))
-	lost, dups := tr.lostAndDuplicates(ids)
+	lost, dups := tr.lostAndDuplicates(ids, d.left)
 	b.emit(result{"workload": "soak", "tasks": n, "rate_per_s": rate, "consumers": b.o.consumers, "batch": b.o.batch,
 		"drain_tasks_per_s":    float64(n) / tr.lastAck.Sub(start).Seconds(),
 		"acquire_p50_ms_start": s50, "acquire_p99_ms_start": s99, "acquire_p50_ms": e50, "acquire_p99_ms": e99,
 		"tombstones_per_read_start": early.tombstones, "tombstones_per_read": late.tombstones,
-		"lost": lost, "duplicates": dups})
+		"lost": lost, "duplicates": dups, "left": len(d.left), "settle_s": d.took.Seconds()})
 	return nil
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"sync"
 	"time"
 
 	"github.com/shardq/shardq/consumer"
@@ -20,14 +19,9 @@ func (b *bench) spread(ctx context.Context) error {
 	}
 	n := b.o.spreadTasks
 	tr := newTracker(n)
-	all := make(chan struct{})
-	var once sync.Once
 	w, err := worker.New(s, worker.Config{Queue: q.Name, Concurrency: b.o.spreadHandlers,
 		Handler: worker.HandlerFunc(func(_ context.Context, t *consumer.Task) error {
 			tr.record(t.ID, time.Since(t.DueAt))
-			if tr.delivered.Load() == int64(n) {
-				once.Do(func() { close(all) })
-			}
 			return nil
 		})})
 	if err != nil {
@@ -48,19 +42,23 @@ func (b *bench) spread(ctx context.Context) error {
 	go progress("spread", n, func() int { return int(tr.delivered.Load()) }, stop)
 	var waitErr error
 	select {
-	case <-all:
+	case <-tr.all:
 	case <-time.After(b.o.spreadOver + 2*time.Minute):
 		waitErr = fmt.Errorf("only %d of %d tasks ran", tr.delivered.Load(), n)
 	}
 	close(stop)
+	var set settled
+	if waitErr == nil { // the worker goes on delivering what is left
+		set, waitErr = b.settle(ctx, s, q)
+	}
 	if err := stopWorker(ctx, w, waitErr); err != nil {
 		return err
 	}
-	lost, dups := tr.lostAndDuplicates(ids)
+	lost, dups := tr.lostAndDuplicates(ids, set.left)
 	p50, p99, mx := percentiles(tr.lateness)
 	b.emit(result{"workload": "spread", "tasks": n, "over_s": b.o.spreadOver.Seconds(), "handlers": b.o.spreadHandlers,
 		"shards": q.ShardCount, "lateness_p50_ms": p50, "lateness_p99_ms": p99, "lateness_max_ms": mx,
-		"lost": lost, "duplicates": dups})
+		"lost": lost, "duplicates": dups, "left": len(set.left), "settle_s": set.took.Seconds()})
 	return nil
 }
 

@@ -81,11 +81,12 @@ func (b *bench) sweepPoint(ctx context.Context, shards int, bucket time.Duration
 	}
 	tr := newTracker(n)
 	start := time.Now()
-	if err := drain(ctx, s, q.Name, consumers, batch, n, tr, nil, 5*time.Minute); err != nil {
+	d, err := b.drain(ctx, s, q, consumers, batch, n, tr, nil, 5*time.Minute)
+	if err != nil {
 		return p, err
 	}
-	if lost, dups := tr.lostAndDuplicates(ids); lost+dups > 0 {
-		return p, fmt.Errorf("%d lost, %d duplicated", lost, dups)
+	if lost, dups := tr.lostAndDuplicates(ids, d.left); lost+dups > 0 {
+		return p, fmt.Errorf("%d lost (%d task rows left in the queue), %d duplicated", lost, len(d.left), dups)
 	}
 	p.drain = float64(n) / tr.lastAck.Sub(start).Seconds()
 	_, p.p99, _ = percentiles(tr.lateness)

@@ -47,9 +47,11 @@ const (
 // trickle runs a producer and a worker in two processes of their own, as a service and
 // its workers would be deployed, so that no wake-up inside one process helps: the producer
 // schedules tasks due now, one ScheduleTask call each, at R tasks/s for T, and lateness
-// is handler start (in the worker's process) minus due time.
+// is handler start (in the worker's process) minus due time. It reports the rate the
+// producer reached next to R, and the CPU seconds of the server and of each process over
+// one window (see cpuAt).
 func (b *bench) trickle(ctx context.Context) error {
-	_, q, err := b.fresh(ctx, shardq.QueueConfig{Name: "trickle"})
+	s, q, err := b.fresh(ctx, shardq.QueueConfig{Name: "trickle"})
 	if err != nil {
 		return err
 	}
@@ -79,12 +81,27 @@ func (b *bench) trickle(ctx context.Context) error {
 	}
 	defer wk.stop(5 * time.Second) //nolint:errcheck // only reached first on an error path
 
-	pid := b.cassandraPIDs()
-	cpu0, cpuErr := cpuSeconds(pid)
-	self0 := selfCPU()
+	// Then the producer, which connects, says "ready" and waits for "go", so that its
+	// start is outside the window too; it prints each task's ID as it is scheduled, then
+	// "done" and how long scheduling took.
 	var idsMu sync.Mutex
 	ids := make([]uuid.UUID, 0, n)
+	prReady, prDone := make(chan struct{}), make(chan struct{})
+	var window time.Duration // the producer's scheduling window, once prDone is closed
 	pr, err := startChild(roleTrickleProducer, env, func(line string) error {
+		if line == "ready" {
+			close(prReady)
+			return nil
+		}
+		if us, ok := strings.CutPrefix(line, "done "); ok {
+			v, err := strconv.ParseInt(us, 10, 64)
+			if err != nil {
+				return fmt.Errorf("unexpected line %q", line)
+			}
+			window = time.Duration(v) * time.Microsecond
+			close(prDone)
+			return nil
+		}
 		u, err := uuid.Parse(line)
 		if err != nil {
 			return fmt.Errorf("unexpected line %q", line)
@@ -98,6 +115,14 @@ func (b *bench) trickle(ctx context.Context) error {
 		return err
 	}
 	defer pr.stop(5 * time.Second) //nolint:errcheck // only reached first on an error path
+	if err := pr.waitReady(prReady); err != nil {
+		return err
+	}
+	nodes := b.cassandraPIDs()
+	cpu0 := readCPU(nodes, wk, pr)
+	if err := pr.send("go"); err != nil {
+		return fmt.Errorf("starting %s: %w", roleTrickleProducer, err)
+	}
 	stop := make(chan struct{})
 	go progress("trickle", n, func() int { return int(tr.delivered.Load()) }, stop)
 
@@ -118,19 +143,27 @@ wait:
 			return fmt.Errorf("%s exited early: %v", roleTrickleWorker, wk.stop(5*time.Second))
 		}
 		select {
-		case <-pr.read:
+		case <-prDone:
 			idsMu.Lock()
 			produced := len(ids)
 			idsMu.Unlock()
 			if tr.delivered.Load() >= int64(produced) {
 				break wait
 			}
+		case <-pr.read:
+			close(stop)
+			return fmt.Errorf("%s exited before it was done: %v", roleTrickleProducer, pr.stop(5*time.Second))
 		default:
 		}
 	}
 	close(stop)
-	cpu1, cpuErr1 := cpuSeconds(pid)
-	self1 := selfCPU()
+	cpu1 := readCPU(nodes, wk, pr)
+	var set settled
+	if !timedOut { // the worker goes on delivering what is left
+		if set, err = b.settle(ctx, s, q); err != nil {
+			return err
+		}
+	}
 	prErr := pr.stop(30 * time.Second)
 	wkErr := wk.stop(time.Minute) // the worker stops gracefully: running handlers finish, acks flush
 	if prErr != nil {
@@ -141,26 +174,58 @@ wait:
 	}
 	idsMu.Lock()
 	defer idsMu.Unlock()
-	lost, dups := tr.lostAndDuplicates(ids)
+	lost, dups := tr.lostAndDuplicates(ids, set.left)
 	if timedOut {
 		fmt.Fprintf(os.Stderr, "trickle: %d of %d tasks did not run within %v\n", lost, len(ids), over+time.Minute)
 	}
 	p50, p99, mx := percentiles(tr.lateness)
 	r := result{"workload": "trickle", "rate": rate, "duration_s": over.Seconds(), "tasks": len(ids),
 		"lateness_p50_ms": p50, "lateness_p99_ms": p99, "lateness_max_ms": mx, "lost": lost, "duplicates": dups,
-		"producer_cpu_s": pr.cpu(), "worker_cpu_s": wk.cpu(), "bench_cpu_s": self1 - self0}
-	if cpuErr == nil && cpuErr1 == nil {
-		r["server_cpu_s"] = cpu1 - cpu0
+		"left": len(set.left), "settle_s": set.took.Seconds(),
+		"cpu_window_s": cpu1.at.Sub(cpu0.at).Seconds(), "bench_cpu_s": cpu1.self - cpu0.self}
+	if window > 0 {
+		r["schedule_window_s"] = window.Seconds()
+		r["rate_reached"] = float64(len(ids)) / window.Seconds()
+	}
+	if cpu0.childErr == nil && cpu1.childErr == nil {
+		r["producer_cpu_s"] = cpu1.producer - cpu0.producer
+		r["worker_cpu_s"] = cpu1.worker - cpu0.worker
+	}
+	if cpu0.serverErr == nil && cpu1.serverErr == nil {
+		r["server_cpu_s"] = cpu1.server - cpu0.server
 	}
 	b.emit(r)
 	return nil
+}
+
+// cpuAt is the CPU seconds the local nodes, trickle's producer and worker and this
+// process had used at one instant. Read at the start and the end of trickle's window
+// (from the producer's first call until every task it scheduled ran), the four figures
+// cover the same interval: the children's start, connection, the worker's first poll and
+// both their stops fall outside it, as they do for the server. The children's come from
+// /proc as the server's do (in ticks of 1/100 s), not from their exit status, which
+// would count their whole lives.
+type cpuAt struct {
+	at                             time.Time
+	server, producer, worker, self float64
+	serverErr, childErr            error
+}
+
+// readCPU reads the CPU seconds of the local nodes, the children and this process.
+func readCPU(nodes []int, wk, pr *child) cpuAt {
+	c := cpuAt{at: time.Now(), self: selfCPU()}
+	c.server, c.serverErr = cpuSeconds(nodes)
+	if c.worker, c.childErr = cpuSeconds([]int{wk.cmd.Process.Pid}); c.childErr == nil {
+		c.producer, c.childErr = cpuSeconds([]int{pr.cmd.Process.Pid})
+	}
+	return c
 }
 
 // child is a child process of this binary in a role; its stdout lines go to a callback.
 type child struct {
 	role     string
 	cmd      *exec.Cmd
-	stdin    io.Closer
+	stdin    io.WriteCloser
 	read     chan struct{} // closed once its stdout is read to the end
 	readErr  error
 	stopOnce sync.Once
@@ -252,12 +317,23 @@ func (c *child) stop(grace time.Duration) error {
 	return c.stopErr
 }
 
-// cpu is the CPU seconds the child used, once it has exited.
-func (c *child) cpu() float64 {
-	if c.cmd.ProcessState == nil {
-		return 0
+// send writes a line to the child's stdin.
+func (c *child) send(line string) error {
+	_, err := io.WriteString(c.stdin, line+"\n")
+	return err
+}
+
+// waitReady waits until ready is closed (the child said so), failing if it exits first
+// or takes more than two minutes.
+func (c *child) waitReady(ready <-chan struct{}) error {
+	select {
+	case <-ready:
+		return nil
+	case <-c.read:
+		return fmt.Errorf("%s exited before it was ready: %v", c.role, c.stop(5*time.Second))
+	case <-time.After(2 * time.Minute):
+		return fmt.Errorf("%s not ready within 2m", c.role)
 	}
-	return (c.cmd.ProcessState.UserTime() + c.cmd.ProcessState.SystemTime()).Seconds()
 }
 
 // selfCPU is the CPU seconds this process has used.
@@ -276,11 +352,19 @@ func runChildIfAsked() {
 	if role == "" {
 		return
 	}
-	// Stop on SIGTERM or SIGINT, or when the parent closes stdin (or dies).
+	// Stop on SIGTERM or SIGINT, or when the parent closes stdin (or dies); a "go" line
+	// on stdin starts the producer.
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	begin := make(chan struct{})
 	go func() {
-		io.Copy(io.Discard, os.Stdin) //nolint:errcheck // any end of stdin means stop
-		cancel()
+		sc := bufio.NewScanner(os.Stdin)
+		for begun := false; sc.Scan(); {
+			if sc.Text() == "go" && !begun {
+				close(begin)
+				begun = true
+			}
+		}
+		cancel() // any end of stdin means stop
 	}()
 	out = newLineOut(os.Stdout)
 	stopProfile, err := profile(role)
@@ -290,7 +374,7 @@ func runChildIfAsked() {
 	}
 	switch role {
 	case roleTrickleProducer:
-		err = trickleProducer(ctx)
+		err = trickleProducer(ctx, begin)
 	case roleTrickleWorker:
 		err = trickleWorker(ctx)
 	case roleSkewProducer:
@@ -341,12 +425,16 @@ func childSession() (*gocql.Session, string, error) {
 	return s, os.Getenv(queueEnv), err
 }
 
-// trickleProducer schedules rate×duration tasks due now, one ScheduleTask call per
-// task, the i-th sent i/rate s after it starts, as a service's requests would each
-// schedule one; it prints each task's ID as soon as it is scheduled. At most
-// trickleInFlight calls wait at once, so that a rate above what one caller at a time
-// reaches holds; when even that falls behind, calls go out as soon as one returns.
-func trickleProducer(ctx context.Context) error {
+// trickleProducer connects, prints "ready" and, once begin is closed, schedules
+// rate×duration tasks due now, one ScheduleTask call per task, the i-th sent i/rate s
+// after it starts, as a service's requests would each schedule one; it prints each
+// task's ID as soon as it is scheduled, then "done <µs>": how long scheduling took, from
+// the first call to the return of the last (the window of the rate it reached). It then
+// waits to be told to stop, so that its CPU time can be read at the end of the parent's
+// window. At most trickleInFlight calls wait at once, so that a rate above what one
+// caller at a time reaches holds; when even that falls behind, calls go out as soon as
+// one returns.
+func trickleProducer(ctx context.Context, begin <-chan struct{}) error {
 	rate, err := strconv.Atoi(os.Getenv(rateEnv))
 	if err != nil {
 		return err
@@ -364,6 +452,14 @@ func trickleProducer(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := readyLine(); err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-begin:
+	}
 	n := int(float64(rate) * over.Seconds())
 	start := time.Now()
 	err = paced(ctx, n, func(i int) time.Time { return start.Add(time.Duration(i) * time.Second / time.Duration(rate)) },
@@ -377,10 +473,15 @@ func trickleProducer(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if took := time.Since(start); took > over+over/10 {
+	took := time.Since(start)
+	if took > over+over/10 {
 		fmt.Fprintf(os.Stderr, "trickle: the producer took %v to schedule %d tasks meant to take %v\n",
 			took.Round(time.Millisecond), n, over)
 	}
+	if err := out.printf("done %d\n", took.Microseconds()); err != nil {
+		return err
+	}
+	<-ctx.Done()
 	return nil
 }
 
@@ -454,13 +555,20 @@ func serveWorker(ctx context.Context, s *gocql.Session, cfg worker.Config) (work
 	for w.Stats().Polls == 0 && ctx.Err() == nil {
 		time.Sleep(10 * time.Millisecond)
 	}
-	out.printf("ready\n") //nolint:errcheck // a parent gone also closes stdin
-	out.flush()           //nolint:errcheck // a parent gone also closes stdin
+	readyLine() //nolint:errcheck // a parent gone also closes stdin
 	<-ctx.Done()
 	stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	err = w.Stop(stopCtx)
 	return w.Stats(), err
+}
+
+// readyLine tells the parent that this child is ready, at once.
+func readyLine() error {
+	if err := out.printf("ready\n"); err != nil {
+		return err
+	}
+	return out.flush()
 }
 
 // out is where a child prints its lines.

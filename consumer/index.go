@@ -57,6 +57,23 @@ func (c *Consumer) finishEntry(t *Task, state taskindex.State, cause string) tas
 	return w
 }
 
+// deadEntry is the index write of a task that died. A keyed task's entry keeps its key,
+// which a replay claims again (the final entry replaces all the entry held); the key is
+// read from the entry, as a task's row records only that it has one.
+func (c *Consumer) deadEntry(ctx context.Context, t *Task, cause string) taskindex.Write {
+	w := c.finishEntry(t, taskindex.Dead, cause)
+	if !t.marker.Keyed {
+		return w
+	}
+	e, _, err := taskindex.Read(ctx, c.session, t.ID)
+	if err != nil && !errors.Is(err, taskindex.ErrNotFound) {
+		c.log.WarnContext(ctx, "reading the key of a task that died: a replay will not claim it again",
+			"queue", c.q.Name, "task_id", t.ID, "error", err)
+	}
+	w.Entry.Key = e.Key
+	return w
+}
+
 // finish records the last step of tasks' deliveries. Their moves are done, so a failure
 // only leaves entries naming rows that are gone, which readers take for "not found": it
 // is logged, not returned.

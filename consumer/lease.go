@@ -138,7 +138,7 @@ func (c *Consumer) DeadLetter(ctx context.Context, t *Task, cause error) error {
 	case errors.Is(err, ErrLeaseLost):
 		c.cfg.Observer.Observe(ctx, shardq.LeaseLost{Queue: c.q.Name, TaskID: t.ID})
 	case err == nil:
-		c.finish(ctx, []taskindex.Write{c.finishEntry(t, taskindex.Dead, msg)})
+		c.finish(ctx, []taskindex.Write{c.deadEntry(ctx, t, msg)})
 		c.advanceSeries(ctx, []*Task{t}, false)
 	}
 	return err

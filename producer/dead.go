@@ -145,22 +145,24 @@ func (p *Producer) ReplayDeadLetter(ctx context.Context, queue string, id uuid.U
 	if err != nil {
 		return uuid.Nil, err
 	}
-	now := p.cfg.Clock.Now()
-	lay := q.Layout()
-	row := taskrow.Row{Key: lay.Key(lay.Bucket(now), lay.ShardFor(d.TaskID)), Priority: int8(d.Priority),
-		ID: gocql.UUID(shard.NewID(now)), TaskID: gocql.UUID(d.TaskID), Payload: d.Payload, DueAt: now,
-		Timeout: d.Timeout, Token: d.Token + 1} // the index entry of its death was written at d.Token
 	task := Task{Queue: queue, Payload: d.Payload, Priority: d.Priority, Timeout: d.Timeout}
 	if e, _, err := taskindex.Read(ctx, p.session, d.TaskID); err == nil {
-		task.Key, row.Keyed = e.Key, e.Key != ""
+		task.Key = e.Key
 	} else if !errors.Is(err, taskindex.ErrNotFound) {
 		return uuid.Nil, fmt.Errorf("producer: replaying %s: %w", id, err)
 	}
-	wctx, cancel, err := p.claimKeys(ctx, []Task{task}, []taskrow.Row{row}, now)
+	// The row is made once the key is claimed, from the time then: a row written later
+	// than its ID says (by more than consumers' MaxClockSkew) lands below their read
+	// floors. The claim reckons its TTL from a row due just before, so it ends short of
+	// the row's horizon by the time the claim took.
+	now := p.cfg.Clock.Now()
+	wctx, cancel, err := p.claimKeys(ctx, []Task{task}, []taskrow.Row{replayRow(q, d, task, now)}, now)
 	if err != nil {
 		return uuid.Nil, err
 	}
 	defer cancel()
+	now = p.cfg.Clock.Now()
+	row := replayRow(q, d, task, now)
 	if _, err := taskindex.Apply(wctx, p.session, []taskindex.Write{scheduledEntry(task, row, now)}, 1); err != nil {
 		return uuid.Nil, fmt.Errorf("producer: replaying %s: %w", id, err)
 	}
@@ -173,6 +175,15 @@ func (p *Producer) ReplayDeadLetter(ctx context.Context, queue string, id uuid.U
 		return d.TaskID, fmt.Errorf("producer: task %s is replayed, but its dead letter stays: %w", d.TaskID, err)
 	}
 	return d.TaskID, nil
+}
+
+// replayRow is the row that puts dead letter d back into q, due at now.
+func replayRow(q shardq.QueueConfig, d DeadLetter, t Task, now time.Time) taskrow.Row {
+	lay := q.Layout()
+	return taskrow.Row{Key: lay.Key(lay.Bucket(now), lay.ShardFor(d.TaskID)), Priority: int8(d.Priority),
+		ID: gocql.UUID(shard.NewID(now)), TaskID: gocql.UUID(d.TaskID), Payload: d.Payload, DueAt: now,
+		Timeout: d.Timeout, Token: d.Token + 1, // the index entry of its death was written at d.Token
+		Keyed: t.Key != ""}
 }
 
 // PurgeDeadLetter deletes a dead letter for good; Get no longer finds its task.

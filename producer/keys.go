@@ -80,7 +80,7 @@ func (p *Producer) claimKeys(ctx context.Context, tasks []Task, rows []taskrow.R
 	_ = fanout.Each(len(keyed), p.cfg.WritesInFlight, func(j int) error {
 		i := keyed[j]
 		ttl := taskindex.TTL(now, shard.IDTime(uuid.UUID(rows[i].ID)))
-		errs[j] = p.claim(ctx, tasks[i].Queue, tasks[i].Key, uuid.UUID(rows[i].TaskID), ttl)
+		errs[j] = p.claim(ctx, tasks[i].Queue, tasks[i].Key, uuid.UUID(rows[i].TaskID), ttl, claimRow{})
 		claimed[j] = errs[j] == nil
 		return nil
 	})
@@ -99,74 +99,110 @@ func (p *Producer) claimKeys(ctx context.Context, tasks []Task, rows []taskrow.R
 	return wctx, cancel, nil
 }
 
+// A claim is written by UPDATE only, never INSERT: an UPDATE writes no row marker, so the
+// row lives exactly as long as its two cells, which every claim writes together with one
+// TTL. (Claims of earlier versions were INSERTs, whose marker could outlive cells a later
+// claim rewrote with a shorter TTL; the condition on the cells ignores such a marker.)
 const (
-	claimStmt = `INSERT INTO task_keys (queue, key, task_id, claimed_at) VALUES (?, ?, ?, ?) IF NOT EXISTS USING TTL ?`
-	stealStmt = `UPDATE task_keys USING TTL ? SET task_id = ?, claimed_at = ? WHERE queue = ? AND key = ? IF task_id = ?`
-	keyStmt   = `SELECT task_id, claimed_at FROM task_keys WHERE queue = ? AND key = ?`
+	claimStmt = `UPDATE task_keys USING TTL ? SET task_id = ?, claimed_at = ? WHERE queue = ? AND key = ?
+		IF task_id = ? AND claimed_at = ?`
+	keyStmt    = `SELECT task_id, claimed_at FROM task_keys WHERE queue = ? AND key = ?`
+	keyTTLStmt = `SELECT task_id, claimed_at, TTL(task_id) FROM task_keys WHERE queue = ? AND key = ?`
 )
 
-// claim makes id the holder of key, or returns a *DuplicateError. A key row naming a
-// task that is done (or was never written, once KeyClaimGrace has passed) is taken over
-// with a lightweight transaction conditioned on that task, so of racing claimers exactly
-// one wins.
-func (p *Producer) claim(ctx context.Context, queue, key string, id uuid.UUID, ttl time.Duration) error {
+// claimRow is a key's row as read: a zero holder means nobody holds the key.
+type claimRow struct {
+	holder    gocql.UUID
+	claimedAt time.Time
+}
+
+// args are the values of the row for a condition: null for a cell not set.
+func (r claimRow) args() []any {
+	args := []any{nil, nil}
+	if r.holder != (gocql.UUID{}) {
+		args[0] = r.holder
+	}
+	if !r.claimedAt.IsZero() {
+		args[1] = r.claimedAt
+	}
+	return args
+}
+
+// claim makes id the holder of key for ttl, or returns a *DuplicateError; seen is the
+// key's row as last read (zero: none). Each write is conditioned on the row as last read,
+// so of racing claimers exactly one wins, and a row that changed since (a holder replayed
+// or rescheduled, say) is looked at again. A row naming a task that is done (or was never
+// written, once KeyClaimGrace has passed), or nobody, is taken over; one naming id is
+// written again, so the claim lasts ttl from now.
+func (p *Producer) claim(ctx context.Context, queue, key string, id uuid.UUID, ttl time.Duration, seen claimRow) error {
 	for range 5 {
 		now := p.cfg.Clock.Now()
-		var holder gocql.UUID
-		var claimedAt time.Time
-		applied, err := lwt.Apply(ctx, func(ctx context.Context) (bool, error) {
-			row := map[string]any{}
-			applied, err := cql.Query(p.session, claimStmt, queue, key, gocql.UUID(id), now, int64(ttl/time.Second)).
-				WithContext(ctx).RetryPolicy(lwt.NoRetry).MapScanCAS(row)
-			holder, _ = row["task_id"].(gocql.UUID)
-			claimedAt, _ = row["claimed_at"].(time.Time)
-			return applied, err
-		}, func(rctx context.Context, cause error) (bool, error) {
-			return p.settleClaim(rctx, queue, key, id, cause, &holder, &claimedAt)
-		})
-		switch {
-		case err != nil:
-			return fmt.Errorf("claiming key %q: %w", key, err)
-		case applied || holder == gocql.UUID(id): // the latter: a straggler of ours applied
-			return nil
-		}
-		live, err := p.holds(ctx, uuid.UUID(holder), claimedAt, now)
-		if err != nil {
-			return fmt.Errorf("claiming key %q: %w", key, err)
-		}
-		if live {
-			return &DuplicateError{Queue: queue, Key: key, ExistingID: uuid.UUID(holder)}
-		}
-		applied, err = lwt.Apply(ctx, func(ctx context.Context) (bool, error) {
-			return cql.Query(p.session, stealStmt, int64(ttl/time.Second), gocql.UUID(id), now, queue, key, holder).
-				WithContext(ctx).RetryPolicy(lwt.NoRetry).MapScanCAS(map[string]any{})
-		}, func(rctx context.Context, cause error) (bool, error) {
-			var h gocql.UUID
-			var at time.Time
-			return p.settleClaim(rctx, queue, key, id, cause, &h, &at)
-		})
+		applied, cur, err := p.writeClaim(ctx, queue, key, id, ttl, now, seen)
 		switch {
 		case err != nil:
 			return fmt.Errorf("claiming key %q: %w", key, err)
 		case applied:
 			return nil
 		}
-		// Another claimer took it over first: look again.
+		seen = cur
+		if cur.holder == (gocql.UUID{}) || cur.holder == gocql.UUID(id) {
+			continue
+		}
+		live, err := p.holds(ctx, uuid.UUID(cur.holder), cur.claimedAt, now)
+		if err != nil {
+			return fmt.Errorf("claiming key %q: %w", key, err)
+		}
+		if live {
+			return &DuplicateError{Queue: queue, Key: key, ExistingID: uuid.UUID(cur.holder)}
+		}
 	}
 	return fmt.Errorf("claiming key %q: %w: contended five times", key, lwt.ErrOutcomeUnknown)
 }
 
-// settleClaim reads the key back at SERIAL: our claim applied if it names id. A
-// straggling claim can only ever make id the holder, which is the outcome we wanted.
-func (p *Producer) settleClaim(ctx context.Context, queue, key string, id uuid.UUID, cause error, holder *gocql.UUID, claimedAt *time.Time) (bool, error) {
-	err := cql.Query(p.session, keyStmt, queue, key).WithContext(ctx).Consistency(lwt.Serial).Scan(holder, claimedAt)
+// writeClaim makes id the holder of key until ttl from now if the row is still seen. It
+// returns whether it did, and else the row as it is.
+func (p *Producer) writeClaim(ctx context.Context, queue, key string, id uuid.UUID, ttl time.Duration, now time.Time, seen claimRow) (bool, claimRow, error) {
+	var cur claimRow
+	applied, err := lwt.Apply(ctx, func(ctx context.Context) (bool, error) {
+		row := map[string]any{}
+		args := append([]any{int64(ttl / time.Second), gocql.UUID(id), now, queue, key}, seen.args()...)
+		applied, err := cql.Query(p.session, claimStmt, args...).WithContext(ctx).RetryPolicy(lwt.NoRetry).MapScanCAS(row)
+		cur.holder, _ = row["task_id"].(gocql.UUID)
+		cur.claimedAt, _ = row["claimed_at"].(time.Time)
+		return applied, err
+	}, func(rctx context.Context, cause error) (bool, error) {
+		// Only this write names id at now; a straggler that applies after the read can
+		// only make id the holder, and the next write, conditioned on the row read here,
+		// then sees it.
+		err := cql.Query(p.session, keyStmt, queue, key).WithContext(rctx).Consistency(lwt.Serial).Scan(&cur.holder, &cur.claimedAt)
+		switch {
+		case errors.Is(err, gocql.ErrNotFound):
+			return false, nil
+		case err != nil:
+			return false, fmt.Errorf("%w: %w (reading back: %w)", lwt.ErrOutcomeUnknown, cause, err)
+		}
+		return cur.holder == gocql.UUID(id) && cur.claimedAt.Equal(now.Truncate(time.Millisecond)), nil
+	})
+	return applied, cur, err
+}
+
+// keepClaim makes sure key, held by task id, stays claimed for at least ttl: a task moved
+// later must keep its key as long as it can still run. A claim already long enough is
+// left as it is; one gone (or taken by a task that is done) is claimed again. It returns
+// a *DuplicateError when another live task holds the key.
+func (p *Producer) keepClaim(ctx context.Context, queue, key string, id uuid.UUID, ttl time.Duration) error {
+	var seen claimRow
+	var left *int
+	err := cql.Query(p.session, keyTTLStmt, queue, key).WithContext(ctx).Scan(&seen.holder, &seen.claimedAt, &left)
 	switch {
 	case errors.Is(err, gocql.ErrNotFound):
-		return false, fmt.Errorf("%w: %w (key not stored when read back)", lwt.ErrOutcomeUnknown, cause)
+		seen = claimRow{}
 	case err != nil:
-		return false, fmt.Errorf("%w: %w (reading back: %w)", lwt.ErrOutcomeUnknown, cause, err)
+		return fmt.Errorf("producer: reading key %q: %w", key, err)
+	case seen.holder == gocql.UUID(id) && left != nil && time.Duration(*left)*time.Second >= ttl:
+		return nil
 	}
-	return *holder == gocql.UUID(id), nil
+	return p.claim(ctx, queue, key, id, ttl, seen)
 }
 
 // holds reports whether task id, which holds a key claimed at claimedAt, still keeps it.
@@ -205,6 +241,9 @@ func (p *Producer) keyHolder(ctx context.Context, queue, key string) (uuid.UUID,
 		return uuid.Nil, fmt.Errorf("%w: no task holds key %q of queue %q", shardq.ErrTaskNotFound, key, queue)
 	case err != nil:
 		return uuid.Nil, fmt.Errorf("producer: reading key %q: %w", key, err)
+	case holder == gocql.UUID{}:
+		// A row whose cells expired before its marker (left by claims of earlier versions).
+		return uuid.Nil, fmt.Errorf("%w: no task holds key %q of queue %q", shardq.ErrTaskNotFound, key, queue)
 	}
 	return uuid.UUID(holder), nil
 }

@@ -57,7 +57,7 @@ type located struct {
 
 // leaseMove reports whether l.stray is the new marker of a lease move (Extend or Retry):
 // its holder deletes l.row with a lightweight transaction that no lock fences, so the
-// move may still apply, and l.stray must outlive l.row (see move).
+// move may still apply, and l.stray must outlive l.row (see swap).
 func (l located) leaseMove() bool { return l.stray != nil && l.entry.PrevState == taskindex.InFlight }
 
 // locate finds task id: the row its index entry names now, or, when that move has not
@@ -281,7 +281,7 @@ func (p *Producer) Cancel(ctx context.Context, id uuid.UUID, opts CancelOptions)
 			}
 			continue // look again, without it
 		}
-		removed, err := p.move(ctx, q, l.row, nil, l.stray)
+		removed, err := p.remove(ctx, q, l.row, l.stray)
 		switch {
 		case errors.Is(err, lwt.ErrOutcomeUnknown):
 			unsettled = err
@@ -354,65 +354,40 @@ func (p *Producer) Reschedule(ctx context.Context, id uuid.UUID, opts Reschedule
 		if err != nil {
 			return err
 		}
-		// Before the entry below stops naming it. A lease move's marker goes with the move
-		// below instead: a crash in between leaves it, a duplicate.
+		// Before the index entry of the move stops naming it. A lease move's marker goes
+		// with the move instead: a crash in between leaves it, a duplicate.
 		if l.stray != nil && !l.leaseMove() {
 			if err := p.dropStray(ctx, q, l); err != nil {
 				return fmt.Errorf("producer: rescheduling %s: %w", id, err)
 			}
 			continue // look again, without it
 		}
+		// Where the task goes by the time now, which names the partitions to lock; made
+		// again once they are held.
 		now := p.cfg.Clock.Now()
-		next := l.row
-		due := opts.DueAt
-		if due.IsZero() {
-			due = info.DueAt
+		next, place := p.rescheduled(q, l, info, opts, now)
+		if l.row.Keyed && l.entry.Key != "" {
+			// Before the move: a claim longer than needed is harmless, one shorter lets a
+			// second task take the key while this one still waits.
+			err := p.keepClaim(ctx, q.Name, l.entry.Key, id, taskindex.TTL(now, place))
+			var dup *DuplicateError
+			switch {
+			case errors.As(err, &dup):
+				// Another live task took the key after this one's claim ran out (as claims
+				// of earlier versions could): there is no claim of ours left to keep.
+				p.cfg.Logger.WarnContext(ctx, "rescheduling a task whose key another task holds",
+					"task_id", id, "key", l.entry.Key, "holder", dup.ExistingID)
+			case err != nil:
+				return fmt.Errorf("producer: rescheduling %s: %w", id, err)
+			}
 		}
-		if l.state == taskindex.Scheduled {
-			next.DueAt = due // a retrying row keeps the due time first asked for
-		}
-		if opts.Priority != nil {
-			next.Priority = int8(*opts.Priority)
-		}
-		place := due
-		if place.Before(now) {
-			place = now
-		}
-		next.ID = gocql.UUID(shard.NewID(place))
-		lay := q.Layout()
-		next.Key = lay.Key(lay.Bucket(place), lay.ShardFor(uuid.UUID(next.TaskID)))
-
-		state := l.state
-		if state == taskindex.InFlight {
-			state = taskindex.Retrying // its lease ran out: pending again
-		}
-		next.Retrying = state == taskindex.Retrying
-		entry := taskindex.Entry{TaskID: id, Queue: q.Name, State: state, Row: loc(next), PrevState: state,
-			Prev: loc(l.row), DueAt: next.DueAt, Attempt: next.Attempt, Token: next.Token}
-		ttl := taskindex.TTL(now, place)
-		if _, err := taskindex.Apply(ctx, p.session, []taskindex.Write{{Entry: entry, Stamp: l.stamp + 1, TTL: ttl}}, 1); err != nil {
-			return fmt.Errorf("producer: rescheduling %s: %w", id, err)
-		}
-		moved, err := p.move(ctx, q, l.row, &next, l.stray)
+		moved, err := p.reschedule(ctx, q, l, info, opts, next.Key)
 		switch {
 		case err != nil:
 			return fmt.Errorf("producer: rescheduling %s: %w", id, err)
-		case !moved:
-			continue
+		case moved:
+			return nil
 		}
-		// Confirm the move, so that a racing call's entry (same timestamp, lost move)
-		// cannot stand.
-		entry.Prev, entry.PrevState = taskindex.Loc{}, 0
-		if _, err := taskindex.Apply(ctx, p.session, []taskindex.Write{{Entry: entry, Stamp: l.stamp + 2, TTL: ttl}}, 1); err != nil {
-			p.cfg.Logger.WarnContext(ctx, "confirming a reschedule in the index", "task_id", id, "error", err)
-		}
-		var touches signal.Touches
-		touches.Add(lay, uuid.UUID(next.ID), uuid.UUID(next.TaskID))
-		wakeup.Notify(q.Name, place)
-		if err := p.signals.Touch(ctx, &touches); err != nil {
-			p.cfg.Logger.WarnContext(ctx, "touching wake-up signals", "error", err)
-		}
-		return nil
 	}
 	return fmt.Errorf("producer: rescheduling %s: it kept moving (%d tries)", id, maxMoves)
 }
@@ -426,22 +401,82 @@ func (p *Producer) RescheduleByKey(ctx context.Context, queue, key string, opts 
 	return p.Reschedule(ctx, id, opts)
 }
 
-// move deletes the pending row from and, when to is given, writes it in its place,
-// fenced against consumers: it reports false when from was gone (a consumer took it, or
-// another call moved it). A row never delivered is deleted only under its partition's
-// lock, because consumers delete such rows without a condition; to's partition is
-// locked too while to exists beside from, so no consumer can take both.
-//
-// stray, when given, is the new marker of a lease move out of from (located.leaseMove)
-// whose holder has not deleted from: it died, or it is slow. Its delete of from is not
-// fenced by any lock, so deleting stray first could leave a live holder's task nowhere.
-// Once our batch has deleted from, that delete cannot apply (a live holder drops stray
-// and gets ErrLeaseLost), so stray is not the task and is deleted after it. Its partition
-// is locked throughout and stray read at SERIAL first: a consumer that took it before
-// made it the task (we report false), and none takes it meanwhile. A crash after the
-// batch leaves stray: a duplicate, and not a successful call.
-func (p *Producer) move(ctx context.Context, q shardq.QueueConfig, from taskrow.Row, to, stray *taskrow.Row) (bool, error) {
-	if to == nil && from.Attempt > 0 && stray == nil {
+// rescheduled is the row the task of l moves to when rescheduled by opts at now, and
+// the time it becomes visible.
+func (p *Producer) rescheduled(q shardq.QueueConfig, l located, info *shardq.TaskInfo, opts RescheduleOptions, now time.Time) (taskrow.Row, time.Time) {
+	next := l.row
+	due := opts.DueAt
+	if due.IsZero() {
+		due = info.DueAt
+	}
+	if l.state == taskindex.Scheduled {
+		next.DueAt = due // a retrying row keeps the due time first asked for
+	}
+	if opts.Priority != nil {
+		next.Priority = int8(*opts.Priority)
+	}
+	place := due
+	if place.Before(now) {
+		place = now
+	}
+	next.ID = gocql.UUID(shard.NewID(place))
+	lay := q.Layout()
+	next.Key = lay.Key(lay.Bucket(place), lay.ShardFor(uuid.UUID(next.TaskID)))
+	next.Retrying = l.state != taskindex.Scheduled // a lapsed lease is pending again too
+	return next, place
+}
+
+// reschedule moves the task of l as opts say into partition dst, under the locks of
+// its partition and dst, taking along l.stray, a lease move's new marker when there is
+// one (see swap). It reports false when the task moved under it, or when the time the
+// lock wait took sends it to another partition than dst: the caller looks again.
+func (p *Producer) reschedule(ctx context.Context, q shardq.QueueConfig, l located, info *shardq.TaskInfo, opts RescheduleOptions, dst string) (bool, error) {
+	m, err := p.lockMove(ctx, q, l.row.Key, dst, l.stray)
+	if err != nil {
+		return false, err
+	}
+	defer m.release(ctx)
+	// "Now" once the locks are held, for the row's ID: a row written later than its ID
+	// says (by more than consumers' MaxClockSkew) lands below their read floors.
+	now := p.cfg.Clock.Now()
+	next, place := p.rescheduled(q, l, info, opts, now)
+	if next.Key != dst {
+		return false, nil
+	}
+	state := l.state
+	if state == taskindex.InFlight {
+		state = taskindex.Retrying // its lease ran out: pending again
+	}
+	entry := taskindex.Entry{TaskID: info.ID, Queue: q.Name, State: state, Row: loc(next), PrevState: state,
+		Prev: loc(l.row), DueAt: next.DueAt, Attempt: next.Attempt, Token: next.Token}
+	ttl := taskindex.TTL(now, place)
+	if _, err := taskindex.Apply(ctx, p.session, []taskindex.Write{{Entry: entry, Stamp: l.stamp + 1, TTL: ttl}}, 1); err != nil {
+		return false, err
+	}
+	moved, err := p.swap(ctx, m, l.row, &next, l.stray)
+	if err != nil || !moved {
+		return false, err
+	}
+	// Confirm the move, so that a racing call's entry (same timestamp, lost move)
+	// cannot stand.
+	entry.Prev, entry.PrevState = taskindex.Loc{}, 0
+	if _, err := taskindex.Apply(ctx, p.session, []taskindex.Write{{Entry: entry, Stamp: l.stamp + 2, TTL: ttl}}, 1); err != nil {
+		p.cfg.Logger.WarnContext(ctx, "confirming a reschedule in the index", "task_id", info.ID, "error", err)
+	}
+	var touches signal.Touches
+	touches.Add(q.Layout(), uuid.UUID(next.ID), uuid.UUID(next.TaskID))
+	wakeup.Notify(q.Name, place)
+	if err := p.signals.Touch(ctx, &touches); err != nil {
+		p.cfg.Logger.WarnContext(ctx, "touching wake-up signals", "error", err)
+	}
+	return true, nil
+}
+
+// remove deletes the pending row from, fenced against consumers, and stray, a lease
+// move's new marker, when given (see swap): it reports false when from was gone (a
+// consumer took it, or another call moved it).
+func (p *Producer) remove(ctx context.Context, q shardq.QueueConfig, from taskrow.Row, stray *taskrow.Row) (bool, error) {
+	if from.Attempt > 0 && stray == nil {
 		// Consumers take such rows only if they still exist, so a condition is fence enough.
 		return lwt.Apply(ctx, func(ctx context.Context) (bool, error) {
 			return cql.Query(p.session, taskrow.DeleteIfExists, from.KeyArgs()...).WithContext(ctx).
@@ -450,36 +485,92 @@ func (p *Producer) move(ctx context.Context, q shardq.QueueConfig, from taskrow.
 			return false, fmt.Errorf("%w: deleting %s: %w", lwt.ErrOutcomeUnknown, from.Key, cause)
 		})
 	}
-	keys := []string{from.Key}
-	for _, r := range []*taskrow.Row{to, stray} {
-		if r != nil {
-			keys = append(keys, r.Key)
-		}
+	m, err := p.lockMove(ctx, q, from.Key, from.Key, stray)
+	if err != nil {
+		return false, err
 	}
-	slices.Sort(keys) // one order for every caller, so none waits on another's next lock
+	defer m.release(ctx)
+	return p.swap(ctx, m, from, nil, stray)
+}
+
+// moveLocks is what a move holds: its turns at the partitions it touches and their locks.
+type moveLocks struct {
+	p      *Producer
+	src    *lock.Lease   // the source partition's; nil once a batch released it
+	others []*lock.Lease // those of the destination and the stray's partition, when other ones
+	turns  []func()
+}
+
+// lockMove takes the turns and the locks of partitions from and to and, when stray is
+// given, stray's (one to three partitions), in key order: one order for every caller, so
+// none waits on another's next lock.
+func (p *Producer) lockMove(ctx context.Context, q shardq.QueueConfig, from, to string, stray *taskrow.Row) (*moveLocks, error) {
+	keys := []string{from, to}
+	if stray != nil {
+		keys = append(keys, stray.Key)
+	}
+	slices.Sort(keys)
 	keys = slices.Compact(keys)
+	m := &moveLocks{p: p}
 	for _, k := range keys {
 		done, err := p.turns.take(ctx, k)
 		if err != nil {
-			return false, err
+			m.release(ctx)
+			return nil, err
 		}
-		defer done() // after the leases' release below: defers run last in, first out
+		m.turns = append(m.turns, done)
 	}
-	leases := map[string]*lock.Lease{}
-	defer func() {
-		for _, le := range leases {
-			if err := le.Release(ctx); err != nil && !errors.Is(err, lock.ErrLockLost) {
-				p.cfg.Logger.WarnContext(ctx, "releasing a lock", "shard_key", le.Key(), "error", err)
-			}
-		}
-	}()
-	for _, k := range keys {
-		le, err := p.lock(ctx, q, k)
-		if err != nil {
-			return false, err
-		}
-		leases[k] = le
+	leases, err := p.lockKeys(ctx, q, keys)
+	if err != nil {
+		m.release(ctx)
+		return nil, err
 	}
+	for i, k := range keys {
+		if k == from {
+			m.src = leases[i]
+		} else {
+			m.others = append(m.others, leases[i])
+		}
+	}
+	return m, nil
+}
+
+// release frees the locks still held, then the turns.
+func (m *moveLocks) release(ctx context.Context) {
+	for _, le := range append([]*lock.Lease{m.src}, m.others...) {
+		if le != nil {
+			m.p.releaseLease(ctx, le)
+		}
+	}
+	m.src, m.others = nil, nil
+	for _, done := range m.turns {
+		done()
+	}
+	m.turns = nil
+}
+
+func (p *Producer) releaseLease(ctx context.Context, le *lock.Lease) {
+	if err := le.Release(ctx); err != nil && !errors.Is(err, lock.ErrLockLost) {
+		p.cfg.Logger.WarnContext(ctx, "releasing a lock", "shard_key", le.Key(), "error", err)
+	}
+}
+
+// swap deletes the pending row from and, when to is given, writes it in its place,
+// under m's locks: it reports false when from was gone (a consumer took it, or another
+// call moved it). A row never delivered is deleted only under its partition's lock,
+// because consumers delete such rows without a condition; to's partition is locked too
+// while to exists beside from, so no consumer can take both. The batch releases m's
+// source lock.
+//
+// stray, when given, is the new marker of a lease move out of from (located.leaseMove)
+// whose holder has not deleted from: it died, or it is slow. Its delete of from is not
+// fenced by any lock, so deleting stray first could leave a live holder's task nowhere.
+// Once our batch has deleted from, that delete cannot apply (a live holder drops stray
+// and gets ErrLeaseLost), so stray is not the task and is deleted after it. m holds its
+// partition's lock throughout and stray is read at SERIAL first: a consumer that took it
+// before made it the task (we report false), and none takes it meanwhile. A crash after
+// the batch leaves stray: a duplicate, and not a successful call.
+func (p *Producer) swap(ctx context.Context, m *moveLocks, from taskrow.Row, to, stray *taskrow.Row) (bool, error) {
 	if stray != nil {
 		err := cql.Query(p.session, taskrow.SelectOne, stray.KeyArgs()...).WithContext(ctx).Consistency(lwt.Serial).Scan(new(gocql.UUID))
 		switch {
@@ -489,8 +580,8 @@ func (p *Producer) move(ctx context.Context, q shardq.QueueConfig, from taskrow.
 			return false, fmt.Errorf("reading %s: %w", stray.Key, err)
 		}
 	}
-	src := leases[from.Key]
-	delete(leases, from.Key) // the batch below releases it
+	src := m.src
+	m.src = nil // released by the batch, or below when it did not apply
 	b := cql.Batch(p.session, gocql.LoggedBatch).WithContext(ctx)
 	stmt, args := src.ReleaseStatement()
 	b.Query(stmt, args...)
@@ -504,6 +595,7 @@ func (p *Producer) move(ctx context.Context, q shardq.QueueConfig, from taskrow.
 		ins := cql.Query(p.session, stmt, args...).WithContext(ctx)
 		if err := ins.Exec(); err != nil {
 			p.dropRow(ctx, *to)
+			p.releaseLease(ctx, src)
 			return false, fmt.Errorf("writing %s: %w", to.Key, err)
 		}
 	case to != nil:
@@ -522,9 +614,7 @@ func (p *Producer) move(ctx context.Context, q shardq.QueueConfig, from taskrow.
 		p.dropRow(ctx, *to)
 	}
 	if err != nil || !applied {
-		if rerr := src.Release(ctx); rerr != nil && !errors.Is(rerr, lock.ErrLockLost) {
-			p.cfg.Logger.WarnContext(ctx, "releasing a lock", "shard_key", src.Key(), "error", rerr)
-		}
+		p.releaseLease(ctx, src)
 	}
 	if err == nil && applied && stray != nil {
 		if err := p.deleteStray(ctx, *stray); err != nil {
@@ -551,32 +641,112 @@ func (p *Producer) dropRow(ctx context.Context, r taskrow.Row) {
 // multiples of the queue's LockTTL: a holder keeps it far shorter, or it expires.
 const lockWait = 3
 
-// lock takes key's lock, waiting while consumers hold it.
-func (p *Producer) lock(ctx context.Context, q shardq.QueueConfig, key string) (*lock.Lease, error) {
-	v, ok := p.lockers.Load(q.Name)
-	if !ok {
-		l, err := lock.New(p.session, lock.Config{TTL: q.LockTTL, Logger: p.cfg.Logger})
-		if err != nil {
+// lockKeys takes the locks of keys (one to three, in order), waiting up to lockWait lock
+// TTLs while consumers hold them. Holding some, it waits for the next only while those
+// surely still hold (a lease lasts more than its TTL less a second: TTLs expire on whole
+// seconds), and renews them when half that time has passed: a lock that expired while its
+// holder waited would let a consumer take the partition in the middle of the move. When
+// the next stays held, it lets them go and starts again.
+func (p *Producer) lockKeys(ctx context.Context, q shardq.QueueConfig, keys []string) ([]*lock.Lease, error) {
+	locker, err := p.locker(q)
+	if err != nil {
+		return nil, err
+	}
+	give := time.Now().Add(lockWait * q.LockTTL)
+	backoff := newBackoff()
+	for {
+		leases, err := p.lockEach(ctx, q, locker, keys, give)
+		switch {
+		case err == nil:
+			return leases, nil
+		case !errors.Is(err, lock.ErrLockHeld) && !errors.Is(err, lock.ErrLockLost):
+			return nil, err
+		case time.Now().After(give):
+			return nil, lock.ErrLockHeld
+		}
+		if err := backoff.wait(ctx); err != nil {
 			return nil, err
 		}
-		v, _ = p.lockers.LoadOrStore(q.Name, l)
 	}
-	locker := v.(*lock.Locker)
-	wait := 5 * time.Millisecond
-	give := time.Now().Add(lockWait * q.LockTTL)
+}
+
+// lockEach is one try of lockKeys: it holds all of keys' locks, or none.
+func (p *Producer) lockEach(ctx context.Context, q shardq.QueueConfig, locker *lock.Locker, keys []string, give time.Time) ([]*lock.Lease, error) {
+	var leases []*lock.Lease
+	var since time.Time // when the try that took, or renewed, the oldest of leases started
+	for _, k := range keys {
+		until := give
+		half := since.Add((q.LockTTL - time.Second) / 2) // half the time leases surely hold
+		if leases != nil && half.Before(until) {
+			until = half
+		}
+		le, at, err := p.lock(ctx, locker, k, until)
+		if err == nil && leases != nil && time.Now().After(half) {
+			for _, held := range leases {
+				if err = held.Renew(ctx); err != nil {
+					p.releaseLease(ctx, le)
+					break
+				}
+			}
+			since = at // before the renewals
+		}
+		if err != nil {
+			for _, held := range leases {
+				p.releaseLease(ctx, held)
+			}
+			return nil, err
+		}
+		if leases == nil {
+			since = at
+		}
+		leases = append(leases, le)
+	}
+	return leases, nil
+}
+
+func (p *Producer) locker(q shardq.QueueConfig) (*lock.Locker, error) {
+	if v, ok := p.lockers.Load(q.Name); ok {
+		return v.(*lock.Locker), nil
+	}
+	l, err := lock.New(p.session, lock.Config{TTL: q.LockTTL, Logger: p.cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	v, _ := p.lockers.LoadOrStore(q.Name, l)
+	return v.(*lock.Locker), nil
+}
+
+// lock takes key's lock, waiting while consumers hold it until until. It also returns
+// when the try that took it started, from which the lease lasts more than its TTL less a
+// second.
+func (p *Producer) lock(ctx context.Context, locker *lock.Locker, key string, until time.Time) (*lock.Lease, time.Time, error) {
+	backoff := newBackoff()
 	for {
+		at := time.Now()
 		le, err := locker.Acquire(ctx, key)
-		if !errors.Is(err, lock.ErrLockHeld) || time.Now().After(give) {
-			return le, err
+		if !errors.Is(err, lock.ErrLockHeld) || time.Now().After(until) {
+			return le, at, err
 		}
-		// Jittered, so that producers waiting on one partition do not retry in step.
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(wait/2 + rand.N(wait/2+1)):
+		if err := backoff.wait(ctx); err != nil {
+			return nil, at, err
 		}
-		wait = min(2*wait, 200*time.Millisecond)
 	}
+}
+
+// backoff spaces the tries of a lock held by others: 5 ms doubling up to 200 ms,
+// jittered, so that producers waiting on one partition do not retry in step.
+type backoff struct{ next time.Duration }
+
+func newBackoff() *backoff { return &backoff{next: 5 * time.Millisecond} }
+
+func (b *backoff) wait(ctx context.Context) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(b.next/2 + rand.N(b.next/2+1)):
+	}
+	b.next = min(2*b.next, 200*time.Millisecond)
+	return nil
 }
 
 // checkID rejects what cannot be a task or dead letter ID: those are version 1 UUIDs.

@@ -11,7 +11,6 @@ import (
 	"github.com/shardq/shardq/internal/cql"
 	"github.com/shardq/shardq/internal/lwt"
 	"github.com/shardq/shardq/internal/taskrow"
-	"github.com/shardq/shardq/lock"
 )
 
 // dropStray deletes l.stray, a row written ahead of a move out of l.row (a consumer's
@@ -27,37 +26,13 @@ import (
 // A stray that is gone already was deleted by its writer or taken by a consumer when it
 // came due; the caller looks again either way.
 func (p *Producer) dropStray(ctx context.Context, q shardq.QueueConfig, l located) error {
-	keys := []string{l.row.Key}
-	if k := l.stray.Key; k != l.row.Key {
-		keys = append(keys, k)
-		if k < l.row.Key {
-			keys[0], keys[1] = keys[1], keys[0]
-		}
+	m, err := p.lockMove(ctx, q, l.row.Key, l.stray.Key, nil)
+	if err != nil {
+		return err
 	}
-	for _, k := range keys {
-		done, err := p.turns.take(ctx, k)
-		if err != nil {
-			return err
-		}
-		defer done() // after the leases' release below: defers run last in, first out
-	}
-	var leases []*lock.Lease
-	defer func() {
-		for _, le := range leases {
-			if err := le.Release(ctx); err != nil && !errors.Is(err, lock.ErrLockLost) {
-				p.cfg.Logger.WarnContext(ctx, "releasing a lock", "shard_key", le.Key(), "error", err)
-			}
-		}
-	}()
-	for _, k := range keys {
-		le, err := p.lock(ctx, q, k)
-		if err != nil {
-			return err
-		}
-		leases = append(leases, le)
-	}
+	defer m.release(ctx)
 	// At SERIAL, so a move that applied before we took the lock is seen.
-	err := cql.Query(p.session, taskrow.SelectOne, l.row.KeyArgs()...).WithContext(ctx).Consistency(lwt.Serial).Scan(new(gocql.UUID))
+	err = cql.Query(p.session, taskrow.SelectOne, l.row.KeyArgs()...).WithContext(ctx).Consistency(lwt.Serial).Scan(new(gocql.UUID))
 	switch {
 	case errors.Is(err, gocql.ErrNotFound):
 		return nil // the move applied after all: the "stray" is the task

@@ -21,6 +21,7 @@ import (
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/internal/cqlcluster"
+	"github.com/shardq/shardq/internal/inspect"
 	"github.com/shardq/shardq/producer"
 )
 
@@ -92,7 +93,12 @@ func run(ctx context.Context, cfg config) error {
 		d.stop()
 		return err
 	}
-	if err := d.wait(cfg.lead + cfg.spread + 2*time.Minute); err != nil {
+	in, err := inspect.New(s, inspect.Config{Queue: q})
+	if err != nil {
+		d.stop()
+		return err
+	}
+	if err := d.wait(ctx, in, q, cfg.lead+cfg.spread+2*time.Minute); err != nil {
 		return err
 	}
 	return report(sc, d)
@@ -163,7 +169,9 @@ func schedule(ctx context.Context, s *gocql.Session, queue string, cfg config) (
 type drain struct {
 	mu      sync.Mutex
 	tally   *tally
-	lastAck time.Time
+	lastAck time.Time // of the last batch that held a task delivered for the first time
+	left    []uuid.UUID
+	settle  time.Duration
 
 	complete chan struct{} // closed once every task was delivered
 	failed   chan error    // a consumer's error; room for each
@@ -216,25 +224,69 @@ func (d *drain) record(delivered time.Time, got []*consumer.Task) {
 	acked := time.Now()
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.lastAck = acked
 	for _, t := range got {
+		if d.tally.seen[t.ID] == 0 {
+			d.lastAck = acked
+		}
 		if d.tally.add(t.ID, delivered.Sub(t.DueAt)) {
 			close(d.complete)
 		}
 	}
 }
 
-// wait returns once every task was delivered, a consumer failed or timeout passed, with
-// the consumers stopped.
-func (d *drain) wait(timeout time.Duration) error {
-	var err error
+// wait returns once every task was delivered and the queue settled, a consumer failed or
+// timeout passed, with the consumers stopped.
+func (d *drain) wait(ctx context.Context, in *inspect.Inspector, q shardq.QueueConfig, timeout time.Duration) error {
+	defer d.stop()
 	select {
 	case <-d.complete:
-	case err = <-d.failed:
+	case err := <-d.failed:
+		return err
 	case <-time.After(timeout):
+		return nil // the report counts what is missing
 	}
-	d.stop()
+	start := time.Now()
+	left, err := settle(ctx, in, start.Add(q.DefaultTimeout+settleGrace))
+	d.mu.Lock()
+	d.left, d.settle = left, time.Since(start)
+	d.mu.Unlock()
+	select {
+	case ferr := <-d.failed: // while settling
+		return ferr
+	default:
+	}
 	return err
+}
+
+// settleGrace is how long after a row left in the queue becomes visible the consumers
+// (polling every 20 ms) deliver it again at the latest: past the clock skew they allow
+// for, and a second for their reads.
+const settleGrace = consumer.DefaultMaxClockSkew + time.Second
+
+// settle runs once every task was delivered once, with the consumers still consuming,
+// and returns once no task row (a pending task, or the timeout marker of one in flight)
+// is left in the queue's partitions, read from the tasks table, or by deadline with the
+// tasks of the rows still there. Counting duplicates is worth something only then: a row
+// left behind (a marker an ack did not delete, a task a swap did not delete) is delivered
+// again once visible, a duplicate, and that is at the latest the end of the last
+// deliveries' leases, which deadline allows for. Without a defect the table is empty at
+// once, so the lease timeout (30 s) need not be waited out, nor shortened below the
+// drain.
+func settle(ctx context.Context, in *inspect.Inspector, deadline time.Time) ([]uuid.UUID, error) {
+	for {
+		left, err := in.TaskIDs(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("settling: %w", err)
+		}
+		if len(left) == 0 || !time.Now().Before(deadline) {
+			return left, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }
 
 func (d *drain) stop() {
@@ -260,8 +312,9 @@ func report(sc scheduled, d *drain) error {
 	} else {
 		fmt.Println("nothing was delivered")
 	}
-	lost, dups := d.tally.outcome(sc.ids)
-	fmt.Printf("lost %d, duplicates %d\n", lost, dups)
+	lost, dups := d.tally.outcome(sc.ids, d.left)
+	fmt.Printf("lost %d, duplicates %d (settled in %v: %d task rows left in the queue)\n",
+		lost, dups, d.settle.Round(time.Millisecond), len(d.left))
 	if lost > 0 || dups > 0 {
 		return fmt.Errorf("%d lost, %d duplicated", lost, dups)
 	}
@@ -286,14 +339,20 @@ func (t *tally) add(id uuid.UUID, late time.Duration) bool {
 	return t.seen[id] == 1 && len(t.seen) == t.want
 }
 
-// outcome counts the scheduled tasks never delivered, and the deliveries beyond the
-// first.
-func (t *tally) outcome(scheduled []uuid.UUID) (lost, dups int) {
+// outcome counts the scheduled tasks never acked: never delivered, or still in the queue
+// (left) after settling, since an ack is what takes a delivered task's rows out; and the
+// deliveries beyond the first, of a task acked or not.
+func (t *tally) outcome(scheduled, left []uuid.UUID) (lost, dups int) {
+	stuck := make(map[uuid.UUID]bool, len(left))
+	for _, id := range left {
+		stuck[id] = true
+	}
 	for _, id := range scheduled {
-		switch n := t.seen[id]; {
-		case n == 0:
+		n := t.seen[id]
+		if n == 0 || stuck[id] {
 			lost++
-		case n > 1:
+		}
+		if n > 1 {
 			dups += n - 1
 		}
 	}

@@ -1,11 +1,18 @@
 package main
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+
+	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/consumer"
+	"github.com/shardq/shardq/internal/cassandratest"
+	"github.com/shardq/shardq/internal/inspect"
+	"github.com/shardq/shardq/producer"
 )
 
 func TestPercentile(t *testing.T) {
@@ -35,7 +42,7 @@ func TestTallyCompletesOnce(t *testing.T) {
 	require.True(t, tl.add(c, time.Millisecond), "the last missing task completes the set")
 	require.False(t, tl.add(c, time.Millisecond), "a duplicate after completion")
 	require.False(t, tl.add(b, time.Millisecond), "another duplicate after completion")
-	lost, dups := tl.outcome([]uuid.UUID{a, b, c})
+	lost, dups := tl.outcome([]uuid.UUID{a, b, c}, nil)
 	require.Zero(t, lost)
 	require.Equal(t, 3, dups)
 	require.Len(t, tl.lateness, 6, "every delivery's lateness counts")
@@ -46,7 +53,49 @@ func TestTallyCountsLost(t *testing.T) {
 	tl := newTally(3)
 	require.False(t, tl.add(a, 0))
 	require.False(t, tl.add(a, 0))
-	lost, dups := tl.outcome([]uuid.UUID{a, b, c})
+	lost, dups := tl.outcome([]uuid.UUID{a, b, c}, nil)
 	require.Equal(t, 2, lost)
 	require.Equal(t, 1, dups)
+	lost, _ = tl.outcome([]uuid.UUID{a, b, c}, []uuid.UUID{a})
+	require.Equal(t, 3, lost, "a delivered task still in the queue was never acked")
+}
+
+// TestDrainCountsRedelivery: a task whose lease ends unacked (as when an ack does not
+// take) is delivered again; the drain goes on consuming until the queue is empty, so that
+// delivery counts as a duplicate even though every task had already been seen once.
+func TestDrainCountsRedelivery(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := cassandratest.SchemaSession(t)
+	q, err := shardq.CreateQueue(ctx, s, shardq.QueueConfig{Name: "demo", BucketCount: 60,
+		BucketDuration: time.Second, ShardCount: 2, DefaultTimeout: 30 * time.Second})
+	require.NoError(t, err)
+	p, err := producer.New(s, producer.Config{})
+	require.NoError(t, err)
+	// Taken first (highest priority) by a consumer that never acks it; its lease is short.
+	unacked, err := p.ScheduleTask(ctx, producer.Task{Queue: q.Name, Payload: []byte("x"), Priority: 9, Timeout: 2 * time.Second})
+	require.NoError(t, err)
+	c, err := consumer.New(s, consumer.Config{Queue: q.Name})
+	require.NoError(t, err)
+	taken, err := c.AcquireTasks(ctx, 1)
+	require.NoError(t, err)
+	require.Len(t, taken, 1)
+	require.Equal(t, unacked, taken[0].ID)
+	ids := []uuid.UUID{unacked}
+	for range 5 {
+		id, err := p.ScheduleTask(ctx, producer.Task{Queue: q.Name, Payload: []byte("x")})
+		require.NoError(t, err)
+		ids = append(ids, id)
+	}
+
+	cfg := config{tasks: len(ids), consumers: 2, batch: 10}
+	d := startDrain(ctx, c, cfg)
+	d.record(time.Now(), taken) // its first delivery, whose ack is lost
+	in, err := inspect.New(s, inspect.Config{Queue: q})
+	require.NoError(t, err)
+	require.NoError(t, d.wait(ctx, in, q, time.Minute))
+	lost, dups := d.tally.outcome(ids, d.left)
+	require.Zero(t, lost)
+	require.Equal(t, 1, dups, "the unacked task came back once its lease ended")
+	require.Empty(t, d.left)
 }

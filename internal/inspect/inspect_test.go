@@ -3,6 +3,7 @@ package inspect_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -48,7 +49,9 @@ func TestClassify(t *testing.T) {
 type world struct {
 	s              *gocql.Session
 	q              shardq.QueueConfig
-	past, stranded time.Time // the clocks of the past and stranded writers
+	past, stranded time.Time   // the clocks of the past and stranded writers
+	ids            []uuid.UUID // every task scheduled
+	dead           uuid.UUID   // the one dead-lettered
 }
 
 // newWorld writes, in a queue of 2 shards and a 10-minute lap:
@@ -79,6 +82,7 @@ func newWorld(t *testing.T) *world {
 		}
 		ids, err := p.ScheduleTasks(ctx, tasks)
 		require.NoError(t, err)
+		w.ids = append(w.ids, ids...)
 		return ids
 	}
 	acquire := func(c *consumer.Consumer, n int) []*consumer.Task {
@@ -93,6 +97,7 @@ func newWorld(t *testing.T) *world {
 	require.NoError(t, err)
 	leased := acquire(c, 4)
 	require.NoError(t, c.DeadLetter(ctx, leased[0], errors.New("boom")))
+	w.dead = leased[0].ID
 	require.NoError(t, c.Retry(ctx, leased[1], 5*time.Minute))
 
 	w.past = now.Add(-2 * time.Minute)
@@ -176,6 +181,25 @@ func TestStats(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, inspect.Counts{Due: 3, DueAgain: 2, Scheduled: 4, InFlight: 2, Retrying: 1}, st.Total)
 		require.Equal(t, 12, st.RowsRead)
+	})
+}
+
+// TestTaskIDs: every task the queue still holds is listed, whatever its class or time
+// (the stranded one below its floors, the next hour's beyond the lap), and only those:
+// not the dead-lettered one.
+func TestTaskIDs(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	ids, err := w.inspector(t, inspect.Config{}).TaskIDs(context.Background())
+	require.NoError(t, err)
+	want := slices.DeleteFunc(slices.Clone(w.ids), func(id uuid.UUID) bool { return id == w.dead })
+	require.Len(t, want, 14)
+	require.ElementsMatch(t, want, ids)
+
+	t.Run("pages", func(t *testing.T) {
+		ids, err := w.inspector(t, inspect.Config{PageSize: 2, PartitionsInFlight: 1}).TaskIDs(context.Background())
+		require.NoError(t, err)
+		require.ElementsMatch(t, want, ids)
 	})
 }
 

@@ -50,9 +50,12 @@ type Slots map[int]gocql.UUID
 // touches any more.
 const SlotWidth = time.Second
 
-// maxSlots bounds the slots of a bucket, so that the slot and the shard (at most
-// shardq.MaxShardCount) share one int map key; longer buckets get wider slots.
-const maxSlots = 1 << 15
+// maxSlots bounds the entries of a cell, which sweeps read for every bucket of the lap:
+// buckets longer than maxSlots seconds get wider slots, where a writer trailing by less
+// than a slot shares its entry with on-time writers, and its rows are found by the read of
+// the bucket before it is passed. The slot and the shard (at most shardq.MaxShardCount)
+// share one int map key.
+const maxSlots = 64
 
 // slotWidth is the width of l's slots.
 func slotWidth(l shard.Layout) time.Duration {

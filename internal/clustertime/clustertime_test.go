@@ -1,0 +1,37 @@
+package clustertime_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/shardq/shardq/internal/cassandratest"
+	"github.com/shardq/shardq/internal/clustertime"
+)
+
+type offsetHost time.Duration
+
+func (h offsetHost) Now() time.Time { return time.Now().Add(time.Duration(h)) }
+
+// A host whose clock is 5 s off measures the offset of the cluster's (the node runs on
+// this host, so its clock is the real one), tells the cluster's time, and stamps writes
+// no later than that time less WriteLag, whatever time it is given.
+func TestMeasuresOffsetAndStampsBehindCluster(t *testing.T) {
+	t.Parallel()
+	s := cassandratest.Session(t)
+	ctx := context.Background()
+	for _, off := range []time.Duration{5 * time.Second, -5 * time.Second} {
+		c := clustertime.New(s, offsetHost(off), nil)
+		c.Ready(ctx)
+		require.InDelta(t, float64(-off), float64(c.Offset()), float64(100*time.Millisecond), "offset of a host %v off", off)
+		require.WithinDuration(t, time.Now(), c.Now(), 100*time.Millisecond)
+
+		ahead := time.Now().Add(time.Hour)
+		require.LessOrEqual(t, c.Stamp(ahead), time.Now().Add(-clustertime.WriteLag+100*time.Millisecond).UnixMicro(),
+			"a writer's clock ahead is stamped by the cluster's time")
+		behind := time.Now().Add(-time.Hour)
+		require.Equal(t, behind.Add(-clustertime.WriteLag).UnixMicro(), c.Stamp(behind), "a trailing writer stamps by its own clock")
+	}
+}
