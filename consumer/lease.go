@@ -88,6 +88,9 @@ func (c *Consumer) relocate(ctx context.Context, t *Task, at time.Time, state ta
 			return applied, err
 		}
 	}
+	if c.crashed("relocate") {
+		return t.marker, errCrashed
+	}
 	if next.Key == t.marker.Key {
 		// The batch may apply whatever it returns; writeMarkers touches in the other case.
 		defer c.touch(ctx, []taskrow.Row{next})

@@ -496,6 +496,193 @@ func TestRescheduleAfterUnfinishedSwap(t *testing.T) {
 	}
 }
 
+// leaseMoves are the lease moves whose holder dies midway: an extension and a retry, each
+// into another partition than the first marker's (a plain write, then a conditional
+// delete of the old marker) and into the same one (one conditional batch). d is the
+// extension or the retry delay, from when the task was taken.
+var leaseMoves = []struct {
+	name  string
+	retry bool
+	d     time.Duration
+}{
+	{"extend", false, 10 * time.Second},
+	{"retry", true, 2 * time.Second},
+	{"extend-same-partition", false, 5 * time.Second}, // the first deadline's bucket
+	{"retry-same-partition", true, 5 * time.Second},
+}
+
+// moveLease has the task's holder c retry it after d, or extend its lease by d.
+func moveLease(c *consumer.Consumer, task *consumer.Task, retry bool, d time.Duration) error {
+	if retry {
+		return c.Retry(context.Background(), task, d)
+	}
+	return c.Extend(context.Background(), task, d)
+}
+
+// takeOne has a new consumer take the one due task of the queue.
+func (e *env) takeOne(id uuid.UUID) (*consumer.Consumer, *consumer.Task) {
+	e.t.Helper()
+	c := e.consumer()
+	got := e.acquire(c, 1)
+	require.Equal(e.t, []uuid.UUID{id}, ids(got))
+	return c, got[0]
+}
+
+// unfinishedLeaseMove has a consumer take the one due task of a one-shard queue and move
+// its lease as extend or retry by d, then die after writing the move's index entry and
+// new marker, before deleting the old marker: in another partition, the task is left
+// there twice. It returns the old marker's deadline.
+func (e *env) unfinishedLeaseMove(id uuid.UUID, retry bool, d time.Duration) time.Time {
+	e.t.Helper()
+	c, task := e.takeOne(id)
+	consumer.SetCrash(c, func(step string) bool { return step == "relocate" })
+	require.Error(e.t, moveLease(c, task, retry, d), "crashed")
+	return task.Deadline
+}
+
+// TestCancelAfterUnfinishedLeaseMove cancels a task whose holder died in the middle of
+// moving its lease (issue 24, finding 4): with AfterLease while the first lease runs, and
+// plainly once it ran out. The cancel succeeds, and then the task must never be
+// delivered: neither by the old marker nor by the new one.
+func TestCancelAfterUnfinishedLeaseMove(t *testing.T) {
+	t.Parallel()
+	for _, m := range leaseMoves {
+		for _, lapsed := range []bool{false, true} {
+			name := m.name + "/after-lease"
+			if lapsed {
+				name = m.name + "/lapsed"
+			}
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 60, BucketDuration: time.Second})
+				ctx := context.Background()
+				id := e.schedule(producer.Task{Payload: []byte("x")})[0]
+				start := e.clock.Now()
+				deadline := e.unfinishedLeaseMove(id, m.retry, m.d)
+				if lapsed {
+					e.clock.Add(deadline.Sub(e.clock.Now()) + time.Millisecond)
+					require.Equal(t, shardq.TaskRetrying, e.state(id).State)
+				} else {
+					require.Equal(t, shardq.TaskInFlight, e.state(id).State)
+				}
+
+				require.NoError(t, e.p.Cancel(ctx, id, producer.CancelOptions{AfterLease: !lapsed}))
+				d := &deliveries{at: map[uuid.UUID][]time.Time{}}
+				for _, at := range []time.Time{start.Add(m.d), deadline, start.Add(time.Minute)} {
+					if at.After(e.clock.Now()) {
+						e.clock.Add(at.Sub(e.clock.Now()) + time.Millisecond)
+					}
+					e.drain(d)
+					require.Empty(t, d.of(id), "delivered at %v after its cancel succeeded", e.clock.Now())
+				}
+				e.notFound(id)
+			})
+		}
+	}
+}
+
+// TestRescheduleAfterUnfinishedLeaseMove moves a task whose holder died in the middle of
+// moving its lease, once that lease ran out, to a later time: it is delivered once, at its
+// new time, and not by the new marker of the unfinished move.
+func TestRescheduleAfterUnfinishedLeaseMove(t *testing.T) {
+	t.Parallel()
+	for _, m := range leaseMoves {
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 60, BucketDuration: time.Second})
+			ctx := context.Background()
+			id := e.schedule(producer.Task{Payload: []byte("x")})[0]
+			start := e.clock.Now()
+			deadline := e.unfinishedLeaseMove(id, m.retry, m.d)
+			e.clock.Add(deadline.Sub(e.clock.Now()) + time.Millisecond)
+			later := start.Add(20 * time.Second)
+
+			require.NoError(t, e.p.Reschedule(ctx, id, producer.RescheduleOptions{DueAt: later}))
+			info := e.state(id)
+			require.Equal(t, shardq.TaskRetrying, info.State)
+			require.True(t, info.DueAt.Equal(later))
+			d := &deliveries{at: map[uuid.UUID][]time.Time{}}
+			for _, at := range []time.Time{start.Add(m.d), later, later.Add(time.Minute)} {
+				if at.After(e.clock.Now()) {
+					e.clock.Add(at.Sub(e.clock.Now()))
+				}
+				e.drain(d)
+			}
+			at := d.of(id)
+			require.Len(t, at, 1, "delivered once")
+			require.True(t, at[0].Equal(later), "delivered at %v, not at its new time %v", at[0], later)
+		})
+	}
+}
+
+// TestSlowLeaseMoveLosesToCancel pauses a live holder in the middle of moving its lease,
+// where a dead one would have stopped, while the task is cancelled (with AfterLease) or,
+// its lease run out, rescheduled. The holder then finishes its move: the move and its
+// later ack fail with ErrLeaseLost and bring nothing back. The cancelled task is never
+// delivered; the rescheduled one once, at its new time.
+func TestSlowLeaseMoveLosesToCancel(t *testing.T) {
+	t.Parallel()
+	for _, m := range leaseMoves {
+		for _, op := range []string{"cancel", "reschedule"} {
+			t.Run(m.name+"/"+op, func(t *testing.T) {
+				t.Parallel()
+				e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 60, BucketDuration: time.Second})
+				ctx := context.Background()
+				id := e.schedule(producer.Task{Payload: []byte("x")})[0]
+				start := e.clock.Now()
+				c, task := e.takeOne(id)
+				paused, resume := make(chan struct{}), make(chan struct{})
+				consumer.SetCrash(c, func(step string) bool {
+					if step == "relocate" {
+						close(paused)
+						<-resume
+					}
+					return false
+				})
+				moved := make(chan error, 1)
+				go func() { moved <- moveLease(c, task, m.retry, m.d) }()
+				select {
+				case <-paused:
+				case <-time.After(10 * time.Second):
+					t.Fatal("the holder never reached its lease move")
+				}
+
+				later := start.Add(20 * time.Second)
+				if op == "cancel" {
+					require.NoError(t, e.p.Cancel(ctx, id, producer.CancelOptions{AfterLease: true}))
+				} else {
+					e.clock.Add(task.Deadline.Sub(e.clock.Now()) + time.Millisecond)
+					require.NoError(t, e.p.Reschedule(ctx, id, producer.RescheduleOptions{DueAt: later}))
+				}
+				close(resume)
+				select {
+				case err := <-moved:
+					require.ErrorIs(t, err, consumer.ErrLeaseLost)
+				case <-time.After(10 * time.Second):
+					t.Fatal("the holder's lease move never returned")
+				}
+				require.ErrorIs(t, c.AckTasks(ctx, task), consumer.ErrLeaseLost)
+
+				d := &deliveries{at: map[uuid.UUID][]time.Time{}}
+				for _, at := range []time.Time{start.Add(m.d), task.Deadline, later, later.Add(time.Minute)} {
+					if at.After(e.clock.Now()) {
+						e.clock.Add(at.Sub(e.clock.Now()))
+					}
+					e.drain(d)
+				}
+				if op == "cancel" {
+					require.Empty(t, d.of(id), "delivered after its cancel succeeded")
+					e.notFound(id)
+					return
+				}
+				at := d.of(id)
+				require.Len(t, at, 1, "delivered once")
+				require.True(t, at[0].Equal(later), "delivered at %v, not at its new time %v", at[0], later)
+			})
+		}
+	}
+}
+
 // TestRescheduleRacesAcquire moves 200 due tasks 3 s later while consumers take them.
 // Each is delivered exactly once: at its new time when the move succeeded, or before,
 // when the move failed because the task was in flight or done.

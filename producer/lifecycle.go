@@ -50,9 +50,15 @@ type located struct {
 	row   taskrow.Row     // the task's row, for the pending and in-flight states
 	// stray is the row the entry names as the task's next place, found beside row: a
 	// consumer's swap or a Reschedule wrote it ahead of a move out of row that never
-	// applied (see dropStray).
+	// applied (see dropStray), or a holder's lease move ahead of its delete of row, which
+	// may still apply (see leaseMove).
 	stray *taskrow.Row
 }
+
+// leaseMove reports whether l.stray is the new marker of a lease move (Extend or Retry):
+// its holder deletes l.row with a lightweight transaction that no lock fences, so the
+// move may still apply, and l.stray must outlive l.row (see swap).
+func (l located) leaseMove() bool { return l.stray != nil && l.entry.PrevState == taskindex.InFlight }
 
 // locate finds task id: the row its index entry names now, or, when that move has not
 // happened (or a crash cut it short), the row it names as the previous place.
@@ -87,9 +93,7 @@ func (p *Producer) locate(ctx context.Context, id uuid.UUID) (located, error) {
 			continue
 		}
 		l := located{entry: e, stamp: stamp, state: c.state, row: r}
-		// A holder's lease move (PrevState in flight) is not fenced by a lock, so its
-		// new marker is left to it.
-		if i == 0 && e.Row.Key != "" && e.PrevState != taskindex.InFlight {
+		if i == 0 && e.Row.Key != "" {
 			stray, ok, err := p.readRow(ctx, e.Row)
 			if err != nil {
 				return located{}, err
@@ -271,13 +275,13 @@ func (p *Producer) Cancel(ctx context.Context, id uuid.UUID, opts CancelOptions)
 		if err != nil {
 			return err
 		}
-		if l.stray != nil {
+		if l.stray != nil && !l.leaseMove() {
 			if err := p.dropStray(ctx, q, l); err != nil {
 				return fmt.Errorf("producer: cancelling %s: %w", id, err)
 			}
 			continue // look again, without it
 		}
-		removed, err := p.remove(ctx, q, l.row)
+		removed, err := p.remove(ctx, q, l.row, l.stray)
 		switch {
 		case errors.Is(err, lwt.ErrOutcomeUnknown):
 			unsettled = err
@@ -350,8 +354,9 @@ func (p *Producer) Reschedule(ctx context.Context, id uuid.UUID, opts Reschedule
 		if err != nil {
 			return err
 		}
-		// Before the index entry of the move stops naming it.
-		if l.stray != nil {
+		// Before the index entry of the move stops naming it. A lease move's marker goes
+		// with the move instead: a crash in between leaves it, a duplicate.
+		if l.stray != nil && !l.leaseMove() {
 			if err := p.dropStray(ctx, q, l); err != nil {
 				return fmt.Errorf("producer: rescheduling %s: %w", id, err)
 			}
@@ -422,10 +427,11 @@ func (p *Producer) rescheduled(q shardq.QueueConfig, l located, info *shardq.Tas
 }
 
 // reschedule moves the task of l as opts say into partition dst, under the locks of
-// its partition and dst. It reports false when the task moved under it, or when the
-// time the lock wait took sends it to another partition than dst: the caller looks again.
+// its partition and dst, taking along l.stray, a lease move's new marker when there is
+// one (see swap). It reports false when the task moved under it, or when the time the
+// lock wait took sends it to another partition than dst: the caller looks again.
 func (p *Producer) reschedule(ctx context.Context, q shardq.QueueConfig, l located, info *shardq.TaskInfo, opts RescheduleOptions, dst string) (bool, error) {
-	m, err := p.lockMove(ctx, q, l.row.Key, dst)
+	m, err := p.lockMove(ctx, q, l.row.Key, dst, l.stray)
 	if err != nil {
 		return false, err
 	}
@@ -447,7 +453,7 @@ func (p *Producer) reschedule(ctx context.Context, q shardq.QueueConfig, l locat
 	if _, err := taskindex.Apply(ctx, p.session, []taskindex.Write{{Entry: entry, Stamp: l.stamp + 1, TTL: ttl}}, 1); err != nil {
 		return false, err
 	}
-	moved, err := p.swap(ctx, m, l.row, &next)
+	moved, err := p.swap(ctx, m, l.row, &next, l.stray)
 	if err != nil || !moved {
 		return false, err
 	}
@@ -466,10 +472,11 @@ func (p *Producer) reschedule(ctx context.Context, q shardq.QueueConfig, l locat
 	return true, nil
 }
 
-// remove deletes the pending row from, fenced against consumers: it reports false when
-// from was gone (a consumer took it, or another call moved it).
-func (p *Producer) remove(ctx context.Context, q shardq.QueueConfig, from taskrow.Row) (bool, error) {
-	if from.Attempt > 0 {
+// remove deletes the pending row from, fenced against consumers, and stray, a lease
+// move's new marker, when given (see swap): it reports false when from was gone (a
+// consumer took it, or another call moved it).
+func (p *Producer) remove(ctx context.Context, q shardq.QueueConfig, from taskrow.Row, stray *taskrow.Row) (bool, error) {
+	if from.Attempt > 0 && stray == nil {
 		// Consumers take such rows only if they still exist, so a condition is fence enough.
 		return lwt.Apply(ctx, func(ctx context.Context) (bool, error) {
 			return cql.Query(p.session, taskrow.DeleteIfExists, from.KeyArgs()...).WithContext(ctx).
@@ -478,30 +485,32 @@ func (p *Producer) remove(ctx context.Context, q shardq.QueueConfig, from taskro
 			return false, fmt.Errorf("%w: deleting %s: %w", lwt.ErrOutcomeUnknown, from.Key, cause)
 		})
 	}
-	m, err := p.lockMove(ctx, q, from.Key, from.Key)
+	m, err := p.lockMove(ctx, q, from.Key, from.Key, stray)
 	if err != nil {
 		return false, err
 	}
 	defer m.release(ctx)
-	return p.swap(ctx, m, from, nil)
+	return p.swap(ctx, m, from, nil, stray)
 }
 
 // moveLocks is what a move holds: its turns at the partitions it touches and their locks.
 type moveLocks struct {
-	p     *Producer
-	src   *lock.Lease // the source partition's; nil once a batch released it
-	dst   *lock.Lease // the destination's, when it is another partition
-	turns []func()
+	p      *Producer
+	src    *lock.Lease   // the source partition's; nil once a batch released it
+	others []*lock.Lease // those of the destination and the stray's partition, when other ones
+	turns  []func()
 }
 
-// lockMove takes the turns and the locks of partitions from and to (the same one, or
-// two), in key order.
-func (p *Producer) lockMove(ctx context.Context, q shardq.QueueConfig, from, to string) (*moveLocks, error) {
-	keys := []string{from}
-	if to != from {
-		keys = append(keys, to)
-		slices.Sort(keys)
+// lockMove takes the turns and the locks of partitions from and to and, when stray is
+// given, stray's (one to three partitions), in key order: one order for every caller, so
+// none waits on another's next lock.
+func (p *Producer) lockMove(ctx context.Context, q shardq.QueueConfig, from, to string, stray *taskrow.Row) (*moveLocks, error) {
+	keys := []string{from, to}
+	if stray != nil {
+		keys = append(keys, stray.Key)
 	}
+	slices.Sort(keys)
+	keys = slices.Compact(keys)
 	m := &moveLocks{p: p}
 	for _, k := range keys {
 		done, err := p.turns.take(ctx, k)
@@ -520,7 +529,7 @@ func (p *Producer) lockMove(ctx context.Context, q shardq.QueueConfig, from, to 
 		if k == from {
 			m.src = leases[i]
 		} else {
-			m.dst = leases[i]
+			m.others = append(m.others, leases[i])
 		}
 	}
 	return m, nil
@@ -528,12 +537,12 @@ func (p *Producer) lockMove(ctx context.Context, q shardq.QueueConfig, from, to 
 
 // release frees the locks still held, then the turns.
 func (m *moveLocks) release(ctx context.Context) {
-	for _, le := range []*lock.Lease{m.src, m.dst} {
+	for _, le := range append([]*lock.Lease{m.src}, m.others...) {
 		if le != nil {
 			m.p.releaseLease(ctx, le)
 		}
 	}
-	m.src, m.dst = nil, nil
+	m.src, m.others = nil, nil
 	for _, done := range m.turns {
 		done()
 	}
@@ -552,7 +561,25 @@ func (p *Producer) releaseLease(ctx context.Context, le *lock.Lease) {
 // because consumers delete such rows without a condition; to's partition is locked too
 // while to exists beside from, so no consumer can take both. The batch releases m's
 // source lock.
-func (p *Producer) swap(ctx context.Context, m *moveLocks, from taskrow.Row, to *taskrow.Row) (bool, error) {
+//
+// stray, when given, is the new marker of a lease move out of from (located.leaseMove)
+// whose holder has not deleted from: it died, or it is slow. Its delete of from is not
+// fenced by any lock, so deleting stray first could leave a live holder's task nowhere.
+// Once our batch has deleted from, that delete cannot apply (a live holder drops stray
+// and gets ErrLeaseLost), so stray is not the task and is deleted after it. m holds its
+// partition's lock throughout and stray is read at SERIAL first: a consumer that took it
+// before made it the task (we report false), and none takes it meanwhile. A crash after
+// the batch leaves stray: a duplicate, and not a successful call.
+func (p *Producer) swap(ctx context.Context, m *moveLocks, from taskrow.Row, to, stray *taskrow.Row) (bool, error) {
+	if stray != nil {
+		err := cql.Query(p.session, taskrow.SelectOne, stray.KeyArgs()...).WithContext(ctx).Consistency(lwt.Serial).Scan(new(gocql.UUID))
+		switch {
+		case errors.Is(err, gocql.ErrNotFound):
+			return false, nil // a consumer took it, or its holder's move failed: look again
+		case err != nil:
+			return false, fmt.Errorf("reading %s: %w", stray.Key, err)
+		}
+	}
 	src := m.src
 	m.src = nil // released by the batch, or below when it did not apply
 	b := cql.Batch(p.session, gocql.LoggedBatch).WithContext(ctx)
@@ -589,6 +616,11 @@ func (p *Producer) swap(ctx context.Context, m *moveLocks, from taskrow.Row, to 
 	if err != nil || !applied {
 		p.releaseLease(ctx, src)
 	}
+	if err == nil && applied && stray != nil {
+		if err := p.deleteStray(ctx, *stray); err != nil {
+			return true, err
+		}
+	}
 	// An unsettled outcome leaves to in place: if from is gone too, to is the task; if
 	// not, the task is there twice, a duplicate but never a loss.
 	return applied, err
@@ -609,12 +641,12 @@ func (p *Producer) dropRow(ctx context.Context, r taskrow.Row) {
 // multiples of the queue's LockTTL: a holder keeps it far shorter, or it expires.
 const lockWait = 3
 
-// lockKeys takes the locks of keys (one, or two in order), waiting up to lockWait lock
-// TTLs while consumers hold them. Holding the first, it waits for the second only while
-// the first surely still holds (a lease lasts more than its TTL less a second: TTLs expire
-// on whole seconds), and renews the first when half that time has passed: a lock that
-// expired while its holder waited would let a consumer take the partition in the middle
-// of the move. When the second stays held, it lets the first go and starts again.
+// lockKeys takes the locks of keys (one to three, in order), waiting up to lockWait lock
+// TTLs while consumers hold them. Holding some, it waits for the next only while those
+// surely still hold (a lease lasts more than its TTL less a second: TTLs expire on whole
+// seconds), and renews them when half that time has passed: a lock that expired while its
+// holder waited would let a consumer take the partition in the middle of the move. When
+// the next stays held, it lets them go and starts again.
 func (p *Producer) lockKeys(ctx context.Context, q shardq.QueueConfig, keys []string) ([]*lock.Lease, error) {
 	locker, err := p.locker(q)
 	if err != nil {
@@ -623,39 +655,53 @@ func (p *Producer) lockKeys(ctx context.Context, q shardq.QueueConfig, keys []st
 	give := time.Now().Add(lockWait * q.LockTTL)
 	backoff := newBackoff()
 	for {
-		first, at, err := p.lock(ctx, locker, keys[0], give)
-		switch {
-		case err != nil:
-			return nil, err
-		case len(keys) == 1:
-			return []*lock.Lease{first}, nil
-		}
-		half := at.Add((q.LockTTL - time.Second) / 2) // half the time the first surely holds
-		until := half
-		if give.Before(until) {
-			until = give
-		}
-		second, _, err := p.lock(ctx, locker, keys[1], until)
-		if err == nil && time.Now().After(half) {
-			if err = first.Renew(ctx); err != nil {
-				p.releaseLease(ctx, second)
-			}
-		}
+		leases, err := p.lockEach(ctx, q, locker, keys, give)
 		switch {
 		case err == nil:
-			return []*lock.Lease{first, second}, nil
+			return leases, nil
 		case !errors.Is(err, lock.ErrLockHeld) && !errors.Is(err, lock.ErrLockLost):
-			p.releaseLease(ctx, first)
 			return nil, err
-		}
-		p.releaseLease(ctx, first)
-		if time.Now().After(give) {
+		case time.Now().After(give):
 			return nil, lock.ErrLockHeld
 		}
 		if err := backoff.wait(ctx); err != nil {
 			return nil, err
 		}
 	}
+}
+
+// lockEach is one try of lockKeys: it holds all of keys' locks, or none.
+func (p *Producer) lockEach(ctx context.Context, q shardq.QueueConfig, locker *lock.Locker, keys []string, give time.Time) ([]*lock.Lease, error) {
+	var leases []*lock.Lease
+	var since time.Time // when the try that took, or renewed, the oldest of leases started
+	for _, k := range keys {
+		until := give
+		half := since.Add((q.LockTTL - time.Second) / 2) // half the time leases surely hold
+		if leases != nil && half.Before(until) {
+			until = half
+		}
+		le, at, err := p.lock(ctx, locker, k, until)
+		if err == nil && leases != nil && time.Now().After(half) {
+			for _, held := range leases {
+				if err = held.Renew(ctx); err != nil {
+					p.releaseLease(ctx, le)
+					break
+				}
+			}
+			since = at // before the renewals
+		}
+		if err != nil {
+			for _, held := range leases {
+				p.releaseLease(ctx, held)
+			}
+			return nil, err
+		}
+		if leases == nil {
+			since = at
+		}
+		leases = append(leases, le)
+	}
+	return leases, nil
 }
 
 func (p *Producer) locker(q shardq.QueueConfig) (*lock.Locker, error) {

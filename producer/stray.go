@@ -26,7 +26,7 @@ import (
 // A stray that is gone already was deleted by its writer or taken by a consumer when it
 // came due; the caller looks again either way.
 func (p *Producer) dropStray(ctx context.Context, q shardq.QueueConfig, l located) error {
-	m, err := p.lockMove(ctx, q, l.row.Key, l.stray.Key)
+	m, err := p.lockMove(ctx, q, l.row.Key, l.stray.Key, nil)
 	if err != nil {
 		return err
 	}
@@ -39,21 +39,27 @@ func (p *Producer) dropStray(ctx context.Context, q shardq.QueueConfig, l locate
 	case err != nil:
 		return fmt.Errorf("reading %s: %w", l.row.Key, err)
 	}
-	_, err = lwt.Apply(ctx, func(ctx context.Context) (bool, error) {
-		return cql.Query(p.session, taskrow.DeleteIfExists, l.stray.KeyArgs()...).WithContext(ctx).
+	return p.deleteStray(ctx, *l.stray)
+}
+
+// deleteStray deletes the stray row r of a move that did not apply and never will, while
+// we hold the lock of its partition, so no consumer takes it meanwhile. Gone already
+// (its writer dropped it), it is as good as deleted.
+func (p *Producer) deleteStray(ctx context.Context, r taskrow.Row) error {
+	_, err := lwt.Apply(ctx, func(ctx context.Context) (bool, error) {
+		return cql.Query(p.session, taskrow.DeleteIfExists, r.KeyArgs()...).WithContext(ctx).
 			RetryPolicy(lwt.NoRetry).MapScanCAS(map[string]any{})
 	}, func(rctx context.Context, cause error) (bool, error) {
-		// We hold its partition's lock: nobody else deletes it meanwhile.
-		rerr := cql.Query(p.session, taskrow.SelectOne, l.stray.KeyArgs()...).WithContext(rctx).
+		rerr := cql.Query(p.session, taskrow.SelectOne, r.KeyArgs()...).WithContext(rctx).
 			Consistency(lwt.Serial).Scan(new(gocql.UUID))
 		switch {
 		case errors.Is(rerr, gocql.ErrNotFound):
 			return true, nil
 		case rerr == nil:
-			return false, fmt.Errorf("deleting the stray row %s of a move that did not apply: %w", l.stray.Key, cause)
+			return false, fmt.Errorf("deleting the stray row %s of a move that did not apply: %w", r.Key, cause)
 		}
 		return false, fmt.Errorf("%w: deleting the stray row %s of a move that did not apply: %w (reading back: %w)",
-			lwt.ErrOutcomeUnknown, l.stray.Key, cause, rerr)
+			lwt.ErrOutcomeUnknown, r.Key, cause, rerr)
 	})
 	return err
 }
