@@ -459,6 +459,10 @@ type recorder struct {
 	waiters map[*waiter]bool
 	started int // scheduled tasks started at least once
 	done    int // scheduled tasks whose handler returned nil at least once
+	// purged, when set, is when deletes were purged past gc_grace while a replica was
+	// down (TestNodeRestarted's fault): a task that finished before it and starts again
+	// after it ran from a row that came back.
+	purged time.Time
 }
 
 type waiter struct {
@@ -636,6 +640,9 @@ type report struct {
 	Duplicates  int `json:"duplicates"`
 	Unfinished  int `json:"unfinished_swap_duplicates"`
 	Unexplained int `json:"unexplained_duplicates"`
+	// Resurrected counts starts of finished tasks after recorder.purged: rows whose
+	// deletes were purged while a replica was down came back.
+	Resurrected int `json:"resurrected_duplicates,omitempty"`
 	// Redelivered counts tasks started at an attempt past the first: delivered again
 	// after a lease that ran out.
 	Redelivered int            `json:"redelivered"`
@@ -648,6 +655,13 @@ type report struct {
 	// twice describes the runs of up to ten tasks with unexplained duplicates, and of up
 	// to ten with duplicates from unfinished swaps.
 	twice []string
+}
+
+// markPurged records when deletes were purged past gc_grace (see recorder.purged).
+func (r *recorder) markPurged(at time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.purged = at
 }
 
 // report counts lost, duplicated and redelivered tasks, and the lateness of each task's
@@ -668,12 +682,14 @@ func (r *recorder) report(fault string) report {
 		rep.Duplicates += len(runs) - 1
 		runs = slices.Clone(runs)
 		slices.SortStableFunc(runs, func(a, b delivery) int { return a.start.Compare(b.start) })
-		unexplained, unfinished := 0, 0
+		unexplained, unfinished, resurrected := 0, 0, 0
 		for i := 1; i < len(runs); i++ {
 			switch killedAt, killed := r.killed[runs[i-1].proc]; {
 			case killed && killedAt.Before(runs[i].start):
 			case r.unfinishedSwap(id, runs[i-1], runs[i]):
 				unfinished++
+			case !r.purged.IsZero() && runs[i-1].done && runs[i-1].start.Before(r.purged) && runs[i].start.After(r.purged):
+				resurrected++
 			default:
 				unexplained++
 			}
@@ -681,7 +697,8 @@ func (r *recorder) report(fault string) report {
 		for _, c := range []struct {
 			n, seen int
 			what    string
-		}{{unexplained, rep.Unexplained, "ran twice"}, {unfinished, rep.Unfinished, "ran twice after an unfinished swap"}} {
+		}{{unexplained, rep.Unexplained, "ran twice"}, {unfinished, rep.Unfinished, "ran twice after an unfinished swap"},
+			{resurrected, rep.Resurrected, "ran twice after its deletes were purged"}} {
 			if c.n == 0 || c.seen >= 10 {
 				continue
 			}
@@ -694,6 +711,7 @@ func (r *recorder) report(fault string) report {
 		}
 		rep.Unexplained += unexplained
 		rep.Unfinished += unfinished
+		rep.Resurrected += resurrected
 		if slices.ContainsFunc(runs, func(d delivery) bool { return d.attempt > 1 }) {
 			rep.Redelivered++
 		}
