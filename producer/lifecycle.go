@@ -465,10 +465,10 @@ func (p *Producer) reschedule(ctx context.Context, q shardq.QueueConfig, l locat
 	}
 	var touches signal.Touches
 	touches.Add(q.Layout(), uuid.UUID(next.ID), uuid.UUID(next.TaskID))
-	wakeup.Notify(q.Name, place)
 	if err := p.signals.Touch(ctx, &touches); err != nil {
 		p.cfg.Logger.WarnContext(ctx, "touching wake-up signals", "error", err)
 	}
+	wakeup.Notify(q.Name, place) // after the touch, as producer.notify explains
 	return true, nil
 }
 

@@ -273,9 +273,11 @@ func (p *Producer) placeKeyedAgain(queues []shardq.QueueConfig, tasks []Task, ro
 	return now
 }
 
-// notify wakes idle workers: those of this process through the in-process bus, the
-// others through the signal cells of the partitions written. It outlives ctx, whose end
-// may be what failed the write: the rows may have applied all the same.
+// notify wakes idle workers: those of other processes through the signal cells of the
+// partitions written, then those of this process through the in-process bus, which must
+// come second: an idle consumer passes a partition whose cell shows no touch in its lap.
+// It outlives ctx, whose end may be what failed the write: the rows may have applied all
+// the same.
 func (p *Producer) notify(ctx context.Context, tasks []Task, rows []taskrow.Row, queues []shardq.QueueConfig) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), signal.TouchTimeout)
 	defer cancel()
@@ -287,12 +289,12 @@ func (p *Producer) notify(ctx context.Context, tasks []Task, rows []taskrow.Row,
 		}
 		touches.Add(queues[i].Layout(), uuid.UUID(rows[i].ID), uuid.UUID(rows[i].TaskID))
 	}
-	for q, due := range earliest {
-		wakeup.Notify(q, due)
-	}
 	if err := p.signals.Touch(ctx, &touches); err != nil {
 		// The tasks are written; workers in other processes find them at their next poll.
 		p.cfg.Logger.WarnContext(ctx, "touching wake-up signals", "error", err)
+	}
+	for q, due := range earliest {
+		wakeup.Notify(q, due)
 	}
 }
 

@@ -320,9 +320,10 @@ func (e *Env) Write(ctx context.Context, q shardq.QueueConfig, st State) error {
 	}
 	var touches signal.Touches
 	touches.Add(l, st.TaskID, st.TaskID)
-	wakeup.Notify(q.Name, place)
 	if err := e.Signals.Touch(ctx, &touches); err != nil {
 		e.Log.WarnContext(ctx, "touching wake-up signals", "queue", q.Name, "error", err)
 	}
+	// After the touch: an idle consumer passes a partition whose cell shows no touch.
+	wakeup.Notify(q.Name, place)
 	return e.markWritten(ctx, st)
 }
