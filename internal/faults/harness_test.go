@@ -460,8 +460,9 @@ type recorder struct {
 	started int // scheduled tasks started at least once
 	done    int // scheduled tasks whose handler returned nil at least once
 	// purged, when set, is when deletes were purged past gc_grace while a replica was
-	// down (TestNodeRestarted's fault): a task that finished before it and starts again
-	// after it ran from a row that came back.
+	// down (TestNodeRestarted's fault): a finished task that starts again after it ran
+	// from a row that came back, of the first set or of the second (whose deletes the
+	// returning node may lack too).
 	purged time.Time
 }
 
@@ -688,7 +689,7 @@ func (r *recorder) report(fault string) report {
 			case killed && killedAt.Before(runs[i].start):
 			case r.unfinishedSwap(id, runs[i-1], runs[i]):
 				unfinished++
-			case !r.purged.IsZero() && runs[i-1].done && runs[i-1].start.Before(r.purged) && runs[i].start.After(r.purged):
+			case !r.purged.IsZero() && runs[i-1].done && runs[i].start.After(r.purged):
 				resurrected++
 			default:
 				unexplained++
