@@ -16,8 +16,8 @@ import (
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/internal/clustertime"
+	"github.com/shardq/shardq/internal/inspect"
 	"github.com/shardq/shardq/producer"
-	"github.com/shardq/shardq/shard"
 	"github.com/shardq/shardq/worker"
 )
 
@@ -206,10 +206,15 @@ func (b *bench) skew(ctx context.Context) error {
 			return fmt.Errorf("%s: %w", c.role, err)
 		}
 	}
-	left, err := kindOneRows(ctx, s, q)
+	in, err := inspect.New(s, inspect.Config{Queue: q, PartitionsInFlight: 16})
 	if err != nil {
 		return err
 	}
+	rows, err := in.TaskIDs(ctx)
+	if err != nil {
+		return err
+	}
+	left := len(rows)
 
 	mu.Lock()
 	defer mu.Unlock()
@@ -297,29 +302,6 @@ func parseSkewDelivery(line string) (skewDelivery, error) {
 	}
 	d.start, d.due = time.Unix(0, start), time.Unix(0, due)
 	return d, nil
-}
-
-// kindOneRows counts the task rows (kind 1: pending tasks and the markers of tasks in
-// flight) left in q's partitions, read from the tasks table itself.
-func kindOneRows(ctx context.Context, s *gocql.Session, q shardq.QueueConfig) (int, error) {
-	var keys []string
-	for b := range q.BucketCount {
-		for c := range q.ShardCount {
-			keys = append(keys, shard.FormatKey(q.Name, b, c))
-		}
-	}
-	total := 0
-	for len(keys) > 0 {
-		n := min(len(keys), 100)
-		var count int
-		if err := s.Query(`SELECT COUNT(*) FROM tasks WHERE shard_key IN ? AND kind = 1`, keys[:n]).
-			WithContext(ctx).Scan(&count); err != nil {
-			return 0, err
-		}
-		total += count
-		keys = keys[n:]
-	}
-	return total, nil
 }
 
 // skewProducer runs the producers mineEnv names, producer p with its clock offset by the
