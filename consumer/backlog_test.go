@@ -331,6 +331,77 @@ func TestLateWritesFoundBySweep(t *testing.T) {
 	}
 }
 
+// Finding 2 of issue 24: a trailing producer's write made more than MaxClockSkew after a
+// sweep. An idle consumer with a worker's look-ahead (30 s: a full scan once per 15 s),
+// polled every 250 ms, reads a 10 s bucket, its floors MaxClockSkew behind its clock;
+// 8.5 s after a sweep, a producer whose clock trails by 4 s writes a task into that
+// bucket, below the floors, and an on-time write into the bucket follows. The next sweep
+// finds it: the task is delivered within SweepInterval plus one poll of its write. Sweeps
+// that flagged only rows older than the previous sweep less MaxClockSkew, on cells that
+// kept the last touch, left it to the read of the bucket before it is passed, which a
+// full scan just before the bucket's end (with no write into it since) put off by 15 s.
+func TestLateWriteAfterSweepFoundByNextSweep(t *testing.T) {
+	t.Parallel()
+	const every = 250 * time.Millisecond
+	e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 120, BucketDuration: 10 * time.Second, DefaultTimeout: 30 * time.Second})
+	trailing, err := producer.New(e.s, producer.Config{Clock: offsetClock{e.clock, -4 * time.Second}})
+	require.NoError(t, err)
+	// The write after the late one comes from a producer of its own, so its touch is sent
+	// before ScheduleTasks returns, not gathered with an earlier one and sent later.
+	onTime, err := producer.New(e.s, producer.Config{Clock: e.clock})
+	require.NoError(t, err)
+	c, err := consumer.New(e.s, consumer.Config{Queue: e.q.Name, Clock: e.clock, LookAhead: 30 * time.Second})
+	require.NoError(t, err)
+	ctx := context.Background()
+	l := e.q.Layout()
+	b := l.Bucket(e.clock.Now()) + 1
+	at := func(d time.Duration) time.Time { return l.BucketStart(b).Add(d) }
+
+	var lateID uuid.UUID
+	var written, delivered time.Time
+	poll := func() {
+		for {
+			got, err := c.AcquireTasks(ctx, 100)
+			require.NoError(t, err)
+			if len(got) == 0 {
+				return
+			}
+			require.NoError(t, c.AckTasks(ctx, got...))
+			for _, task := range got {
+				if task.ID == lateID {
+					delivered = e.clock.Now()
+				}
+			}
+		}
+	}
+	// The first call sweeps, the first idle one scans in full, both 3.5 s before bucket b:
+	// sweeps follow at 6.5 s and 16.5 s into b, full scans at 11.5 s (before b can be
+	// passed, at its end plus MaxClockSkew) and 26.5 s.
+	e.clock.Add(at(-3500 * time.Millisecond).Sub(e.clock.Now()))
+	poll()
+	poll()
+	for delivered.IsZero() && e.clock.Now().Before(at(50*time.Second)) {
+		e.clock.Add(every)
+		now := e.clock.Now()
+		switch {
+		case now.Equal(at(2 * time.Second)): // b's cell changed since the full scan: read at every poll
+			e.schedule(producer.Task{})
+		case now.Equal(at(5 * time.Second)):
+			ids, err := trailing.ScheduleTasks(ctx, []producer.Task{{Queue: e.q.Name}})
+			require.NoError(t, err)
+			lateID, written = ids[0], now
+			_, err = onTime.ScheduleTasks(ctx, []producer.Task{{Queue: e.q.Name}})
+			require.NoError(t, err)
+		}
+		poll()
+		if now.Equal(written) {
+			require.True(t, delivered.IsZero(), "the trailing producer's row was read at once: it is not below the floors")
+		}
+	}
+	require.False(t, delivered.IsZero(), "the late task was not delivered within %s of its write", at(50*time.Second).Sub(written))
+	require.LessOrEqual(t, delivered.Sub(written), consumer.SweepInterval+every, "the late task waited past a sweep and a poll")
+}
+
 // queryCounter counts the statements a session executes, and those whose first bound
 // value is a partition key of a time shard counted by old.
 type queryCounter struct {
