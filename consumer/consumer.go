@@ -435,12 +435,15 @@ func (c *Consumer) untouched(cells map[signal.Cell]signal.Slots, pt *part) bool 
 // sweep finds rows written later than MaxClockSkew. Every write touches the entry of its
 // cell's slot with the earliest row time it wrote, and an entry keeps the touch made last
 // in real time, so once per SweepInterval one read of the lap's cells shows each slot
-// written since the last sweep. A write since then whose rows lie below this consumer's
-// floors for their partition, or in a bucket its cursor had passed by then, or (for a
-// partition it holds no floors for) older than the last sweep less MaxClockSkew, was
-// late: the partition's floors are lowered below the slot and the cursor moved back, so
-// the next scan reads it. (A write whose touch failed is found when the ring comes back
-// to its partition.)
+// written since the last sweep, and when it was touched last. Floors rest at least
+// MaxClockSkew below the reading consumer's clock, which is within half of it from the
+// cluster's (checkSkew), so a slot last touched within half MaxClockSkew of its start
+// holds no row written after a read that passed it. One touched later holds a late write
+// if its rows lie below this consumer's floors for their partition, or in a bucket its
+// cursor had passed by the last sweep, or (for a partition it holds no floors for) are
+// older than the last sweep less MaxClockSkew: the partition's floors are lowered below
+// the slot and the cursor moved back, so the next scan reads it. (A write whose touch
+// failed is found when the ring comes back to its partition.)
 func (c *Consumer) sweep(ctx context.Context, now time.Time) {
 	c.mu.Lock()
 	due := c.cells == nil || !now.Before(c.swept.Add(SweepInterval))
@@ -450,7 +453,7 @@ func (c *Consumer) sweep(ctx context.Context, now time.Time) {
 	}
 	c.checkSkew(ctx, now)
 	bNow := c.layout.Bucket(now)
-	cells, err := signal.Cells(ctx, c.session, c.q.Name, bNow-int64(c.q.BucketCount)+1, bNow)
+	cells, touched, err := signal.LastTouches(ctx, c.session, c.q.Name, bNow-int64(c.q.BucketCount)+1, bNow)
 	if err != nil {
 		c.log.WarnContext(ctx, "reading wake-up signals for late rows", "queue", c.q.Name, "error", err)
 		return
@@ -458,41 +461,13 @@ func (c *Consumer) sweep(ctx context.Context, now time.Time) {
 	c.mu.Lock()
 	last, lateBefore, passed := c.cells, c.swept.Add(-c.cfg.MaxClockSkew), c.sweptCursors
 	c.cells, c.swept, c.sweptCursors = cells, now, slices.Clone(c.cursors)
-	late := map[signal.Cell]time.Time{} // per cell, what its floors go below
-	var unsure []signal.Cell
-	for cell, slots := range cells {
-		if last == nil || cell.Shard >= len(c.cursors) {
-			continue // a new consumer reads the whole lap anyway
-		}
-		f, haveFloors := c.floors[pkey{c.layout.Key(cell.Bucket, cell.Shard), cell.Bucket}]
-		for slot, v := range slots {
-			if last[cell][slot] == v {
-				continue
-			}
-			at := shard.IDTime(uuid.UUID(v))
-			switch {
-			case cell.Bucket < passed[cell.Shard],
-				haveFloors && f.above(at),
-				!haveFloors && at.Before(lateBefore):
-				// Written into a bucket the cursor had passed by the last sweep, or below
-				// the floors: late. The entry holds the last touch of its slot, so the
-				// floors go below the slot, under any row an earlier touch announced.
-				start := signal.SlotStart(c.layout, cell.Bucket, slot)
-				if t, ok := late[cell]; !ok || start.Before(t) {
-					late[cell] = start
-				}
-			case cell.Bucket < c.cursors[cell.Shard]:
-				// Passed since the last sweep: the write may have come before the pass (and
-				// been read by it) or after.
-				unsure = append(unsure, cell)
-			}
-		}
-	}
+	late, unsure := lateSlots(sweepState{
+		layout: c.layout, skew: c.cfg.MaxClockSkew, offset: now.Sub(c.cluster.Now()),
+		cells: cells, touched: touched, last: last, lateBefore: lateBefore,
+		passed: passed, cursors: c.cursors, floors: c.floors,
+	})
 	c.mu.Unlock()
-	for _, cell := range unsure {
-		if _, ok := late[cell]; ok {
-			continue
-		}
+	for cell := range unsure {
 		pt := part{key: c.layout.Key(cell.Bucket, cell.Shard), shard: cell.Shard, bucket: cell.Bucket}
 		if at, ok := c.firstVisible(ctx, &pt, now); ok {
 			late[cell] = at
@@ -519,6 +494,66 @@ func (c *Consumer) sweep(ctx context.Context, now time.Time) {
 			"queue", c.q.Name, "shard_key", k.key, "from", at)
 	}
 }
+
+// sweepState is what a sweep decides from: the lap's cells as just read (cells, and when
+// each slot was touched by the cluster's clock), as the last sweep read them (last), and
+// the consumer's cursors, floors and clock offset from the cluster's.
+type sweepState struct {
+	layout     shard.Layout
+	skew       time.Duration // MaxClockSkew
+	offset     time.Duration // the consumer's clock less the cluster's
+	cells      map[signal.Cell]signal.Slots
+	touched    map[signal.Entry]time.Time
+	last       map[signal.Cell]signal.Slots
+	lateBefore time.Time // the last sweep less skew
+	passed     []int64   // the cursors at the last sweep
+	cursors    []int64
+	floors     map[pkey]*floors
+}
+
+// lateSlots returns, per cell, where its floors must go below for a late write (late),
+// and the cells passed since the last sweep and written into after their slot could still
+// be written on time, which only a read tells (unsure). See sweep.
+func lateSlots(st sweepState) (late map[signal.Cell]time.Time, unsure map[signal.Cell]bool) {
+	late, unsure = map[signal.Cell]time.Time{}, map[signal.Cell]bool{}
+	for cell, slots := range st.cells {
+		if st.last == nil || cell.Shard >= len(st.cursors) {
+			continue // a new consumer reads the whole lap anyway
+		}
+		f, haveFloors := st.floors[pkey{st.layout.Key(cell.Bucket, cell.Shard), cell.Bucket}]
+		for slot, v := range slots {
+			start := signal.SlotStart(st.layout, cell.Bucket, slot)
+			touched := st.touched[signal.Entry{Cell: cell, Slot: slot}].Add(st.offset)
+			if st.last[cell][slot] == v || !touched.After(start.Add(st.skew/2-clockError)) {
+				continue // not touched since the last sweep, or on time
+			}
+			at := shard.IDTime(uuid.UUID(v))
+			switch {
+			case cell.Bucket < st.passed[cell.Shard],
+				haveFloors && f.above(at),
+				!haveFloors && at.Before(st.lateBefore):
+				// Written into a bucket the cursor had passed by the last sweep, or below
+				// the floors: late. The entry holds the last touch of its slot, so the
+				// floors go below the slot, under any row an earlier touch announced.
+				if t, ok := late[cell]; !ok || start.Before(t) {
+					late[cell] = start
+				}
+			case cell.Bucket < st.cursors[cell.Shard]:
+				// Passed since the last sweep: the write may have come before the pass (and
+				// been read by it) or after.
+				unsure[cell] = true
+			}
+		}
+	}
+	for cell := range late {
+		delete(unsure, cell)
+	}
+	return late, unsure
+}
+
+// clockError bounds how far the cluster's time as a writer estimated it (internal/clustertime),
+// which its rows' times come from, may lie from the coordinators' clocks that stamp touches.
+const clockError = 100 * time.Millisecond
 
 // checkSkew reports a Clock more than half MaxClockSkew from the cluster's time.
 func (c *Consumer) checkSkew(ctx context.Context, now time.Time) {

@@ -9,15 +9,17 @@
 // A cell holds one entry per slot (SlotWidth of its bucket) that rows were written into,
 // each the earliest row time of the slot's last touch. Touches are stamped by the
 // coordinator, so an entry keeps the touch made last in real time, whatever the writers'
-// clocks: on-time writers touch a slot only while it is current, so the last touch of a
-// past slot comes from a writer whose clock trails, or whose write was delayed, and no
-// on-time touch can hide it.
+// clocks, and its write time tells when that was: a slot touched long after it began was
+// written late, by a writer whose clock trails or whose write was delayed, and no touch
+// after it can hide that.
 package signal
 
 import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -45,16 +47,17 @@ type Entry struct {
 // Slots are a cell's entries as read: per slot, the earliest row time of its last touch.
 type Slots map[int]gocql.UUID
 
-// SlotWidth is the span of a bucket one entry stands for: narrower than the default
-// MaxClockSkew, so a writer trailing by more than that touches a slot no on-time writer
-// touches any more.
-const SlotWidth = time.Second
+// SlotWidth is the span of a bucket one entry stands for. A sweep takes a slot whose last
+// touch came more than half the consumer's MaxClockSkew after the slot began for a late
+// write (LastTouches): on-time writers touch a slot until shortly after it ends, so the
+// slot must be well under half the default MaxClockSkew for their touches to pass as on
+// time.
+const SlotWidth = 500 * time.Millisecond
 
 // maxSlots bounds the entries of a cell, which sweeps read for every bucket of the lap:
-// buckets longer than maxSlots seconds get wider slots, where a writer trailing by less
-// than a slot shares its entry with on-time writers, and its rows are found by the read of
-// the bucket before it is passed. The slot and the shard (at most shardq.MaxShardCount)
-// share one int map key.
+// buckets longer than maxSlots slots get wider slots, whose on-time touches may pass for
+// late and cost a sweep a needless read. The slot and the shard (at most
+// shardq.MaxShardCount) share one int map key.
 const maxSlots = 64
 
 // slotWidth is the width of l's slots.
@@ -109,6 +112,8 @@ type Touch struct {
 const (
 	touchStmt = `UPDATE queue_signals USING TTL ? SET shards = shards + ? WHERE queue = ? AND bucket = ?`
 	readStmt  = `SELECT bucket, shards FROM queue_signals WHERE queue = ? AND bucket >= ? AND bucket <= ?`
+	// Write times of a map come in the order of its keys.
+	readTouchesStmt = `SELECT bucket, shards, writetime(shards) FROM queue_signals WHERE queue = ? AND bucket >= ? AND bucket <= ?`
 )
 
 // maxTTL is Cassandra's longest time to live, 20 years: a cell for a bucket further
@@ -262,6 +267,37 @@ func scan(ctx context.Context, session *gocql.Session, queue string, from, to in
 		return fmt.Errorf("signal: reading %s: %w", queue, err)
 	}
 	return nil
+}
+
+// LastTouches reads the cells of queue's buckets from..to as Cells does, and when each
+// slot was last touched, by the cluster's clock.
+func LastTouches(ctx context.Context, session *gocql.Session, queue string, from, to int64) (map[Cell]Slots, map[Entry]time.Time, error) {
+	cells, touched := map[Cell]Slots{}, map[Entry]time.Time{}
+	iter := cql.Query(session, readTouchesStmt, queue, from, to).WithContext(ctx).Iter()
+	var bucket int64
+	var shards map[int]gocql.UUID
+	var times []int64
+	for iter.Scan(&bucket, &shards, &times) {
+		keys := slices.Sorted(maps.Keys(shards))
+		if len(keys) != len(times) {
+			_ = iter.Close()
+			return nil, nil, fmt.Errorf("signal: reading %s bucket %d: %d write times for %d slots", queue, bucket, len(times), len(keys))
+		}
+		for i, k := range keys {
+			slot, s := fromKey(k)
+			e := Entry{Cell: Cell{Queue: queue, Bucket: bucket, Shard: s}, Slot: slot}
+			if cells[e.Cell] == nil {
+				cells[e.Cell] = Slots{}
+			}
+			cells[e.Cell][slot] = shards[k]
+			touched[e] = time.UnixMicro(times[i])
+		}
+		shards, times = nil, nil
+	}
+	if err := iter.Close(); err != nil {
+		return nil, nil, fmt.Errorf("signal: reading %s: %w", queue, err)
+	}
+	return cells, touched, nil
 }
 
 // Watcher notices touches of one queue's cells.
