@@ -333,15 +333,35 @@ func TestLateWritesFoundBySweep(t *testing.T) {
 
 // Finding 2 of issue 24: a trailing producer's write made more than MaxClockSkew after a
 // sweep. An idle consumer with a worker's look-ahead (30 s: a full scan once per 15 s),
-// polled every 250 ms, reads a 10 s bucket, its floors MaxClockSkew behind its clock;
-// 8.5 s after a sweep, a producer whose clock trails by 4 s writes a task into that
-// bucket, below the floors, and an on-time write into the bucket follows. The next sweep
-// finds it: the task is delivered within SweepInterval plus one poll of its write. Sweeps
-// that flagged only rows older than the previous sweep less MaxClockSkew, on cells that
-// kept the last touch, left it to the read of the bucket before it is passed, which a
-// full scan just before the bucket's end (with no write into it since) put off by 15 s.
+// polled every 250 ms, reads a 10 s bucket, its floors MaxClockSkew behind its clock; a
+// producer whose clock trails by 4 s writes a task into that bucket, below the floors.
+// The next sweep finds it: the task is delivered within SweepInterval plus one poll of
+// its write.
+//   - 8.5 s after a sweep, with an on-time write into the bucket after it: sweeps that
+//     flagged only rows older than the previous sweep less MaxClockSkew, on cells that kept
+//     the last touch, left it to the read of the bucket before it is passed, which a full
+//     scan just before the bucket's end (with no write into it since) put off by 15 s.
+//   - 9 s into the bucket, with a full scan between the write and the next sweep: the
+//     sweep lowered the floors, but an idle consumer reads between full scans only the
+//     partitions whose cell changed since the last one, so the task waited for the next.
 func TestLateWriteAfterSweepFoundByNextSweep(t *testing.T) {
 	t.Parallel()
+	for _, tc := range []struct {
+		name        string
+		write       time.Duration // into bucket b
+		onTimeAfter bool
+	}{
+		{"after a sweep, then an on-time write", 5 * time.Second, true},
+		{"before a full scan", 9 * time.Second, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			lateWriteFoundByNextSweep(t, tc.write, tc.onTimeAfter)
+		})
+	}
+}
+
+func lateWriteFoundByNextSweep(t *testing.T, write time.Duration, onTimeAfter bool) {
 	const every = 250 * time.Millisecond
 	e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 120, BucketDuration: 10 * time.Second, DefaultTimeout: 30 * time.Second})
 	trailing, err := producer.New(e.s, producer.Config{Clock: offsetClock{e.clock, -4 * time.Second}})
@@ -386,12 +406,14 @@ func TestLateWriteAfterSweepFoundByNextSweep(t *testing.T) {
 		switch {
 		case now.Equal(at(2 * time.Second)): // b's cell changed since the full scan: read at every poll
 			e.schedule(producer.Task{})
-		case now.Equal(at(5 * time.Second)):
+		case now.Equal(at(write)):
 			ids, err := trailing.ScheduleTasks(ctx, []producer.Task{{Queue: e.q.Name}})
 			require.NoError(t, err)
 			lateID, written = ids[0], now
-			_, err = onTime.ScheduleTasks(ctx, []producer.Task{{Queue: e.q.Name}})
-			require.NoError(t, err)
+			if onTimeAfter {
+				_, err = onTime.ScheduleTasks(ctx, []producer.Task{{Queue: e.q.Name}})
+				require.NoError(t, err)
+			}
 		}
 		poll()
 		if now.Equal(written) {

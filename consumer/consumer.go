@@ -490,6 +490,9 @@ func (c *Consumer) sweep(ctx context.Context, now time.Time) {
 			}
 		}
 		c.cursors[cell.Shard] = min(c.cursors[cell.Shard], cell.Bucket)
+		// An idle scan reads, between full scans, only partitions marked or whose cell
+		// changed since the last full one, which a late write may not have.
+		c.upcoming[k] = revisit
 		c.log.DebugContext(ctx, "a write since the last sweep may lie below the floors; reading its partition again",
 			"queue", c.q.Name, "shard_key", k.key, "from", at)
 	}
