@@ -8,7 +8,8 @@ type Clock interface {
 	Now() time.Time
 }
 
-// SystemClock is the wall clock. It is every Config's default Clock.
+// SystemClock is this host's wall clock. Configs default to the cluster's time instead:
+// the host's clock corrected by its measured offset from a coordinator's.
 type SystemClock struct{}
 
 // Now returns time.Now().

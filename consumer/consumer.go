@@ -28,6 +28,7 @@ import (
 	"github.com/shardq/shardq/internal/defaults"
 	"github.com/shardq/shardq/internal/lwt"
 	"github.com/shardq/shardq/internal/series"
+	"github.com/shardq/shardq/internal/sessionstate"
 	"github.com/shardq/shardq/internal/signal"
 	"github.com/shardq/shardq/internal/taskrow"
 	"github.com/shardq/shardq/lock"
@@ -122,6 +123,7 @@ type Consumer struct {
 	session *gocql.Session
 	cfg     Config
 	log     *slog.Logger
+	state   *sessionstate.State
 	cluster *clustertime.Clock
 
 	q       shardq.QueueConfig
@@ -174,17 +176,18 @@ func New(session *gocql.Session, cfg Config) (*Consumer, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	cluster := clustertime.For(session, cfg.Clock, cfg.Logger)
+	st := sessionstate.For(session, cfg.Logger)
+	cluster := st.ClusterFor(cfg.Clock)
 	if cfg.Clock == nil {
 		cfg.Clock = cluster
 	}
 	if cfg.Observer == nil {
 		cfg.Observer = shardq.NopObserver{}
 	}
-	signals := signal.NewToucher(session, cfg.Logger)
-	return &Consumer{session: session, cfg: cfg, log: cfg.Logger, cluster: cluster, hot: map[string]bool{},
+	signals := st.Signals
+	return &Consumer{session: session, cfg: cfg, log: cfg.Logger, state: st, cluster: cluster, hot: map[string]bool{},
 		floors: map[pkey]*floors{}, keptFloors: map[string]lapFloors{}, upcoming: map[pkey]time.Time{}, lateChecked: map[pkey]signal.Slots{}, pageRows: initialPageRows,
-		signals: signals, series: &series.Env{Session: session, Clock: cfg.Clock, Cluster: cluster, Log: cfg.Logger, Signals: signals}}, nil
+		signals: signals, series: &series.Env{Session: session, Clock: cfg.Clock, Cluster: cluster, Log: cfg.Logger, Signals: signals, Bus: st.Bus}}, nil
 }
 
 // init loads the queue's settings once; a failure is retried on the next call.
@@ -194,7 +197,7 @@ func (c *Consumer) init(ctx context.Context) error {
 	if c.locker != nil {
 		return nil
 	}
-	q, err := shardq.LoadQueue(ctx, c.session, c.cfg.Queue)
+	q, err := c.state.Queue(ctx, c.cfg.Queue)
 	if err != nil {
 		return err
 	}

@@ -18,7 +18,6 @@ import (
 	"github.com/shardq/shardq/internal/signal"
 	"github.com/shardq/shardq/internal/taskindex"
 	"github.com/shardq/shardq/internal/taskrow"
-	"github.com/shardq/shardq/internal/wakeup"
 	"github.com/shardq/shardq/lock"
 	"github.com/shardq/shardq/shard"
 )
@@ -468,7 +467,7 @@ func (p *Producer) reschedule(ctx context.Context, q shardq.QueueConfig, l locat
 	if err := p.signals.Touch(ctx, &touches); err != nil {
 		p.cfg.Logger.WarnContext(ctx, "touching wake-up signals", "error", err)
 	}
-	wakeup.Notify(q.Name, place) // after the touch, as producer.notify explains
+	p.state.Bus.Notify(q.Name, place) // after the touch, as producer.notify explains
 	return true, nil
 }
 

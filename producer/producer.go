@@ -19,10 +19,10 @@ import (
 	"github.com/shardq/shardq/internal/combine"
 	"github.com/shardq/shardq/internal/defaults"
 	"github.com/shardq/shardq/internal/fanout"
+	"github.com/shardq/shardq/internal/sessionstate"
 	"github.com/shardq/shardq/internal/signal"
 	"github.com/shardq/shardq/internal/taskindex"
 	"github.com/shardq/shardq/internal/taskrow"
-	"github.com/shardq/shardq/internal/wakeup"
 	"github.com/shardq/shardq/shard"
 )
 
@@ -79,9 +79,9 @@ type Task struct {
 type Producer struct {
 	session *gocql.Session
 	cfg     Config
-	queues  sync.Map // name -> shardq.QueueConfig; settings never change once created
-	lockers sync.Map // name -> *lock.Locker, for Cancel and Reschedule
-	turns   turns    // their turns at a partition's lock
+	state   *sessionstate.State // the session's settings cache, toucher and wake-up bus
+	lockers sync.Map            // name -> *lock.Locker, for Cancel and Reschedule
+	turns   turns               // their turns at a partition's lock
 	signals *signal.Toucher
 	writes  *combine.Writer
 	cluster *clustertime.Clock
@@ -109,11 +109,12 @@ func New(session *gocql.Session, cfg Config) (*Producer, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	cluster := clustertime.For(session, cfg.Clock, cfg.Logger)
+	st := sessionstate.For(session, cfg.Logger)
+	cluster := st.ClusterFor(cfg.Clock)
 	if cfg.Clock == nil {
 		cfg.Clock = cluster
 	}
-	return &Producer{session: session, cfg: cfg, signals: signal.NewToucher(session, cfg.Logger),
+	return &Producer{session: session, cfg: cfg, state: st, signals: st.Signals,
 		writes: combine.New(session, taskrow.MaxBatchRows, taskrow.MaxBatchBytes), cluster: cluster}, nil
 }
 
@@ -294,7 +295,7 @@ func (p *Producer) notify(ctx context.Context, tasks []Task, rows []taskrow.Row,
 		p.cfg.Logger.WarnContext(ctx, "touching wake-up signals", "error", err)
 	}
 	for q, due := range earliest {
-		wakeup.Notify(q, due)
+		p.state.Bus.Notify(q, due)
 	}
 }
 
@@ -356,13 +357,5 @@ func (p *Producer) row(q shardq.QueueConfig, t Task, now time.Time, name string)
 }
 
 func (p *Producer) queue(ctx context.Context, name string) (shardq.QueueConfig, error) {
-	if q, ok := p.queues.Load(name); ok {
-		return q.(shardq.QueueConfig), nil
-	}
-	q, err := shardq.LoadQueue(ctx, p.session, name)
-	if err != nil {
-		return q, err
-	}
-	p.queues.Store(name, q)
-	return q, nil
+	return p.state.Queue(ctx, name)
 }

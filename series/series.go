@@ -16,16 +16,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 
 	"github.com/shardq/shardq"
-	"github.com/shardq/shardq/internal/clustertime"
 	iseries "github.com/shardq/shardq/internal/series"
-	"github.com/shardq/shardq/internal/signal"
+	"github.com/shardq/shardq/internal/sessionstate"
 	"github.com/shardq/shardq/producer"
 	"github.com/shardq/shardq/shard"
 )
@@ -140,7 +138,7 @@ type Client struct {
 	env      *iseries.Env
 	producer *producer.Producer
 	session  *gocql.Session
-	queues   sync.Map // name -> shardq.QueueConfig
+	state    *sessionstate.State
 }
 
 // New returns a Client writing through session, whose keyspace holds shardq's tables.
@@ -151,7 +149,8 @@ func New(session *gocql.Session, cfg Config) (*Client, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	cluster := clustertime.For(session, cfg.Clock, cfg.Logger)
+	st := sessionstate.For(session, cfg.Logger)
+	cluster := st.ClusterFor(cfg.Clock)
 	if cfg.Clock == nil {
 		cfg.Clock = cluster
 	}
@@ -159,8 +158,8 @@ func New(session *gocql.Session, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{session: session, producer: p,
-		env: &iseries.Env{Session: session, Clock: cfg.Clock, Cluster: cluster, Log: cfg.Logger, Signals: signal.NewToucher(session, cfg.Logger)}}, nil
+	return &Client{session: session, producer: p, state: st,
+		env: &iseries.Env{Session: session, Clock: cfg.Clock, Cluster: cluster, Log: cfg.Logger, Signals: st.Signals, Bus: st.Bus}}, nil
 }
 
 // Create creates a series and schedules its first occurrence. Creating a series that
@@ -382,15 +381,7 @@ func (c *Client) Keep(ctx context.Context, queue string) error {
 }
 
 func (c *Client) queue(ctx context.Context, name string) (shardq.QueueConfig, error) {
-	if q, ok := c.queues.Load(name); ok {
-		return q.(shardq.QueueConfig), nil
-	}
-	q, err := shardq.LoadQueue(ctx, c.session, name)
-	if err != nil {
-		return q, err
-	}
-	c.queues.Store(name, q)
-	return q, nil
+	return c.state.Queue(ctx, name)
 }
 
 // check validates s, naming the field at fault, and returns its queue and stored spec.

@@ -19,9 +19,9 @@ import (
 
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/consumer"
-	"github.com/shardq/shardq/internal/clustertime"
 	"github.com/shardq/shardq/internal/defaults"
 	"github.com/shardq/shardq/internal/lwt"
+	"github.com/shardq/shardq/internal/sessionstate"
 	"github.com/shardq/shardq/internal/signal"
 	"github.com/shardq/shardq/internal/wakeup"
 	"github.com/shardq/shardq/series"
@@ -177,6 +177,7 @@ type Worker struct {
 	consumer *consumer.Consumer
 	series   *series.Client
 	signals  *signal.Watcher
+	bus      *wakeup.Bus
 	log      *slog.Logger
 	stats    stats
 
@@ -231,12 +232,13 @@ func New(session *gocql.Session, cfg Config) (*Worker, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	st := sessionstate.For(session, cfg.Logger)
 	if cfg.Clock == nil {
-		// One cluster clock for the worker's consumer, producer and series, which must
-		// agree on when leases end.
-		cfg.Clock = clustertime.New(session, nil, cfg.Logger)
+		// The session's cluster clock for the worker's consumer, producer and series,
+		// which must agree on when leases end.
+		cfg.Clock = st.Cluster
 	}
-	w := &Worker{cfg: cfg, signals: signal.NewWatcher(session, cfg.Queue), log: cfg.Logger, stopFetch: make(chan struct{}),
+	w := &Worker{cfg: cfg, bus: st.Bus, signals: signal.NewWatcher(session, cfg.Queue), log: cfg.Logger, stopFetch: make(chan struct{}),
 		fetchStopped: make(chan struct{}), done: make(chan struct{})}
 	c, err := consumer.New(session, consumer.Config{Queue: cfg.Queue, MaxClockSkew: cfg.MaxClockSkew,
 		// An idle worker scans fully once per 1.5 idle intervals, polling at least once per
@@ -403,7 +405,7 @@ const busyFetch = 50
 
 // fetch leases tasks while there are free slots, and waits sparingly when none is due.
 func (w *Worker) fetch(ctx context.Context) {
-	sub := wakeup.Subscribe(w.cfg.Queue)
+	sub := w.bus.Subscribe(w.cfg.Queue)
 	defer sub.Cancel()
 	for {
 		n, ok := w.slots(ctx)

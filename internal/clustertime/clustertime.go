@@ -151,12 +151,3 @@ func (c *Clock) Stamp(now time.Time) int64 {
 	}
 	return now.Add(-WriteLag).UnixMicro()
 }
-
-// For returns clock when it is a cluster clock already (one a worker hands its consumer),
-// else a new one through session, so the parts of one worker measure once.
-func For(session *gocql.Session, clock Host, log *slog.Logger) *Clock {
-	if c, ok := clock.(*Clock); ok {
-		return c
-	}
-	return New(session, nil, log)
-}

@@ -126,6 +126,7 @@ type Env struct {
 	Cluster *clustertime.Clock // stamps occurrences' writes
 	Log     *slog.Logger
 	Signals *signal.Toucher
+	Bus     *wakeup.Bus
 }
 
 const columns = `spec, version, paused, done, seq, open, task_id, nominal_ns, priority, stamp, catch_up, advanced_at, created_at, written`
@@ -324,6 +325,6 @@ func (e *Env) Write(ctx context.Context, q shardq.QueueConfig, st State) error {
 		e.Log.WarnContext(ctx, "touching wake-up signals", "queue", q.Name, "error", err)
 	}
 	// After the touch: an idle consumer passes a partition whose cell shows no touch.
-	wakeup.Notify(q.Name, place)
+	e.Bus.Notify(q.Name, place)
 	return e.markWritten(ctx, st)
 }

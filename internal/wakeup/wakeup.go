@@ -1,5 +1,7 @@
 // Package wakeup tells idle workers in this process that a producer in this process just
-// scheduled a task, and when it is due, so they need not wait for their next poll.
+// scheduled a task, and when it is due, so they need not wait for their next poll. A Bus
+// serves one session (internal/sessionstate), so queues of the same name in two keyspaces
+// do not wake each other.
 package wakeup
 
 import (
@@ -7,8 +9,15 @@ import (
 	"time"
 )
 
+// Bus carries wake-ups between the producers and workers of one session.
+type Bus struct {
+	mu   sync.Mutex
+	subs map[string]map[*Sub]struct{}
+}
+
 // Sub is one subscription: C receives a signal when Earliest may have moved earlier.
 type Sub struct {
+	bus   *Bus
 	queue string
 	C     chan struct{}
 
@@ -16,30 +25,29 @@ type Sub struct {
 	earliest time.Time
 }
 
-var (
-	mu   sync.Mutex
-	subs = map[string]map[*Sub]struct{}{}
-)
-
 // Subscribe listens for tasks scheduled on queue. Call Cancel when done.
-func Subscribe(queue string) *Sub {
-	s := &Sub{queue: queue, C: make(chan struct{}, 1)}
-	mu.Lock()
-	defer mu.Unlock()
-	if subs[queue] == nil {
-		subs[queue] = map[*Sub]struct{}{}
+func (b *Bus) Subscribe(queue string) *Sub {
+	s := &Sub{bus: b, queue: queue, C: make(chan struct{}, 1)}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.subs == nil {
+		b.subs = map[string]map[*Sub]struct{}{}
 	}
-	subs[queue][s] = struct{}{}
+	if b.subs[queue] == nil {
+		b.subs[queue] = map[*Sub]struct{}{}
+	}
+	b.subs[queue][s] = struct{}{}
 	return s
 }
 
 // Cancel ends the subscription.
 func (s *Sub) Cancel() {
-	mu.Lock()
-	defer mu.Unlock()
-	delete(subs[s.queue], s)
-	if len(subs[s.queue]) == 0 {
-		delete(subs, s.queue)
+	b := s.bus
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.subs[s.queue], s)
+	if len(b.subs[s.queue]) == 0 {
+		delete(b.subs, s.queue)
 	}
 }
 
@@ -53,10 +61,10 @@ func (s *Sub) Take() time.Time {
 }
 
 // Notify tells queue's subscribers that a task due at due was scheduled.
-func Notify(queue string, due time.Time) {
-	mu.Lock()
-	defer mu.Unlock()
-	for s := range subs[queue] {
+func (b *Bus) Notify(queue string, due time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for s := range b.subs[queue] {
 		s.mu.Lock()
 		if s.earliest.IsZero() || due.Before(s.earliest) {
 			s.earliest = due

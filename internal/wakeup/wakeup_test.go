@@ -9,8 +9,6 @@ import (
 	"github.com/shardq/shardq/internal/wakeup"
 )
 
-// Subscriptions are per process, so each test uses its own queue name (its test name).
-
 var t0 = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
 
 // pending reports whether s has a signal waiting, without waiting for one.
@@ -25,33 +23,35 @@ func pending(s *wakeup.Sub) bool {
 
 func TestNotifyTakeEarliest(t *testing.T) {
 	t.Parallel()
-	s := wakeup.Subscribe(t.Name())
+	var bus wakeup.Bus
+	s := bus.Subscribe("q")
 	defer s.Cancel()
 	require.False(t, pending(s))
 	require.True(t, s.Take().IsZero(), "nothing notified yet")
 
 	for _, due := range []time.Time{t0.Add(2 * time.Second), t0, t0.Add(time.Second)} {
-		wakeup.Notify(t.Name(), due)
+		bus.Notify("q", due)
 	}
 	require.True(t, pending(s))
 	require.False(t, pending(s), "three notifies leave one signal")
 	require.Equal(t, t0, s.Take(), "the earliest of the three")
 	require.True(t, s.Take().IsZero(), "Take clears what it returned")
 
-	wakeup.Notify(t.Name(), t0.Add(time.Hour))
+	bus.Notify("q", t0.Add(time.Hour))
 	require.True(t, pending(s))
 	require.Equal(t, t0.Add(time.Hour), s.Take(), "after a Take, a later time is not held back by the earlier one")
 }
 
 func TestNotifyReachesEverySubscriberOfItsQueueOnly(t *testing.T) {
 	t.Parallel()
-	a, b := wakeup.Subscribe(t.Name()), wakeup.Subscribe(t.Name())
-	other := wakeup.Subscribe(t.Name() + "/other")
+	var bus wakeup.Bus
+	a, b := bus.Subscribe("q"), bus.Subscribe("q")
+	other := bus.Subscribe("q" + "/other")
 	defer a.Cancel()
 	defer b.Cancel()
 	defer other.Cancel()
 
-	wakeup.Notify(t.Name(), t0)
+	bus.Notify("q", t0)
 	for _, s := range []*wakeup.Sub{a, b} {
 		require.True(t, pending(s))
 		require.Equal(t, t0, s.Take())
@@ -62,17 +62,18 @@ func TestNotifyReachesEverySubscriberOfItsQueueOnly(t *testing.T) {
 
 func TestCancelStopsDelivery(t *testing.T) {
 	t.Parallel()
-	gone, stays := wakeup.Subscribe(t.Name()), wakeup.Subscribe(t.Name())
+	var bus wakeup.Bus
+	gone, stays := bus.Subscribe("q"), bus.Subscribe("q")
 	defer stays.Cancel()
 	gone.Cancel()
 
-	wakeup.Notify(t.Name(), t0)
+	bus.Notify("q", t0)
 	require.False(t, pending(gone))
 	require.True(t, gone.Take().IsZero())
 	require.True(t, pending(stays), "cancelling one subscription leaves the others")
 
 	stays.Cancel()
-	wakeup.Notify(t.Name(), t0) // no subscriber left: a no-op
+	bus.Notify("q", t0) // no subscriber left: a no-op
 	require.False(t, pending(stays))
 }
 
@@ -80,13 +81,14 @@ func TestCancelStopsDelivery(t *testing.T) {
 // return every time, the producer calling it being on its write path.
 func TestNotifyDoesNotBlock(t *testing.T) {
 	t.Parallel()
-	s := wakeup.Subscribe(t.Name())
+	var bus wakeup.Bus
+	s := bus.Subscribe("q")
 	defer s.Cancel()
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		for i := range 100 {
-			wakeup.Notify(t.Name(), t0.Add(-time.Duration(i)*time.Second))
+			bus.Notify("q", t0.Add(-time.Duration(i)*time.Second))
 		}
 	}()
 	select {
@@ -96,4 +98,17 @@ func TestNotifyDoesNotBlock(t *testing.T) {
 	}
 	require.True(t, pending(s))
 	require.Equal(t, t0.Add(-99*time.Second), s.Take())
+}
+
+// Two sessions (two keyspaces) with a queue of the same name do not wake each other.
+func TestBusesDoNotShareQueues(t *testing.T) {
+	t.Parallel()
+	var a, b wakeup.Bus
+	sa, sb := a.Subscribe("q"), b.Subscribe("q")
+	defer sa.Cancel()
+	defer sb.Cancel()
+	a.Notify("q", t0)
+	require.True(t, pending(sa))
+	require.False(t, pending(sb))
+	require.True(t, sb.Take().IsZero())
 }

@@ -1,0 +1,85 @@
+// Package sessionstate owns what every producer, consumer, worker and series client on
+// one gocql session shares: the cluster's clock, the toucher of wake-up signals, the
+// in-process wake-up bus and the cache of queue settings. A session is bound to one
+// keyspace, so sharing per session keeps two keyspaces apart; parts made on the same
+// session share one measure of the clock, one coalescing of touches and one read of each
+// queue's settings.
+package sessionstate
+
+import (
+	"context"
+	"log/slog"
+	"runtime"
+	"sync"
+	"weak"
+
+	"github.com/gocql/gocql"
+
+	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/internal/clustertime"
+	"github.com/shardq/shardq/internal/signal"
+	"github.com/shardq/shardq/internal/wakeup"
+)
+
+// State is one session's shared state. Safe for concurrent use.
+type State struct {
+	session *gocql.Session
+	// Cluster is the cluster's clock, the default clock of every part.
+	Cluster *clustertime.Clock
+	// Signals touches wake-up signal cells after writes.
+	Signals *signal.Toucher
+	// Bus wakes idle workers of this session when a producer of it writes.
+	Bus *wakeup.Bus
+
+	queues sync.Map // name -> shardq.QueueConfig
+}
+
+// states holds a State per live session; a session's entry goes when the session is
+// garbage collected.
+var states sync.Map // weak.Pointer[gocql.Session] -> *State
+
+// For returns session's State, made on first use. log receives the warnings of the shared
+// parts that work in the background (a late touch, a failed clock measure): the logger of
+// the part that first asks, or one that discards.
+func For(session *gocql.Session, log *slog.Logger) *State {
+	key := weak.Make(session)
+	if st, ok := states.Load(key); ok {
+		return st.(*State)
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	st, loaded := states.LoadOrStore(key, &State{
+		session: session,
+		Cluster: clustertime.New(session, nil, log),
+		Signals: signal.NewToucher(session, log),
+		Bus:     &wakeup.Bus{},
+	})
+	if !loaded {
+		runtime.AddCleanup(session, func(k weak.Pointer[gocql.Session]) { states.Delete(k) }, key)
+	}
+	return st.(*State)
+}
+
+// ClusterFor is the cluster's clock for a part configured with clock: clock itself when it
+// is one (tests measure a skewed host's), else the session's.
+func (s *State) ClusterFor(clock shardq.Clock) *clustertime.Clock {
+	if c, ok := clock.(*clustertime.Clock); ok {
+		return c
+	}
+	return s.Cluster
+}
+
+// Queue returns queue name's stored settings, read once per session. Settings do not
+// change once a queue is created (CreateQueue refuses other ones).
+func (s *State) Queue(ctx context.Context, name string) (shardq.QueueConfig, error) {
+	if q, ok := s.queues.Load(name); ok {
+		return q.(shardq.QueueConfig), nil
+	}
+	q, err := shardq.LoadQueue(ctx, s.session, name)
+	if err != nil {
+		return q, err
+	}
+	s.queues.Store(name, q)
+	return q, nil
+}

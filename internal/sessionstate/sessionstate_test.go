@@ -1,0 +1,60 @@
+package sessionstate_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/internal/cassandratest"
+	"github.com/shardq/shardq/internal/clustertime"
+	"github.com/shardq/shardq/internal/sessionstate"
+)
+
+// Parts made on one session share one State; another session, bound to another keyspace,
+// has its own, so queues of the same name in the two do not share settings or wake-ups.
+func TestOneStatePerSession(t *testing.T) {
+	t.Parallel()
+	a, b := cassandratest.SchemaSession(t), cassandratest.SchemaSession(t)
+	sa, sb := sessionstate.For(a, nil), sessionstate.For(b, nil)
+	require.Same(t, sa, sessionstate.For(a, nil))
+	require.NotSame(t, sa, sb)
+	require.NotSame(t, sa.Bus, sb.Bus)
+	require.NotSame(t, sa.Signals, sb.Signals)
+
+	ctx := context.Background()
+	_, err := shardq.CreateQueue(ctx, a, shardq.QueueConfig{Name: "q", ShardCount: 2})
+	require.NoError(t, err)
+	_, err = shardq.CreateQueue(ctx, b, shardq.QueueConfig{Name: "q", ShardCount: 3})
+	require.NoError(t, err)
+	qa, err := sa.Queue(ctx, "q")
+	require.NoError(t, err)
+	qb, err := sb.Queue(ctx, "q")
+	require.NoError(t, err)
+	require.Equal(t, 2, qa.ShardCount)
+	require.Equal(t, 3, qb.ShardCount)
+
+	_, err = sa.Queue(ctx, "nosuch")
+	require.ErrorIs(t, err, shardq.ErrQueueNotFound)
+	_, err = shardq.CreateQueue(ctx, a, shardq.QueueConfig{Name: "nosuch"})
+	require.NoError(t, err)
+	_, err = sa.Queue(ctx, "nosuch")
+	require.NoError(t, err, "a queue not found is not cached: it may be created next")
+}
+
+// A session's clock is its State's unless a part brings a cluster clock of its own.
+func TestClusterFor(t *testing.T) {
+	t.Parallel()
+	s := cassandratest.SchemaSession(t)
+	st := sessionstate.For(s, nil)
+	require.Same(t, st.Cluster, st.ClusterFor(nil))
+	require.Same(t, st.Cluster, st.ClusterFor(shardq.SystemClock{}))
+	own := clustertime.New(s, skewed{}, nil)
+	require.Same(t, own, st.ClusterFor(own))
+}
+
+type skewed struct{}
+
+func (skewed) Now() time.Time { return time.Now().Add(3 * time.Second) }
