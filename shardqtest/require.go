@@ -59,6 +59,7 @@ func (m Match) matches(t *shardq.TaskInfo) bool {
 	return true
 }
 
+// String describes m as failure messages show it.
 func (m Match) String() string {
 	var parts []string
 	if m.Key != "" {
