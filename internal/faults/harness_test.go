@@ -642,7 +642,7 @@ type report struct {
 	Unfinished  int `json:"unfinished_swap_duplicates"`
 	Unexplained int `json:"unexplained_duplicates"`
 	// Resurrected counts starts of finished tasks after recorder.purged: rows whose
-	// deletes were purged while a replica was down came back.
+	// deletes a replica missed for longer than gc_grace came back.
 	Resurrected int `json:"resurrected_duplicates,omitempty"`
 	// Redelivered counts tasks started at an attempt past the first: delivered again
 	// after a lease that ran out.
