@@ -8,7 +8,7 @@ FUZZTIME ?= 10s
 # The programs and the Prometheus adapter are modules of their own, so that a service
 # importing shardq does not require their dependencies; `go ... ./...` at the root does not
 # enter them, so every target runs in each too. GOWORK=off: a go.work in a clone would
-# mix the modules' requirements into the library's build and test them twice.
+# build the library with the other modules' requirements mixed in, unlike a service.
 MODULES := bench cmd/demo cmd/shardq shardqprom
 export GOWORK := off
 # $(call each,GO-ARGS): `go GO-ARGS` in every module of MODULES, stopping at the first that fails.
