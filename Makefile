@@ -5,11 +5,21 @@ STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 FUZZTIME ?= 10s
 
+# The programs and the Prometheus adapter are modules of their own, so that a service
+# importing shardq does not require their dependencies; `go ... ./...` at the root does not
+# enter them, so every target runs in each too. GOWORK=off: a go.work in a clone would
+# build the library with the other modules' requirements mixed in, unlike a service.
+MODULES := bench cmd/demo cmd/shardq shardqprom
+export GOWORK := off
+# $(call each,GO-ARGS): `go GO-ARGS` in every module of MODULES, stopping at the first that fails.
+each = for m in $(MODULES); do $(GO) -C $$m $(1) || exit 1; done
+
 .PHONY: test test-cluster demo bench lint cassandra-start cassandra-stop cassandra-status
 
 # Vet, every test with the race detector, then a short run of each fuzz target.
 test:
-	scripts/with-cassandra sh -c '$(GO) vet ./... && $(GO) test -race -count=1 -timeout 20m ./... && \
+	scripts/with-cassandra sh -c '$(GO) vet ./... && $(call each,vet ./...) && \
+		$(GO) test -race -count=1 -timeout 20m ./... && $(call each,test -race -count=1 -timeout 20m ./...) && \
 		$(GO) test -run=^$$ -fuzz=^FuzzKey$$ -fuzztime=$(FUZZTIME) ./shard && \
 		$(GO) test -run=^$$ -fuzz=^FuzzID$$ -fuzztime=$(FUZZTIME) ./shard'
 
@@ -22,26 +32,28 @@ test:
 FAULTS_JSON ?= $(CURDIR)/.run/faults.jsonl
 test-cluster:
 	mkdir -p $(dir $(FAULTS_JSON))
-	scripts/with-cassandra --nodes 3 sh -c 'SHARDQ_CASSANDRA_RF=3 $(GO) test -count=1 -timeout 20m ./... && \
-		SHARDQ_CASSANDRA_RF=3 SHARDQ_FAULTS_JSON=$(FAULTS_JSON) \
+	scripts/with-cassandra --nodes 3 sh -c 'export SHARDQ_CASSANDRA_RF=3 && $(GO) test -count=1 -timeout 20m ./... && \
+		$(call each,test -count=1 -timeout 20m ./...) && \
+		SHARDQ_FAULTS_JSON=$(FAULTS_JSON) \
 		$(GO) test -tags faults -count=1 -timeout 30m -v ./internal/faults'
 
 # 10,000 tasks due over 10 s, drained by 4 consumers: throughput, lateness, lost/duplicates.
 demo:
-	scripts/with-cassandra $(GO) run ./cmd/demo
+	scripts/with-cassandra $(GO) -C cmd/demo run .
 
 # The standard benchmark set (about 8 minutes here): every workload at its default size,
 # then trickle again at 2,000 tasks/s (all runs it at its default 10/s).
-# Results go to bench/results/: JSON lines, and the sweep's chart.
+# Results go to bench/results/: JSON lines, and the sweep's chart. The bench runs in bench/
+# (its module), so its paths are relative to that.
 bench:
 	mkdir -p bench/results
-	scripts/with-cassandra sh -c 'out=bench/results/$$(date +%Y%m%d-%H%M%S).jsonl && \
-		$(GO) run ./bench -workload all -json $$out -chart bench/results/sweep.png && \
-		$(GO) run ./bench -workload trickle -trickle-rate 2000 -json $$out'
+	scripts/with-cassandra sh -c 'out=results/$$(date +%Y%m%d-%H%M%S).jsonl && \
+		$(GO) -C bench run . -workload all -json $$out -chart results/sweep.png && \
+		$(GO) -C bench run . -workload trickle -trickle-rate 2000 -json $$out'
 
 lint:
-	$(GO) vet ./...
-	$(GO) run $(STATICCHECK) ./...
+	$(GO) vet ./... && $(call each,vet ./...)
+	$(GO) run $(STATICCHECK) ./... && $(call each,run $(STATICCHECK) ./...)
 
 cassandra-start:
 	scripts/cassandra start $(if $(NODES),--nodes $(NODES)) $(if $(FIRST_ADDR),--first-address $(FIRST_ADDR))

@@ -3,7 +3,10 @@
 // up over a long run, how shard counts and batch sizes trade off, and what the same
 // Cassandra work costs without the queue's logic (the ceiling every figure is a ratio to).
 //
-//	go run ./bench -workload burst,spread,idle,ceiling -json results.jsonl
+//	go run . -workload burst,spread,idle,ceiling -json results.jsonl
+//
+// Run it from this directory: it is a module of its own, so that the library does not
+// require its chart library, and -cassandra-pid's default is relative to it.
 //
 // Each workload prints a table, and one JSON object per line (to -json, or stdout).
 // Each runs in a fresh keyspace (-keyspace, dropped and made again).
@@ -106,7 +109,7 @@ func main() {
 	flag.IntVar(&o.idleShards, "idle-shards", shardq.DefaultShardCount, "idle: queue concurrency shards")
 	flag.DurationVar(&o.idleInterval, "idle-interval", 0, "idle: worker MaxIdleInterval (0: the worker's default)")
 	flag.IntVar(&o.idlePending, "pending", 0, "idle: tasks left backed off, their retries spread over the lap")
-	flag.StringVar(&o.cassandraPIDFile, "cassandra-pid", ".run/cassandra/node1/pid", "idle, burst-worker: comma-separated PID files of the local nodes whose CPU seconds are summed")
+	flag.StringVar(&o.cassandraPIDFile, "cassandra-pid", "../.run/cassandra/node1/pid", "idle, burst-worker: comma-separated PID files of the local nodes whose CPU seconds are summed")
 	flag.IntVar(&o.rf, "rf", 1, "replication factor of the bench keyspace")
 
 	flag.IntVar(&o.soakTasks, "soak-tasks", 1_000_000, "soak: tasks pushed through")

@@ -2,7 +2,7 @@
 // shows queues, counts what a queue holds, shows the tasks due next without leasing
 // them, and schedules tasks from scripts.
 //
-//	go install github.com/shardq/shardq/cmd/shardq@latest
+//	cd cmd/shardq && go install . # in a clone: it builds against the tree it sits in
 //	shardq --keyspace app schema apply
 //	shardq --keyspace app queue create emails --shards 8
 //	echo '{"to":"alice"}' | shardq --keyspace app schedule emails --payload - --in 5m
