@@ -459,11 +459,6 @@ type recorder struct {
 	waiters map[*waiter]bool
 	started int // scheduled tasks started at least once
 	done    int // scheduled tasks whose handler returned nil at least once
-	// purged, when set, is when deletes were purged past gc_grace while a replica was
-	// down (TestNodeRestarted's fault): a finished task that starts again after it ran
-	// from a row that came back, of the first set or of the second (whose deletes the
-	// returning node may lack too).
-	purged time.Time
 }
 
 type waiter struct {
@@ -641,9 +636,6 @@ type report struct {
 	Duplicates  int `json:"duplicates"`
 	Unfinished  int `json:"unfinished_swap_duplicates"`
 	Unexplained int `json:"unexplained_duplicates"`
-	// Resurrected counts starts of finished tasks after recorder.purged: rows whose
-	// deletes a replica missed for longer than gc_grace came back.
-	Resurrected int `json:"resurrected_duplicates,omitempty"`
 	// Redelivered counts tasks started at an attempt past the first: delivered again
 	// after a lease that ran out.
 	Redelivered int            `json:"redelivered"`
@@ -656,13 +648,6 @@ type report struct {
 	// twice describes the runs of up to ten tasks with unexplained duplicates, and of up
 	// to ten with duplicates from unfinished swaps.
 	twice []string
-}
-
-// markPurged records when deletes were purged past gc_grace (see recorder.purged).
-func (r *recorder) markPurged(at time.Time) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.purged = at
 }
 
 // report counts lost, duplicated and redelivered tasks, and the lateness of each task's
@@ -683,14 +668,12 @@ func (r *recorder) report(fault string) report {
 		rep.Duplicates += len(runs) - 1
 		runs = slices.Clone(runs)
 		slices.SortStableFunc(runs, func(a, b delivery) int { return a.start.Compare(b.start) })
-		unexplained, unfinished, resurrected := 0, 0, 0
+		unexplained, unfinished := 0, 0
 		for i := 1; i < len(runs); i++ {
 			switch killedAt, killed := r.killed[runs[i-1].proc]; {
 			case killed && killedAt.Before(runs[i].start):
 			case r.unfinishedSwap(id, runs[i-1], runs[i]):
 				unfinished++
-			case !r.purged.IsZero() && runs[i-1].done && runs[i].start.After(r.purged):
-				resurrected++
 			default:
 				unexplained++
 			}
@@ -698,8 +681,7 @@ func (r *recorder) report(fault string) report {
 		for _, c := range []struct {
 			n, seen int
 			what    string
-		}{{unexplained, rep.Unexplained, "ran twice"}, {unfinished, rep.Unfinished, "ran twice after an unfinished swap"},
-			{resurrected, rep.Resurrected, "ran twice after its deletes were purged"}} {
+		}{{unexplained, rep.Unexplained, "ran twice"}, {unfinished, rep.Unfinished, "ran twice after an unfinished swap"}} {
 			if c.n == 0 || c.seen >= 10 {
 				continue
 			}
@@ -712,7 +694,6 @@ func (r *recorder) report(fault string) report {
 		}
 		rep.Unexplained += unexplained
 		rep.Unfinished += unfinished
-		rep.Resurrected += resurrected
 		if slices.ContainsFunc(runs, func(d delivery) bool { return d.attempt > 1 }) {
 			rep.Redelivered++
 		}
