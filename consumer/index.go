@@ -3,17 +3,14 @@ package consumer
 import (
 	"context"
 	"errors"
-	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/shardq/shardq/internal/deadletters"
 	"github.com/shardq/shardq/internal/taskindex"
 	"github.com/shardq/shardq/internal/taskrow"
 	"github.com/shardq/shardq/shard"
 )
-
-// DeadLetterRetention is how long dead letters are kept (the dead_letters table's TTL).
-const DeadLetterRetention = 30 * 24 * time.Hour
 
 func loc(r taskrow.Row) taskindex.Loc {
 	return taskindex.Loc{Key: r.Key, Priority: r.Priority, ID: r.ID}
@@ -46,7 +43,7 @@ func (c *Consumer) finishEntry(t *Task, state taskindex.State, cause string) tas
 			Token: t.Token, Error: cause, DoneAt: now}}
 	switch {
 	case state == taskindex.Dead:
-		w.TTL = DeadLetterRetention
+		w.TTL = deadletters.Retention
 	case c.q.CompletedRetention == 0 && !t.marker.Keyed:
 		// Nothing will ask: Get reports acked tasks only for a retention, and only a
 		// keyed task's next claimer needs to see that it ended.

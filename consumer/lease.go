@@ -10,6 +10,7 @@ import (
 
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/internal/cql"
+	"github.com/shardq/shardq/internal/deadletters"
 	"github.com/shardq/shardq/internal/lwt"
 	"github.com/shardq/shardq/internal/taskindex"
 	"github.com/shardq/shardq/internal/taskrow"
@@ -126,12 +127,11 @@ func (c *Consumer) DeadLetter(ctx context.Context, t *Task, cause error) error {
 		msg = cause.Error()
 	}
 	now := c.cfg.Clock.Now()
-	err := cql.Query(c.session, `INSERT INTO dead_letters (queue, day, dead_id, task_id, payload, priority, due_at,
-		timeout_ms, attempt, deliveries, error, died_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		c.q.Name, DeadLetterDay(now), gocql.UUID(shard.NewID(now)), gocql.UUID(t.ID), t.Payload, int8(t.Priority),
-		t.DueAt, t.Timeout.Milliseconds(), t.Attempt, t.Token, msg, now).WithContext(ctx).DefaultTimestamp(false).Exec()
+	err := deadletters.Write(ctx, c.session, deadletters.Letter{ID: shard.NewID(now), TaskID: t.ID, Queue: c.q.Name,
+		Payload: t.Payload, Priority: t.Priority, DueAt: t.DueAt, Timeout: t.Timeout, Attempt: t.Attempt,
+		Deliveries: t.Token, Error: msg, DiedAt: now})
 	if err != nil {
-		return fmt.Errorf("consumer: writing dead letter of %s: %w", t.ID, err)
+		return fmt.Errorf("consumer: %w", err)
 	}
 	err = c.ackOne(ctx, t)
 	switch {
@@ -143,9 +143,6 @@ func (c *Consumer) DeadLetter(ctx context.Context, t *Task, cause error) error {
 	}
 	return err
 }
-
-// DeadLetterDay is the dead_letters partition (UTC days since the epoch) of time t.
-func DeadLetterDay(t time.Time) int { return int(t.Unix() / 86400) }
 
 func (c *Consumer) checkOwn(ctx context.Context, t *Task, name string) error {
 	// A task may come from another Consumer of the queue: load the settings if needed.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/internal/cql"
+	"github.com/shardq/shardq/internal/deadletters"
 	"github.com/shardq/shardq/internal/taskindex"
 	"github.com/shardq/shardq/internal/taskrow"
 	"github.com/shardq/shardq/shard"
@@ -20,9 +21,6 @@ import (
 const (
 	DefaultDeadLetterLimit = 100
 	MaxDeadLetterLimit     = 1000
-	// DeadLetterDays is how many UTC days back dead letters are kept (their 30-day TTL,
-	// plus the day in progress).
-	DeadLetterDays = 31
 )
 
 // ErrDeadLetterNotFound means no dead letter of that ID is kept in the queue.
@@ -54,27 +52,10 @@ type DeadLetterQuery struct {
 	Before uuid.UUID
 }
 
-const deadColumns = `dead_id, task_id, payload, priority, due_at, timeout_ms, attempt, deliveries, error, died_at`
-
-func scanDead(iter *gocql.Iter, queue string) ([]DeadLetter, error) {
-	var out []DeadLetter
-	var d DeadLetter
-	var id, taskID gocql.UUID
-	var prio int8
-	var timeoutMs int64
-	for iter.Scan(&id, &taskID, &d.Payload, &prio, &d.DueAt, &timeoutMs, &d.Attempt, &d.Token, &d.Error, &d.DiedAt) {
-		d.ID, d.TaskID, d.Queue, d.Priority = uuid.UUID(id), uuid.UUID(taskID), queue, int(prio)
-		d.Timeout = time.Duration(timeoutMs) * time.Millisecond
-		out = append(out, d)
-		d = DeadLetter{}
-	}
-	if err := iter.Close(); err != nil {
-		return nil, fmt.Errorf("producer: reading dead letters of %q: %w", queue, err)
-	}
-	return out, nil
+func letterOf(l deadletters.Letter) DeadLetter {
+	return DeadLetter{ID: l.ID, TaskID: l.TaskID, Queue: l.Queue, Payload: l.Payload, Priority: l.Priority,
+		DueAt: l.DueAt, Timeout: l.Timeout, Attempt: l.Attempt, Token: l.Deliveries, Error: l.Error, DiedAt: l.DiedAt}
 }
-
-func deadDay(t time.Time) int { return int(t.Unix() / 86400) }
 
 // DeadLetters returns a page of queue's dead letters, newest first. Pass the last ID of
 // a page as q.Before to get the next; an empty page is the end.
@@ -93,24 +74,13 @@ func (p *Producer) DeadLetters(ctx context.Context, queue string, q DeadLetterQu
 	if _, err := p.queue(ctx, queue); err != nil {
 		return nil, err
 	}
-	today := deadDay(p.cfg.Clock.Now())
-	day := today
-	if q.Before != uuid.Nil {
-		day = min(day, deadDay(shard.IDTime(q.Before)))
+	letters, err := deadletters.Page(ctx, p.session, queue, p.cfg.Clock.Now(), q.Before, q.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("producer: %w", err)
 	}
-	var out []DeadLetter
-	for ; day > today-DeadLetterDays && len(out) < q.Limit; day-- {
-		stmt := `SELECT ` + deadColumns + ` FROM dead_letters WHERE queue = ? AND day = ? LIMIT ?`
-		args := []any{queue, day, q.Limit - len(out)}
-		if q.Before != uuid.Nil && day == deadDay(shard.IDTime(q.Before)) {
-			stmt = `SELECT ` + deadColumns + ` FROM dead_letters WHERE queue = ? AND day = ? AND dead_id < ? LIMIT ?`
-			args = []any{queue, day, gocql.UUID(q.Before), q.Limit - len(out)}
-		}
-		page, err := scanDead(cql.Query(p.session, stmt, args...).WithContext(ctx).Iter(), queue)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, page...)
+	out := make([]DeadLetter, len(letters))
+	for i, l := range letters {
+		out[i] = letterOf(l)
 	}
 	return out, nil
 }
@@ -119,15 +89,14 @@ func (p *Producer) deadLetter(ctx context.Context, queue string, id uuid.UUID) (
 	if err := checkID("id", id); err != nil {
 		return DeadLetter{}, err
 	}
-	letters, err := scanDead(cql.Query(p.session, `SELECT `+deadColumns+` FROM dead_letters WHERE queue = ? AND day = ? AND dead_id = ?`,
-		queue, deadDay(shard.IDTime(id)), gocql.UUID(id)).WithContext(ctx).Iter(), queue)
-	if err != nil {
-		return DeadLetter{}, err
-	}
-	if len(letters) == 0 {
+	l, ok, err := deadletters.Get(ctx, p.session, queue, id)
+	switch {
+	case err != nil:
+		return DeadLetter{}, fmt.Errorf("producer: %w", err)
+	case !ok:
 		return DeadLetter{}, fmt.Errorf("%w: %s in queue %q", ErrDeadLetterNotFound, id, queue)
 	}
-	return letters[0], nil
+	return letterOf(l), nil
 }
 
 // ReplayDeadLetter puts a dead task back into its queue, due now with its attempts reset
@@ -206,10 +175,8 @@ func (p *Producer) PurgeDeadLetter(ctx context.Context, queue string, id uuid.UU
 }
 
 func (p *Producer) dropDead(ctx context.Context, d DeadLetter) error {
-	err := cql.Query(p.session, `DELETE FROM dead_letters WHERE queue = ? AND day = ? AND dead_id = ?`,
-		d.Queue, deadDay(shard.IDTime(d.ID)), gocql.UUID(d.ID)).WithContext(ctx).Exec()
-	if err != nil {
-		return fmt.Errorf("producer: deleting dead letter %s: %w", d.ID, err)
+	if err := deadletters.Delete(ctx, p.session, d.Queue, d.ID); err != nil {
+		return fmt.Errorf("producer: %w", err)
 	}
 	return nil
 }

@@ -9,8 +9,8 @@ import (
 	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 
-	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/internal/cql"
+	"github.com/shardq/shardq/internal/deadletters"
 	"github.com/shardq/shardq/internal/fanout"
 	"github.com/shardq/shardq/shard"
 )
@@ -125,10 +125,8 @@ type StatsOptions struct {
 	Progress func(done, total int)
 }
 
-// DeadDays is how many daily partitions of dead_letters Stats counts: the table's 30-day
-// TTL runs from the time of each write, so the partition of the day 30 days ago still
-// holds the dead letters of its later hours.
-const DeadDays = 31
+// DeadDays is how many daily partitions of dead_letters Stats counts.
+const DeadDays = deadletters.Days
 
 // Stats counts the rows of the current lap's partitions: due now, due again, scheduled
 // later in the lap, in flight, by concurrency shard; when the earliest due row became
@@ -244,19 +242,5 @@ func (in *Inspector) CountDeadLetters(ctx context.Context) (int, error) {
 // deadLetters counts the dead letters of the last DeadDays days, calling done after each
 // day's partition.
 func (in *Inspector) deadLetters(ctx context.Context, now time.Time, done func()) (int, error) {
-	today := consumer.DeadLetterDay(now)
-	n := 0
-	for day := today - DeadDays + 1; day <= today; day++ {
-		iter := cql.Query(in.session, `SELECT dead_id FROM dead_letters WHERE queue = ? AND day = ?`, in.layout.Queue, day).
-			WithContext(ctx).PageSize(in.cfg.PageSize).Iter()
-		var id gocql.UUID
-		for iter.Scan(&id) {
-			n++
-		}
-		if err := iter.Close(); err != nil {
-			return 0, fmt.Errorf("counting dead letters of day %d: %w", day, err)
-		}
-		done()
-	}
-	return n, nil
+	return deadletters.Count(ctx, in.session, in.layout.Queue, now, in.cfg.PageSize, done)
 }
