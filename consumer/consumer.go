@@ -26,12 +26,12 @@ import (
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/internal/clustertime"
 	"github.com/shardq/shardq/internal/defaults"
+	"github.com/shardq/shardq/internal/locking"
 	"github.com/shardq/shardq/internal/lwt"
 	"github.com/shardq/shardq/internal/series"
 	"github.com/shardq/shardq/internal/sessionstate"
 	"github.com/shardq/shardq/internal/signal"
 	"github.com/shardq/shardq/internal/taskrow"
-	"github.com/shardq/shardq/lock"
 	"github.com/shardq/shardq/shard"
 )
 
@@ -128,7 +128,7 @@ type Consumer struct {
 
 	q       shardq.QueueConfig
 	layout  shard.Layout
-	locker  *lock.Locker
+	locker  *locking.Locker
 	signals *signal.Toucher
 	series  *series.Env
 
@@ -202,7 +202,7 @@ func (c *Consumer) init(ctx context.Context) error {
 		return err
 	}
 	c.cluster.Ready(ctx)
-	locker, err := lock.New(c.session, lock.Config{TTL: q.LockTTL, Logger: c.log})
+	locker, err := locking.New(c.session, locking.Config{TTL: q.LockTTL, Logger: c.log})
 	if err != nil {
 		return err
 	}
@@ -441,12 +441,12 @@ func (c *Consumer) untouched(cells map[signal.Cell]signal.Slots, pt *part) bool 
 // written since the last sweep, and when it was touched last. Floors rest at least
 // MaxClockSkew below the reading consumer's clock, which is within half of it from the
 // cluster's (checkSkew), so a slot last touched within half MaxClockSkew of its start
-// holds no row written after a read that passed it. One touched later holds a late write
-// if its rows lie below this consumer's floors for their partition, or in a bucket its
-// cursor had passed by the last sweep, or (for a partition it holds no floors for) are
-// older than the last sweep less MaxClockSkew: the partition's floors are lowered below
-// the slot and the cursor moved back, so the next scan reads it. (A write whose touch
-// failed is found when the ring comes back to its partition.)
+// holds no row written after a read that passed it. One touched later may hold a late
+// write if this consumer's floors for its partition lie above the slot's start, or its
+// bucket was passed by the cursor by the last sweep, or (for a partition it holds no
+// floors for) it starts before the last sweep less MaxClockSkew: the partition's floors
+// are lowered below the slot and the cursor moved back, so the next scan reads it. (A
+// write whose touch failed is found when the ring comes back to its partition.)
 func (c *Consumer) sweep(ctx context.Context, now time.Time) {
 	c.mu.Lock()
 	due := c.cells == nil || !now.Before(c.swept.Add(SweepInterval))
@@ -533,14 +533,14 @@ func lateSlots(st sweepState) (late map[signal.Cell]time.Time, unsure map[signal
 			if st.last[cell][slot] == v || !touched.After(start.Add(st.skew/2-clockError)) {
 				continue // not touched since the last sweep, or on time
 			}
-			at := shard.IDTime(uuid.UUID(v))
 			switch {
 			case cell.Bucket < st.passed[cell.Shard],
-				haveFloors && f.above(at),
-				!haveFloors && at.Before(st.lateBefore):
-				// Written into a bucket the cursor had passed by the last sweep, or below
-				// the floors: late. The entry holds the last touch of its slot, so the
-				// floors go below the slot, under any row an earlier touch announced.
+				haveFloors && f.above(start),
+				!haveFloors && start.Before(st.lateBefore):
+				// Written into a bucket the cursor had passed by the last sweep, or where
+				// the floors may lie above its rows: late. The entry holds the last touch of
+				// its slot, whose rows may lie above an earlier late touch's, so the slot's
+				// start decides, and the floors go below it.
 				if t, ok := late[cell]; !ok || start.Before(t) {
 					late[cell] = start
 				}

@@ -82,6 +82,23 @@ func TestSweepFindsALateTouchBelowFloors(t *testing.T) {
 	require.Empty(t, unsure)
 }
 
+// A late touch of rows above the floors may follow an earlier late touch of rows below
+// them in the same slot, whose entry it replaced: the slot's start decides.
+func TestSweepLooksBelowTheLastTouchesRows(t *testing.T) {
+	t.Parallel()
+	c := newSweepCase(t, 0)
+	const slot = 10
+	floor := c.slotStart(slot).Add(200 * time.Millisecond)
+	for _, f := range c.st.floors {
+		for p := range f {
+			f[p] = gocql.UUID(shard.MinID(floor))
+		}
+	}
+	c.touch(slot, floor.Add(100*time.Millisecond), floor.Add(3*time.Second))
+	late, _ := lateSlots(c.st)
+	require.Equal(t, map[signal.Cell]time.Time{c.cell: c.slotStart(slot)}, late)
+}
+
 // An entry the last sweep read already is not looked at again, however late its touch.
 func TestSweepSkipsEntriesSeenBefore(t *testing.T) {
 	t.Parallel()
