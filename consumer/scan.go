@@ -61,7 +61,7 @@ const initialPageRows = MaxAcquire
 const (
 	selectFloors = `SELECT floor_bucket, floors FROM tasks WHERE shard_key = ? AND kind = 0 AND priority = 0 AND id = ?`
 	// floorAssignments records a swap's new floors in the lock row; see
-	// lock.Lease.ReleaseStatementSetting.
+	// locking.Lease.ReleaseStatementSetting.
 	floorAssignments = `floor_bucket = ?, floors = floors + ?`
 )
 

@@ -12,10 +12,10 @@ import (
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/internal/cql"
 	"github.com/shardq/shardq/internal/fanout"
+	"github.com/shardq/shardq/internal/locking"
 	"github.com/shardq/shardq/internal/lwt"
 	"github.com/shardq/shardq/internal/taskindex"
 	"github.com/shardq/shardq/internal/taskrow"
-	"github.com/shardq/shardq/lock"
 	"github.com/shardq/shardq/shard"
 )
 
@@ -47,7 +47,7 @@ func (c *Consumer) takeAll(ctx context.Context, parts []part, n int, now time.Ti
 		_ = fanout.Each(len(round), c.cfg.PartitionsInFlight, func(i int) error {
 			var err error
 			got[i], full[i], err = c.take(ctx, &round[i], shares[i], now)
-			if err != nil && !errors.Is(err, lock.ErrLockHeld) {
+			if err != nil && !errors.Is(err, locking.ErrLockHeld) {
 				c.observeFailure(ctx, round[i].key, "take", err)
 			}
 			return nil
@@ -89,7 +89,7 @@ func (c *Consumer) take(ctx context.Context, pt *part, want int, now time.Time) 
 	}
 	t0 := time.Now()
 	lease, err := c.locker.Acquire(ctx, pt.key)
-	if errors.Is(err, lock.ErrLockHeld) {
+	if errors.Is(err, locking.ErrLockHeld) {
 		c.cfg.Observer.Observe(ctx, shardq.LockContended{Queue: c.q.Name, ShardKey: pt.key})
 	}
 	if err != nil {
@@ -177,7 +177,7 @@ func (c *Consumer) sawPayload(n int) {
 // exists (its holder may be acking it right now). The batch also records the partition's
 // new floors and leaves the lease's receipt, which settles an unknown outcome. Markers of
 // a swap that did not apply are deleted.
-func (c *Consumer) swap(ctx context.Context, pt *part, lease *lock.Lease, rows []taskrow.Row, s span, now time.Time) ([]*Task, error) {
+func (c *Consumer) swap(ctx context.Context, pt *part, lease *locking.Lease, rows []taskrow.Row, s span, now time.Time) ([]*Task, error) {
 	tasks := make([]*Task, len(rows))
 	markers := make([]taskrow.Row, len(rows))
 	for i, r := range rows {
@@ -310,15 +310,15 @@ func (c *Consumer) dropMarkers(ctx context.Context, rows []taskrow.Row) {
 	}
 }
 
-func (c *Consumer) release(ctx context.Context, lease *lock.Lease) error {
-	if err := lease.Release(ctx); err != nil && !errors.Is(err, lock.ErrLockLost) {
+func (c *Consumer) release(ctx context.Context, lease *locking.Lease) error {
+	if err := lease.Release(ctx); err != nil && !errors.Is(err, locking.ErrLockLost) {
 		return wrapErr("releasing", lease.Key(), err)
 	}
 	return nil
 }
 
-// settleSwap decides a swap whose outcome is unknown by its receipt (lock.Lease.Settle).
-func (c *Consumer) settleSwap(rctx context.Context, lease *lock.Lease, cause error) (bool, error) {
+// settleSwap decides a swap whose outcome is unknown by its receipt (locking.Lease.Settle).
+func (c *Consumer) settleSwap(rctx context.Context, lease *locking.Lease, cause error) (bool, error) {
 	c.log.WarnContext(rctx, "swap outcome unknown, settling", "shard_key", lease.Key(), "error", cause)
 	applied, err := lease.Settle(rctx)
 	if err != nil {

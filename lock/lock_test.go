@@ -11,12 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gocql/gocql"
 	"github.com/stretchr/testify/require"
 
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/internal/cassandratest"
-	"github.com/shardq/shardq/internal/cql"
 	"github.com/shardq/shardq/internal/lwt"
 	"github.com/shardq/shardq/lock"
 )
@@ -260,53 +258,4 @@ func TestBadInput(t *testing.T) {
 	require.NoError(t, err)
 	_, err = l.Acquire(context.Background(), "")
 	requireInvalid(err, "key")
-}
-
-// A batch fenced by a lease leaves its receipt exactly when it applies, so Settle tells
-// an applied batch from one that did not apply even after other holders took the lock and
-// ran batches of their own in between: what the lock row shows then belongs to them.
-func TestSettleReadsTheReceipt(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	s := cassandratest.SchemaSession(t)
-	l, err := lock.New(s, lock.Config{})
-	require.NoError(t, err)
-	const key = "q:0:0"
-	fenced := func(le *lock.Lease) bool {
-		b := cql.Batch(s, gocql.LoggedBatch).WithContext(ctx)
-		stmt, args := le.ReleaseStatement()
-		b.Query(stmt, args...)
-		stmt, args = le.ReceiptStatement()
-		b.Query(stmt, args...)
-		applied, err := lwt.Batch(s, b)
-		require.NoError(t, err)
-		return applied
-	}
-
-	applied, err := l.Acquire(ctx, key)
-	require.NoError(t, err)
-	require.True(t, fenced(applied))
-	never, err := l.Acquire(ctx, key)
-	require.NoError(t, err)
-	require.NoError(t, never.Release(ctx)) // as if its batch was lost before it ran
-	late, err := l.Acquire(ctx, key)
-	require.NoError(t, err)
-	waitExpired(t, late)
-	other, err := l.Acquire(ctx, key)
-	require.NoError(t, err)
-	require.False(t, fenced(late), "a batch of an expired lease does not apply")
-	require.True(t, fenced(other))
-
-	for _, c := range []struct {
-		name string
-		le   *lock.Lease
-		want bool
-	}{{"applied", applied, true}, {"never ran", never, false}, {"expired", late, false}, {"last", other, true}} {
-		got, err := c.le.Settle(ctx)
-		require.NoError(t, err, c.name)
-		require.Equal(t, c.want, got, c.name)
-	}
-	held, err := other.Held(ctx)
-	require.NoError(t, err)
-	require.False(t, held, "settling leaves the lock free")
 }

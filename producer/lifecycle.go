@@ -14,11 +14,11 @@ import (
 
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/internal/cql"
+	"github.com/shardq/shardq/internal/locking"
 	"github.com/shardq/shardq/internal/lwt"
 	"github.com/shardq/shardq/internal/signal"
 	"github.com/shardq/shardq/internal/taskindex"
 	"github.com/shardq/shardq/internal/taskrow"
-	"github.com/shardq/shardq/lock"
 	"github.com/shardq/shardq/shard"
 )
 
@@ -495,8 +495,8 @@ func (p *Producer) remove(ctx context.Context, q shardq.QueueConfig, from taskro
 // moveLocks is what a move holds: its turns at the partitions it touches and their locks.
 type moveLocks struct {
 	p      *Producer
-	src    *lock.Lease   // the source partition's; nil once a batch released it
-	others []*lock.Lease // those of the destination and the stray's partition, when other ones
+	src    *locking.Lease   // the source partition's; nil once a batch released it
+	others []*locking.Lease // those of the destination and the stray's partition, when other ones
 	turns  []func()
 }
 
@@ -536,7 +536,7 @@ func (p *Producer) lockMove(ctx context.Context, q shardq.QueueConfig, from, to 
 
 // release frees the locks still held, then the turns.
 func (m *moveLocks) release(ctx context.Context) {
-	for _, le := range append([]*lock.Lease{m.src}, m.others...) {
+	for _, le := range append([]*locking.Lease{m.src}, m.others...) {
 		if le != nil {
 			m.p.releaseLease(ctx, le)
 		}
@@ -548,8 +548,8 @@ func (m *moveLocks) release(ctx context.Context) {
 	m.turns = nil
 }
 
-func (p *Producer) releaseLease(ctx context.Context, le *lock.Lease) {
-	if err := le.Release(ctx); err != nil && !errors.Is(err, lock.ErrLockLost) {
+func (p *Producer) releaseLease(ctx context.Context, le *locking.Lease) {
+	if err := le.Release(ctx); err != nil && !errors.Is(err, locking.ErrLockLost) {
 		p.cfg.Logger.WarnContext(ctx, "releasing a lock", "shard_key", le.Key(), "error", err)
 	}
 }
@@ -646,7 +646,7 @@ const lockWait = 3
 // seconds), and renews them when half that time has passed: a lock that expired while its
 // holder waited would let a consumer take the partition in the middle of the move. When
 // the next stays held, it lets them go and starts again.
-func (p *Producer) lockKeys(ctx context.Context, q shardq.QueueConfig, keys []string) ([]*lock.Lease, error) {
+func (p *Producer) lockKeys(ctx context.Context, q shardq.QueueConfig, keys []string) ([]*locking.Lease, error) {
 	locker, err := p.locker(q)
 	if err != nil {
 		return nil, err
@@ -658,10 +658,10 @@ func (p *Producer) lockKeys(ctx context.Context, q shardq.QueueConfig, keys []st
 		switch {
 		case err == nil:
 			return leases, nil
-		case !errors.Is(err, lock.ErrLockHeld) && !errors.Is(err, lock.ErrLockLost):
+		case !errors.Is(err, locking.ErrLockHeld) && !errors.Is(err, locking.ErrLockLost):
 			return nil, err
 		case time.Now().After(give):
-			return nil, lock.ErrLockHeld
+			return nil, locking.ErrLockHeld
 		}
 		if err := backoff.wait(ctx); err != nil {
 			return nil, err
@@ -670,8 +670,8 @@ func (p *Producer) lockKeys(ctx context.Context, q shardq.QueueConfig, keys []st
 }
 
 // lockEach is one try of lockKeys: it holds all of keys' locks, or none.
-func (p *Producer) lockEach(ctx context.Context, q shardq.QueueConfig, locker *lock.Locker, keys []string, give time.Time) ([]*lock.Lease, error) {
-	var leases []*lock.Lease
+func (p *Producer) lockEach(ctx context.Context, q shardq.QueueConfig, locker *locking.Locker, keys []string, give time.Time) ([]*locking.Lease, error) {
+	var leases []*locking.Lease
 	var since time.Time // when the try that took, or renewed, the oldest of leases started
 	for _, k := range keys {
 		until := give
@@ -703,27 +703,27 @@ func (p *Producer) lockEach(ctx context.Context, q shardq.QueueConfig, locker *l
 	return leases, nil
 }
 
-func (p *Producer) locker(q shardq.QueueConfig) (*lock.Locker, error) {
+func (p *Producer) locker(q shardq.QueueConfig) (*locking.Locker, error) {
 	if v, ok := p.lockers.Load(q.Name); ok {
-		return v.(*lock.Locker), nil
+		return v.(*locking.Locker), nil
 	}
-	l, err := lock.New(p.session, lock.Config{TTL: q.LockTTL, Logger: p.cfg.Logger})
+	l, err := locking.New(p.session, locking.Config{TTL: q.LockTTL, Logger: p.cfg.Logger})
 	if err != nil {
 		return nil, err
 	}
 	v, _ := p.lockers.LoadOrStore(q.Name, l)
-	return v.(*lock.Locker), nil
+	return v.(*locking.Locker), nil
 }
 
 // lock takes key's lock, waiting while consumers hold it until until. It also returns
 // when the try that took it started, from which the lease lasts more than its TTL less a
 // second.
-func (p *Producer) lock(ctx context.Context, locker *lock.Locker, key string, until time.Time) (*lock.Lease, time.Time, error) {
+func (p *Producer) lock(ctx context.Context, locker *locking.Locker, key string, until time.Time) (*locking.Lease, time.Time, error) {
 	backoff := newBackoff()
 	for {
 		at := time.Now()
 		le, err := locker.Acquire(ctx, key)
-		if !errors.Is(err, lock.ErrLockHeld) || time.Now().After(until) {
+		if !errors.Is(err, locking.ErrLockHeld) || time.Now().After(until) {
 			return le, at, err
 		}
 		if err := backoff.wait(ctx); err != nil {

@@ -80,7 +80,7 @@ type Producer struct {
 	session *gocql.Session
 	cfg     Config
 	state   *sessionstate.State // the session's settings cache, toucher and wake-up bus
-	lockers sync.Map            // name -> *lock.Locker, for Cancel and Reschedule
+	lockers sync.Map            // name -> *locking.Locker, for Cancel and Reschedule
 	turns   turns               // their turns at a partition's lock
 	signals *signal.Toucher
 	writes  *combine.Writer

@@ -1,14 +1,17 @@
-// Package lock is the per-shard lock consumers take before they read and swap a shard's
-// due tasks. It is a row (kind 0) in the shard's own partition of the tasks table, written
-// only with lightweight transactions, so a consumer can make its swap batch conditional on
-// still holding the lock: a holder whose lock expired cannot change the shard.
+// Package locking is the per-partition lock consumers take before they read and swap a
+// partition's due tasks. It is a row (kind 0) in the partition itself, in the tasks table,
+// written only with lightweight transactions, so a consumer can make its swap batch
+// conditional on still holding the lock: a holder whose lock expired cannot change the
+// partition. Package lock exposes the lock; this package adds what only shardq's own
+// packages need: the statements that release a lock inside a caller's batch, and the
+// receipts that settle such a batch.
 //
-// Each new holder of a shard gets a fencing token one greater than the last. The lock
+// Each new holder of a partition gets a fencing token one greater than the last. The lock
 // expires by a server-side TTL on its holder cell, so correctness never rests on clients'
 // clocks. An LWT that times out or fails other than definitely (lwt.Definite) has an
 // unknown outcome; the lock reads the row back at SERIAL to settle it (lwt.Apply) and
 // never retries blindly.
-package lock
+package locking
 
 import (
 	"context"

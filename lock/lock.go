@@ -1,0 +1,86 @@
+// Package lock is the per-partition lock of the shardq recipe: a row (kind 0) in the
+// partition itself, in the tasks table, written only with lightweight transactions and
+// held until a server-side TTL ends it, so correctness never rests on clients' clocks.
+// Consumers take it before they read and swap a partition's due tasks; a process that
+// needs to act on a partition alone (a migration, a repair) can take it too.
+//
+// Each new holder of a partition gets a fencing token one greater than the last. An LWT
+// that times out has an unknown outcome: the lock reads the row back at SERIAL to settle
+// it, and never retries blindly.
+package lock
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/gocql/gocql"
+
+	"github.com/shardq/shardq/internal/locking"
+)
+
+// DefaultTTL is Config.TTL's default.
+const DefaultTTL = locking.DefaultTTL
+
+var (
+	// ErrLockHeld means another holder has the lock.
+	ErrLockHeld = locking.ErrLockHeld
+	// ErrLockLost means the lease is no longer the lock's holder: it expired, and perhaps
+	// another holder took the lock since.
+	ErrLockLost = locking.ErrLockLost
+	// ErrOutcomeUnknown means an LWT failed and reading the lock back failed too: the
+	// lock may or may not be held by this lease. If it is, its TTL ends it.
+	// consumer.ErrOutcomeUnknown matches it too.
+	ErrOutcomeUnknown = locking.ErrOutcomeUnknown
+)
+
+// Config configures a Locker.
+type Config struct {
+	// TTL is how long a lease lasts unless renewed: whole seconds, as Cassandra TTLs are,
+	// and at least shardq.MinLockTTL, because they expire on whole seconds: a 1 s lease
+	// could last next to nothing. Defaults to DefaultTTL.
+	TTL time.Duration
+	// Logger receives unknown-outcome events. Defaults to a logger that discards.
+	Logger *slog.Logger
+}
+
+// Locker takes per-partition locks. It is safe for concurrent use.
+type Locker struct{ l *locking.Locker }
+
+// New returns a Locker on the tasks table of the session's keyspace.
+func New(session *gocql.Session, cfg Config) (*Locker, error) {
+	l, err := locking.New(session, locking.Config{TTL: cfg.TTL, Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	return &Locker{l: l}, nil
+}
+
+// Acquire takes the lock of the partition key, or returns ErrLockHeld when another
+// holder has it.
+func (l *Locker) Acquire(ctx context.Context, key string) (*Lease, error) {
+	le, err := l.l.Acquire(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	return &Lease{le: le}, nil
+}
+
+// Lease is one holding of a lock.
+type Lease struct{ le *locking.Lease }
+
+// Key is the locked partition's key.
+func (le *Lease) Key() string { return le.le.Key() }
+
+// Token is the lease's fencing token: greater than every earlier holder's.
+func (le *Lease) Token() int64 { return le.le.Token() }
+
+// Renew restarts the lease's TTL, or returns ErrLockLost if it is no longer the holder.
+func (le *Lease) Renew(ctx context.Context) error { return le.le.Renew(ctx) }
+
+// Release frees the lock. It returns nil when the lock is free afterwards and nobody held
+// it since this lease, and ErrLockLost when another holder took the lock since.
+func (le *Lease) Release(ctx context.Context) error { return le.le.Release(ctx) }
+
+// Held reads at SERIAL whether the lease still holds the lock.
+func (le *Lease) Held(ctx context.Context) (bool, error) { return le.le.Held(ctx) }
