@@ -17,10 +17,24 @@ func TestApplySchemaTwice(t *testing.T) {
 	s := cassandratest.SessionFor(t, ks)
 	require.NoError(t, shardq.ApplySchema(context.Background(), s))
 	require.NoError(t, shardq.ApplySchema(context.Background(), s))
-	require.Len(t, shardq.Schema(), 8)
+	require.Len(t, shardq.Schema(), 9)
 	var opts map[string]string
 	require.NoError(t, s.Query(`SELECT compaction FROM system_schema.tables WHERE keyspace_name = ? AND table_name = 'tasks'`, ks).Scan(&opts))
 	require.Contains(t, opts["class"], "LeveledCompactionStrategy")
+}
+
+// A keyspace whose queue_signals predates its slots column gets it from ApplySchema.
+func TestApplySchemaAddsSignalSlots(t *testing.T) {
+	t.Parallel()
+	ks := cassandratest.Keyspace(t)
+	s := cassandratest.SessionFor(t, ks)
+	ctx := context.Background()
+	require.NoError(t, shardq.ApplySchema(ctx, s))
+	require.NoError(t, s.Query(`ALTER TABLE queue_signals DROP slots`).Exec())
+	require.NoError(t, shardq.ApplySchema(ctx, s))
+	var n int
+	require.NoError(t, s.Query(`SELECT count(*) FROM system_schema.columns WHERE keyspace_name = ? AND table_name = 'queue_signals' AND column_name = 'slots'`, ks).Scan(&n))
+	require.Equal(t, 1, n)
 }
 
 func TestCreateAndLoadQueue(t *testing.T) {

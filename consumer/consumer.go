@@ -142,7 +142,7 @@ type Consumer struct {
 	short        bool                         // the last call found fewer tasks than it asked for
 	pageRows     int                          // rows per page of a locked read, from the largest payload seen
 	fullAt       time.Time                    // when an idle scan last read every candidate
-	fullCells    map[signal.Cell]signal.Slots // the signal cells as that scan found them
+	fullCells    map[signal.Cell]gocql.UUID   // the signal cells as that scan found them
 	upcoming     map[pkey]time.Time           // per partition, the next row seen coming due
 	lateChecked  map[pkey]signal.Slots        // finished partitions lateRow read, with their cell as swept before
 	swept        time.Time                    // when the signal cells were last read for late rows
@@ -407,7 +407,7 @@ func (c *Consumer) touch(ctx context.Context, rows []taskrow.Row) {
 
 // touchedCells reads which signal cells of the buckets of parts were touched, or nil when
 // they cannot be read.
-func (c *Consumer) touchedCells(ctx context.Context, parts []part) map[signal.Cell]signal.Slots {
+func (c *Consumer) touchedCells(ctx context.Context, parts []part) map[signal.Cell]gocql.UUID {
 	if len(parts) == 0 {
 		return nil
 	}
@@ -430,7 +430,7 @@ func (c *Consumer) cellOf(pt *part) signal.Cell {
 
 // untouched reports whether cells (when known) show that nothing was written into pt in
 // its lap: no task, no marker, so no swap either.
-func (c *Consumer) untouched(cells map[signal.Cell]signal.Slots, pt *part) bool {
+func (c *Consumer) untouched(cells map[signal.Cell]gocql.UUID, pt *part) bool {
 	_, ok := cells[c.cellOf(pt)]
 	return cells != nil && !ok
 }

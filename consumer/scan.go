@@ -402,7 +402,7 @@ func (c *Consumer) peekAll(ctx context.Context, parts []part, want int, now time
 		}
 	}
 	upper := now
-	var cells map[signal.Cell]signal.Slots
+	var cells map[signal.Cell]gocql.UUID
 	full := true
 	if idle {
 		// Every task and marker write touches its signal cell. A look-ahead partition
@@ -532,7 +532,7 @@ func (c *Consumer) lookAhead(ctx context.Context, parts []part, ahead []int, now
 
 // fullScan decides whether an idle scan reads every candidate partition, and records
 // the signal cells it starts from when it does.
-func (c *Consumer) fullScan(now time.Time, cells map[signal.Cell]signal.Slots) bool {
+func (c *Consumer) fullScan(now time.Time, cells map[signal.Cell]gocql.UUID) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if cells != nil && !c.fullAt.IsZero() && now.Before(c.fullAt.Add(c.cfg.LookAhead/2)) {
@@ -543,12 +543,12 @@ func (c *Consumer) fullScan(now time.Time, cells map[signal.Cell]signal.Slots) b
 }
 
 // changedSinceScan reports whether pt's signal cell was touched since the last full scan.
-func (c *Consumer) changedSinceScan(cells map[signal.Cell]signal.Slots, pt *part) bool {
+func (c *Consumer) changedSinceScan(cells map[signal.Cell]gocql.UUID, pt *part) bool {
 	cell := c.cellOf(pt)
 	v, ok := cells[cell]
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return ok && !maps.Equal(c.fullCells[cell], v)
+	return ok && c.fullCells[cell] != v
 }
 
 // comingDue reports whether a scan saw a row of pt becoming visible by now.

@@ -6,12 +6,13 @@
 // partitions that something was written into, and sweep the lap's cells for rows written
 // below their read floors.
 //
-// A cell holds one entry per slot (SlotWidth of its bucket) that rows were written into,
-// each the earliest row time of the slot's last touch. Touches are stamped by the
+// A cell's row holds two maps, each entry the earliest row time of its last touch: one
+// entry per shard, which wake-ups and idle scans read, and one per slot (SlotWidth of its
+// bucket) that rows were written into, which only sweeps read. Touches are stamped by the
 // coordinator, so an entry keeps the touch made last in real time, whatever the writers'
-// clocks, and its write time tells when that was: a slot touched long after it began was
-// written late, by a writer whose clock trails or whose write was delayed, and no touch
-// after it can hide that.
+// clocks, and a slot's write time tells when that was: a slot touched long after it began
+// was written late, by a writer whose clock trails or whose write was delayed, and no
+// touch after it can hide that.
 package signal
 
 import (
@@ -110,10 +111,10 @@ type Touch struct {
 }
 
 const (
-	touchStmt = `UPDATE queue_signals USING TTL ? SET shards = shards + ? WHERE queue = ? AND bucket = ?`
+	touchStmt = `UPDATE queue_signals USING TTL ? SET shards = shards + ?, slots = slots + ? WHERE queue = ? AND bucket = ?`
 	readStmt  = `SELECT bucket, shards FROM queue_signals WHERE queue = ? AND bucket >= ? AND bucket <= ?`
 	// Write times of a map come in the order of its keys.
-	readTouchesStmt = `SELECT bucket, shards, writetime(shards) FROM queue_signals WHERE queue = ? AND bucket >= ? AND bucket <= ?`
+	readSlotsStmt = `SELECT bucket, slots, writetime(slots) FROM queue_signals WHERE queue = ? AND bucket >= ? AND bucket <= ?`
 )
 
 // maxTTL is Cassandra's longest time to live, 20 years: a cell for a bucket further
@@ -200,26 +201,38 @@ func (t *Toucher) flush() {
 	}
 }
 
-// write touches cells, one statement per queue and bucket.
+// write touches cells, one statement per queue and bucket: the entry of each shard, with the
+// earliest row time written into it, and of each slot.
 func write(ctx context.Context, session *gocql.Session, cells []Touch) error {
 	type row struct {
 		queue  string
 		bucket int64
 	}
-	rows := map[row]map[int]gocql.UUID{}
-	until := map[row]time.Time{}
+	type entries struct {
+		shards   map[int]gocql.UUID
+		earliest map[int]time.Time
+		slots    map[int]gocql.UUID
+		until    time.Time
+	}
+	rows := map[row]*entries{}
 	for _, c := range cells {
 		r := row{c.Queue, c.Bucket}
-		if rows[r] == nil {
-			rows[r] = map[int]gocql.UUID{}
+		e := rows[r]
+		if e == nil {
+			e = &entries{shards: map[int]gocql.UUID{}, earliest: map[int]time.Time{}, slots: map[int]gocql.UUID{}}
+			rows[r] = e
 		}
-		rows[r][mapKey(c.Entry)] = gocql.UUID(shard.NewID(c.Earliest))
-		until[r] = maxTime(until[r], c.Until)
+		e.slots[mapKey(c.Entry)] = gocql.UUID(shard.NewID(c.Earliest))
+		if at, ok := e.earliest[c.Shard]; !ok || c.Earliest.Before(at) {
+			e.earliest[c.Shard] = c.Earliest
+			e.shards[c.Shard] = gocql.UUID(shard.NewID(c.Earliest))
+		}
+		e.until = maxTime(e.until, c.Until)
 	}
-	for r, shards := range rows {
-		ttl := min(int(max(time.Until(until[r]), 0)/time.Second)+86400, maxTTL)
+	for r, e := range rows {
+		ttl := min(int(max(time.Until(e.until), 0)/time.Second)+86400, maxTTL)
 		// Stamped by the coordinator: an entry must keep the touch made last in real time.
-		err := cql.Query(session, touchStmt, ttl, shards, r.queue, r.bucket).WithContext(ctx).DefaultTimestamp(false).Exec()
+		err := cql.Query(session, touchStmt, ttl, e.shards, e.slots, r.queue, r.bucket).WithContext(ctx).DefaultTimestamp(false).Exec()
 		if err != nil {
 			return fmt.Errorf("signal: touching %s bucket %d: %w", r.queue, r.bucket, err)
 		}
@@ -234,32 +247,25 @@ func maxTime(a, b time.Time) time.Time {
 	return b
 }
 
-// Cells reads the cells of queue's buckets from..to (within their time to live), each
-// with its slots: the partitions that may hold tasks written for those buckets, and the
-// earliest row time of the last touch of each slot.
-func Cells(ctx context.Context, session *gocql.Session, queue string, from, to int64) (map[Cell]Slots, error) {
-	cells := map[Cell]Slots{}
-	err := scan(ctx, session, queue, from, to, func(e Entry, v gocql.UUID) {
-		if cells[e.Cell] == nil {
-			cells[e.Cell] = Slots{}
-		}
-		cells[e.Cell][e.Slot] = v
-	})
-	if err != nil {
+// Cells reads the cells of queue's buckets from..to (within their time to live): the
+// partitions that may hold tasks written for those buckets, each with the earliest row
+// time of its last touch. Every touch changes its cell's value.
+func Cells(ctx context.Context, session *gocql.Session, queue string, from, to int64) (map[Cell]gocql.UUID, error) {
+	cells := map[Cell]gocql.UUID{}
+	if err := scan(ctx, session, queue, from, to, func(c Cell, v gocql.UUID) { cells[c] = v }); err != nil {
 		return nil, err
 	}
 	return cells, nil
 }
 
-// scan reads the entries of queue's buckets from..to.
-func scan(ctx context.Context, session *gocql.Session, queue string, from, to int64, f func(Entry, gocql.UUID)) error {
+// scan reads the cells of queue's buckets from..to.
+func scan(ctx context.Context, session *gocql.Session, queue string, from, to int64, f func(Cell, gocql.UUID)) error {
 	iter := cql.Query(session, readStmt, queue, from, to).WithContext(ctx).Iter()
 	var bucket int64
 	var shards map[int]gocql.UUID
 	for iter.Scan(&bucket, &shards) {
-		for k, v := range shards {
-			slot, s := fromKey(k)
-			f(Entry{Cell: Cell{Queue: queue, Bucket: bucket, Shard: s}, Slot: slot}, v)
+		for s, v := range shards {
+			f(Cell{Queue: queue, Bucket: bucket, Shard: s}, v)
 		}
 		shards = nil
 	}
@@ -269,11 +275,11 @@ func scan(ctx context.Context, session *gocql.Session, queue string, from, to in
 	return nil
 }
 
-// LastTouches reads the cells of queue's buckets from..to as Cells does, and when each
-// slot was last touched, by the cluster's clock.
+// LastTouches reads the slots of the cells of queue's buckets from..to, and when each slot
+// was last touched, by the cluster's clock. Only sweeps need them, once per SweepInterval.
 func LastTouches(ctx context.Context, session *gocql.Session, queue string, from, to int64) (map[Cell]Slots, map[Entry]time.Time, error) {
 	cells, touched := map[Cell]Slots{}, map[Entry]time.Time{}
-	iter := cql.Query(session, readTouchesStmt, queue, from, to).WithContext(ctx).Iter()
+	iter := cql.Query(session, readSlotsStmt, queue, from, to).WithContext(ctx).Iter()
 	var bucket int64
 	var shards map[int]gocql.UUID
 	var times []int64
@@ -304,12 +310,12 @@ func LastTouches(ctx context.Context, session *gocql.Session, queue string, from
 type Watcher struct {
 	session *gocql.Session
 	queue   string
-	seen    map[Entry]gocql.UUID
+	seen    map[Cell]gocql.UUID
 }
 
 // NewWatcher returns a Watcher of queue.
 func NewWatcher(session *gocql.Session, queue string) *Watcher {
-	return &Watcher{session: session, queue: queue, seen: map[Entry]gocql.UUID{}}
+	return &Watcher{session: session, queue: queue, seen: map[Cell]gocql.UUID{}}
 }
 
 // Changed reads the cells of buckets from..to and reports whether one was touched since
@@ -318,18 +324,18 @@ func NewWatcher(session *gocql.Session, queue string) *Watcher {
 // that look already saw, or rows written late, which consumers' sweeps find.
 func (w *Watcher) Changed(ctx context.Context, from, to int64, since time.Time) (bool, error) {
 	changed := false
-	err := scan(ctx, w.session, w.queue, from, to, func(e Entry, v gocql.UUID) {
-		if w.seen[e] != v && !shard.IDTime(uuid.UUID(v)).Before(since) {
+	err := scan(ctx, w.session, w.queue, from, to, func(c Cell, v gocql.UUID) {
+		if w.seen[c] != v && !shard.IDTime(uuid.UUID(v)).Before(since) {
 			changed = true
 		}
-		w.seen[e] = v
+		w.seen[c] = v
 	})
 	if err != nil {
 		return false, err
 	}
-	for e := range w.seen {
-		if e.Bucket < from {
-			delete(w.seen, e)
+	for c := range w.seen {
+		if c.Bucket < from {
+			delete(w.seen, c)
 		}
 	}
 	return changed, nil
