@@ -128,11 +128,11 @@ const TouchTimeout = 10 * time.Second
 // one, written at the end of that time.
 const Coalesce = 20 * time.Millisecond
 
-// Toucher touches cells for one producer. A cell not touched in the last Coalesce is
-// touched at once, before Touch returns, so a process that schedules one task and exits
-// still wakes workers; touches that follow within Coalesce are written together in the
-// background at its end, so a busy producer adds at most one small write per cell each
-// Coalesce.
+// Toucher touches cells for every writer of one session (internal/sessionstate). A cell
+// not touched in the last Coalesce is touched at once, before Touch returns, so a process
+// that schedules one task and exits still wakes workers; touches that follow within
+// Coalesce are written together in the background at its end, so a busy session adds at
+// most one small write per cell each Coalesce.
 type Toucher struct {
 	session *gocql.Session
 	log     *slog.Logger
