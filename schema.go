@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
-	"slices"
 	"strings"
 	"time"
 
@@ -68,13 +67,8 @@ func ApplySchema(ctx context.Context, session *gocql.Session) error {
 
 // missingTables names the schema's tables that the session's keyspace lacks.
 func missingTables(ctx context.Context, session *gocql.Session) ([]string, error) {
-	have := map[string]bool{}
-	iter := session.Query(`SELECT table_name FROM system_schema.tables WHERE keyspace_name = ?`,
-		session.Query("").Keyspace()).WithContext(ctx).Iter()
-	for name := ""; iter.Scan(&name); {
-		have[name] = true
-	}
-	if err := iter.Close(); err != nil {
+	have, err := names(ctx, session, `SELECT table_name FROM system_schema.tables WHERE keyspace_name = ?`)
+	if err != nil {
 		return nil, err
 	}
 	var missing []string
@@ -86,12 +80,38 @@ func missingTables(ctx context.Context, session *gocql.Session) ([]string, error
 	return missing, nil
 }
 
+// names returns the first column of query's rows, which takes the session's keyspace
+// and, optionally, more values.
+func names(ctx context.Context, session *gocql.Session, query string, values ...any) (map[string]bool, error) {
+	have := map[string]bool{}
+	iter := session.Query(query, append([]any{session.Query("").Keyspace()}, values...)...).WithContext(ctx).Iter()
+	for name := ""; iter.Scan(&name); {
+		have[strings.ToLower(name)] = true
+	}
+	return have, iter.Close()
+}
+
 // tableOf names the table stmt creates, or returns "" for another statement.
 func tableOf(stmt string) string {
 	if m := createTable.FindStringSubmatch(stmt); m != nil {
 		return strings.ToLower(m[1])
 	}
 	return ""
+}
+
+// applied reports whether the change stmt makes is in the keyspace: its table for a
+// CREATE TABLE, its column for an ALTER TABLE ... ADD, false for other statements.
+func applied(ctx context.Context, session *gocql.Session, stmt string) (bool, error) {
+	if name := tableOf(stmt); name != "" {
+		have, err := names(ctx, session, `SELECT table_name FROM system_schema.tables WHERE keyspace_name = ?`)
+		return have[name], err
+	}
+	if m := addColumn.FindStringSubmatch(stmt); m != nil {
+		have, err := names(ctx, session,
+			`SELECT column_name FROM system_schema.columns WHERE keyspace_name = ? AND table_name = ?`, strings.ToLower(m[1]))
+		return have[strings.ToLower(m[2])], err
+	}
+	return false, nil
 }
 
 const (
@@ -103,7 +123,10 @@ const (
 	schemaPoll = 250 * time.Millisecond
 )
 
-var createTable = regexp.MustCompile(`(?i)^CREATE\s+TABLE\s+IF\s+NOT\s+EXISTS\s+(\w+)`)
+var (
+	createTable = regexp.MustCompile(`(?i)^CREATE\s+TABLE\s+IF\s+NOT\s+EXISTS\s+(\w+)`)
+	addColumn   = regexp.MustCompile(`(?i)^ALTER\s+TABLE\s+(\w+)\s+ADD\s+IF\s+NOT\s+EXISTS\s+(\w+)`)
+)
 
 func applyStatement(ctx context.Context, session *gocql.Session, stmt string) error {
 	var err error
@@ -112,7 +135,7 @@ func applyStatement(ctx context.Context, session *gocql.Session, stmt string) er
 		if !unanswered(err) || ctx.Err() != nil {
 			return err
 		}
-		if created, werr := awaitTable(ctx, session, stmt); created || werr != nil {
+		if done, werr := awaitApplied(ctx, session, stmt); done || werr != nil {
 			return werr
 		}
 	}
@@ -125,11 +148,10 @@ func unanswered(err error) bool {
 	return errors.Is(err, gocql.ErrTimeoutNoResponse) || errors.Is(err, gocql.ErrConnectionClosed)
 }
 
-// awaitTable waits, up to schemaWait, for the table stmt creates to exist and for every
-// node to agree on the schema, and reports whether it does.
-func awaitTable(ctx context.Context, session *gocql.Session, stmt string) (bool, error) {
-	name := tableOf(stmt)
-	if name == "" {
+// awaitApplied waits, up to schemaWait, for the change stmt makes to show and for every
+// node to agree on the schema, and reports whether it did.
+func awaitApplied(ctx context.Context, session *gocql.Session, stmt string) (bool, error) {
+	if tableOf(stmt) == "" && !addColumn.MatchString(stmt) {
 		return false, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, schemaWait)
@@ -137,7 +159,7 @@ func awaitTable(ctx context.Context, session *gocql.Session, stmt string) (bool,
 	tick := time.NewTicker(schemaPoll)
 	defer tick.Stop()
 	for {
-		if missing, err := missingTables(ctx, session); err == nil && !slices.Contains(missing, name) {
+		if done, err := applied(ctx, session, stmt); err == nil && done {
 			return true, session.AwaitSchemaAgreement(ctx)
 		}
 		select {
