@@ -101,6 +101,21 @@ func TestCandidates(t *testing.T) {
 	for _, pt := range p.Candidates(t0) {
 		require.Zero(t, pt.Avail)
 	}
+
+	// A partition ahead is read only for NextDue, hot or not. (Its key is that of the
+	// lap's first bucket, which the cursor passes first.)
+	parts := p.Candidates(t0)
+	for i := range parts {
+		parts[i].Finished = parts[i].Bucket == b0-3
+	}
+	p.Advance(parts, t0)
+	ahead := part(b0+1, 0)
+	p.Taken(&ahead, true)
+	parts = p.Candidates(t0)
+	require.Equal(t, ahead, parts[len(parts)-1])
+	for _, pt := range parts {
+		require.Zero(t, pt.Avail)
+	}
 }
 
 // Each shard's cursor moves past its leading run of finished buckets, and no further.
