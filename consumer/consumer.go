@@ -32,6 +32,7 @@ import (
 	"github.com/shardq/shardq/internal/series"
 	"github.com/shardq/shardq/internal/sessionstate"
 	"github.com/shardq/shardq/internal/signal"
+	"github.com/shardq/shardq/internal/store"
 	"github.com/shardq/shardq/internal/taskrow"
 	"github.com/shardq/shardq/shard"
 )
@@ -132,6 +133,7 @@ type Consumer struct {
 	locker  *locking.Locker
 	signals *signal.Toucher
 	series  *series.Env
+	leasing store.Leasing
 
 	mu   sync.Mutex     // guards plan, and q, layout and locker while init sets them
 	plan *scanplan.Plan // what to read next and from where; nil before init
@@ -172,7 +174,7 @@ func New(session *gocql.Session, cfg Config) (*Consumer, error) {
 		cfg.Observer = shardq.NopObserver{}
 	}
 	signals := st.Signals
-	return &Consumer{session: session, cfg: cfg, log: cfg.Logger, state: st, cluster: cluster, signals: signals,
+	return &Consumer{session: session, cfg: cfg, log: cfg.Logger, state: st, cluster: cluster, signals: signals, leasing: store.CassandraLeasing(session),
 		series: &series.Env{Session: session, Clock: cfg.Clock, Cluster: cluster, Log: cfg.Logger, Signals: signals, Bus: st.Bus}}, nil
 }
 

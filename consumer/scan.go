@@ -5,13 +5,8 @@ import (
 	"errors"
 	"time"
 
-	"github.com/gocql/gocql"
-	"github.com/google/uuid"
-
 	"github.com/shardq/shardq/consumer/internal/scanplan"
-	"github.com/shardq/shardq/internal/cql"
 	"github.com/shardq/shardq/internal/fanout"
-	"github.com/shardq/shardq/internal/taskrow"
 	"github.com/shardq/shardq/shard"
 )
 
@@ -21,31 +16,15 @@ import (
 // swap, in the same fenced transaction, so that another consumer (or this one after a
 // restart) starts from them.
 
-const (
-	selectFloors = `SELECT floor_bucket, floors FROM tasks WHERE shard_key = ? AND kind = 0 AND priority = 0 AND id = ?`
-	// floorAssignments records a swap's new floors in the lock row; see
-	// locking.Lease.ReleaseStatementSetting.
-	floorAssignments = `floor_bucket = ?, floors = floors + ?`
-)
-
 // loadFloors reads the floors the last swap of pt recorded, for a partition this
 // consumer has none for, and starts from them (scanplan.Plan.StartFloors).
 func (c *Consumer) loadFloors(ctx context.Context, pt *scanplan.Part) error {
 	if c.plan.HasFloors(pt) {
 		return nil
 	}
-	var bucket int64
-	var stored map[int8]gocql.UUID
-	err := cql.Query(c.session, selectFloors, pt.Key, taskrow.LockID).WithContext(ctx).Scan(&bucket, &stored)
-	if err != nil && !errors.Is(err, gocql.ErrNotFound) {
+	floors, err := c.leasing.Floors(ctx, pt.Key)
+	if err != nil {
 		return wrapErr("reading the floors of", pt.Key, err)
-	}
-	var floors map[int8]uuid.UUID
-	if stored != nil {
-		floors = make(map[int8]uuid.UUID, len(stored))
-		for p, id := range stored {
-			floors[p] = uuid.UUID(id)
-		}
 	}
 	c.plan.StartFloors(pt, floors)
 	return nil
@@ -66,19 +45,15 @@ func (c *Consumer) peek(ctx context.Context, pt *scanplan.Part, now, upper time.
 	read := 0
 	for _, g := range groups {
 		want := scanplan.PeekLimit - read
-		iter := cql.Query(c.session, taskrow.SelectRangeIDs, pt.Key, g.Prios, gocql.UUID(g.Floor), gocql.UUID(shard.MaxID(upper)), want).
-			WithContext(ctx).Iter()
-		var prio int8
-		var id gocql.UUID
-		got := 0
-		for iter.Scan(&prio, &id) {
-			got++
-			s.Note(prio, uuid.UUID(id))
-			pt.See(uuid.UUID(id), now)
+		refs, err := c.leasing.IDs(ctx, pt.Key, g.Prios, g.Floor, shard.MaxID(upper), want)
+		for _, r := range refs {
+			s.Note(r.Priority, r.ID)
+			pt.See(r.ID, now)
 		}
-		if err := iter.Close(); err != nil {
+		if err != nil {
 			return wrapErr("reading", pt.Key, err)
 		}
+		got := len(refs)
 		read += got
 		s.Cover(g, got == want)
 		if s.Cut() {
@@ -111,19 +86,15 @@ func (c *Consumer) lateRow(ctx context.Context, pt *scanplan.Part, now time.Time
 // firstVisible reads the earliest row of pt's bucket visible at now, whatever the floors:
 // it walks the bucket's tombstones once. A failed read is logged and finds nothing.
 func (c *Consumer) firstVisible(ctx context.Context, pt *scanplan.Part, now time.Time) (time.Time, bool) {
-	var prio int8
-	var id gocql.UUID
-	err := cql.Query(c.session, taskrow.SelectRangeIDs, pt.Key, scanplan.AllPriorities,
-		gocql.UUID(shard.MinID(c.layout.BucketStart(pt.Bucket))), gocql.UUID(shard.MaxID(now)), 1).
-		WithContext(ctx).Scan(&prio, &id)
+	refs, err := c.leasing.IDs(ctx, pt.Key, scanplan.AllPriorities, shard.MinID(c.layout.BucketStart(pt.Bucket)), shard.MaxID(now), 1)
 	switch {
-	case errors.Is(err, gocql.ErrNotFound):
-		return time.Time{}, false
 	case err != nil:
 		c.log.WarnContext(ctx, "reading a partition for late rows", "queue", c.q.Name, "shard_key", pt.Key, "error", err)
 		return time.Time{}, false
+	case len(refs) == 0:
+		return time.Time{}, false
 	}
-	return shard.IDTime(uuid.UUID(id)), true
+	return shard.IDTime(refs[0].ID), true
 }
 
 // peekAll peeks at the partitions of buckets up to now. A consumer whose last call came
@@ -207,22 +178,20 @@ func (c *Consumer) lookAhead(ctx context.Context, parts []scanplan.Part, ahead [
 			idx = append(idx, i)
 		}
 	}
-	upper := gocql.UUID(shard.MaxID(now.Add(c.cfg.LookAhead)))
+	upper := shard.MaxID(now.Add(c.cfg.LookAhead))
 	_ = fanout.Each(len(idx), c.cfg.PartitionsInFlight, func(i int) error {
 		pt := &parts[idx[i]]
-		from := gocql.UUID(shard.MaxID(now))
+		from := shard.MaxID(now)
 		if pt.Ahead {
-			from = gocql.UUID(shard.MinID(c.layout.BucketStart(pt.Bucket)))
+			from = shard.MinID(c.layout.BucketStart(pt.Bucket))
 		}
-		var prio int8
-		var id gocql.UUID
-		iter := cql.Query(c.session, taskrow.SelectRangeIDs, pt.Key, scanplan.AllPriorities, from, upper, scanplan.PeekLimit).WithContext(ctx).Iter()
-		for iter.Scan(&prio, &id) {
-			if at := shard.IDTime(uuid.UUID(id)); at.After(now) && (pt.Next.IsZero() || at.Before(pt.Next)) {
+		refs, err := c.leasing.IDs(ctx, pt.Key, scanplan.AllPriorities, from, upper, scanplan.PeekLimit)
+		for _, r := range refs {
+			if at := shard.IDTime(r.ID); at.After(now) && (pt.Next.IsZero() || at.Before(pt.Next)) {
 				pt.Next = at
 			}
 		}
-		if err := iter.Close(); err != nil {
+		if err != nil {
 			c.observeFailure(ctx, pt.Key, "peek", wrapErr("looking ahead in", pt.Key, err))
 		}
 		return nil

@@ -11,7 +11,6 @@ import (
 
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/consumer/internal/scanplan"
-	"github.com/shardq/shardq/internal/cql"
 	"github.com/shardq/shardq/internal/fanout"
 	"github.com/shardq/shardq/internal/locking"
 	"github.com/shardq/shardq/internal/lwt"
@@ -117,9 +116,7 @@ func (c *Consumer) lockedRead(ctx context.Context, pt *scanplan.Part, want int, 
 	bytes := 0
 	for _, g := range c.plan.TakeGroups(pt) {
 		rest := want - len(rows)
-		iter := cql.Query(c.session, taskrow.SelectRange, pt.Key, g.Prios, gocql.UUID(g.Floor), gocql.UUID(shard.MaxID(now)), rest).
-			WithContext(ctx).PageSize(min(rest, pageRows)).Iter()
-		got, cut, err := taskrow.Scan(iter, pt.Key, MaxTakeBytes-bytes)
+		got, cut, err := c.leasing.Rows(ctx, pt.Key, g.Prios, g.Floor, shard.MaxID(now), rest, min(rest, pageRows), MaxTakeBytes-bytes)
 		if err != nil {
 			return nil, s, wrapErr("reading", pt.Key, err)
 		}
@@ -179,24 +176,8 @@ func (c *Consumer) swap(ctx context.Context, pt *scanplan.Part, lease *locking.L
 	}
 
 	floors := c.plan.SwapFloors(pt, s)
-	stored := make(map[int8]gocql.UUID, len(floors))
-	for p, id := range floors {
-		stored[p] = gocql.UUID(id)
-	}
-	b := cql.Batch(c.session, gocql.LoggedBatch).WithContext(ctx)
-	stmt, args := lease.ReleaseStatementSetting(floorAssignments, pt.Bucket, stored)
-	b.Query(stmt, args...)
-	stmt, args = lease.ReceiptStatement()
-	b.Query(stmt, args...)
-	for _, r := range rows {
-		if r.Attempt == 0 {
-			b.Query(taskrow.Delete, r.KeyArgs()...)
-		} else {
-			b.Query(taskrow.DeleteIfExists, r.KeyArgs()...)
-		}
-	}
-	applied, err := lwt.Apply(ctx, func(context.Context) (bool, error) {
-		applied, err := lwt.Batch(c.session, b)
+	applied, err := lwt.Apply(ctx, func(ctx context.Context) (bool, error) {
+		applied, err := c.leasing.Swap(ctx, lease, pt.Bucket, floors, rows)
 		if c.afterSwap != nil {
 			err = c.afterSwap(err)
 		}
@@ -240,16 +221,7 @@ func (c *Consumer) marker(r taskrow.Row, at time.Time) taskrow.Row {
 // found when it comes due.
 func (c *Consumer) writeMarkers(ctx context.Context, rows []taskrow.Row) error {
 	defer c.touch(ctx, rows)
-	batches := taskrow.Group(rows)
-	ts := c.cluster.Stamp(c.cfg.Clock.Now())
-	return fanout.Each(len(batches), c.cfg.PartitionsInFlight, func(i int) error {
-		b := cql.Batch(c.session, gocql.UnloggedBatch).WithContext(ctx)
-		for _, idx := range batches[i] {
-			stmt, args := rows[idx].Insert(ts)
-			b.Query(stmt, args...)
-		}
-		return c.session.ExecuteBatch(b)
-	})
+	return c.leasing.WriteMarkers(ctx, rows, c.cluster.Stamp(c.cfg.Clock.Now()), c.cfg.PartitionsInFlight)
 }
 
 // dropMarkers deletes markers of a swap that did not apply. Their IDs are new, so the
@@ -258,14 +230,7 @@ func (c *Consumer) writeMarkers(ctx context.Context, rows []taskrow.Row) error {
 func (c *Consumer) dropMarkers(ctx context.Context, rows []taskrow.Row) {
 	rctx, cancel := lwt.ResolveContext(ctx)
 	defer cancel()
-	batches := taskrow.Group(rows)
-	if err := fanout.Each(len(batches), c.cfg.PartitionsInFlight, func(i int) error {
-		b := cql.Batch(c.session, gocql.UnloggedBatch).WithContext(rctx)
-		for _, idx := range batches[i] {
-			b.Query(taskrow.Delete, rows[idx].KeyArgs()...)
-		}
-		return c.session.ExecuteBatch(b)
-	}); err != nil {
+	if err := c.leasing.DropMarkers(rctx, rows, c.cfg.PartitionsInFlight); err != nil {
 		c.log.WarnContext(ctx, "deleting the markers of a swap that did not apply; their tasks may run twice", "queue", c.q.Name, "error", err)
 	}
 }
