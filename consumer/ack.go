@@ -4,14 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 
-	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 
 	"github.com/shardq/shardq"
-	"github.com/shardq/shardq/internal/cql"
 	"github.com/shardq/shardq/internal/fanout"
 	"github.com/shardq/shardq/internal/lwt"
 	"github.com/shardq/shardq/internal/taskindex"
@@ -102,11 +99,7 @@ func (c *Consumer) ackGroup(ctx context.Context, tasks []*Task) (lost []uuid.UUI
 	failed = map[uuid.UUID]error{}
 	batchUnknown := false
 	if len(tasks) > 1 {
-		b := cql.Batch(c.session, gocql.LoggedBatch).WithContext(ctx)
-		for _, t := range tasks {
-			b.Query(taskrow.DeleteIfExists, t.marker.KeyArgs()...)
-		}
-		applied, err := lwt.Batch(c.session, b)
+		applied, err := c.leasing.DeleteMarkers(ctx, markersOf(tasks))
 		if c.afterAck != nil {
 			err = c.afterAck(err)
 		}
@@ -144,48 +137,43 @@ func (c *Consumer) ackGroup(ctx context.Context, tasks []*Task) (lost []uuid.UUI
 func (c *Consumer) leftToAck(ctx context.Context, tasks []*Task) ([]*Task, error) {
 	rctx, cancel := lwt.ResolveContext(ctx)
 	defer cancel()
-	stmt := `SELECT id FROM tasks WHERE shard_key = ? AND (kind, priority, id) IN (` +
-		strings.TrimSuffix(strings.Repeat("(1, ?, ?), ", len(tasks)), ", ") + `)`
-	args := []any{tasks[0].marker.Key}
-	for _, t := range tasks {
-		args = append(args, t.marker.Priority, t.marker.ID)
-	}
-	there := map[gocql.UUID]bool{}
-	iter := cql.Query(c.session, stmt, args...).WithContext(rctx).Consistency(lwt.Serial).Iter()
-	var id gocql.UUID
-	for iter.Scan(&id) {
-		there[id] = true
-	}
-	if err := iter.Close(); err != nil {
+	there, err := c.leasing.MarkersThere(rctx, markersOf(tasks))
+	if err != nil {
 		return nil, err
 	}
 	now := c.cfg.Clock.Now()
 	var left []*Task
 	for _, t := range tasks {
-		if there[t.marker.ID] || !now.Before(t.Deadline) {
+		if there[uuid.UUID(t.marker.ID)] || !now.Before(t.Deadline) {
 			left = append(left, t)
 		}
 	}
 	return left, nil
 }
 
+func markersOf(tasks []*Task) []taskrow.Row {
+	markers := make([]taskrow.Row, len(tasks))
+	for i, t := range tasks {
+		markers[i] = t.marker
+	}
+	return markers
+}
+
 func (c *Consumer) ackOne(ctx context.Context, t *Task) error {
 	for range 2 {
 		applied, err := lwt.Apply(ctx, func(ctx context.Context) (bool, error) {
-			return cql.Query(c.session, taskrow.DeleteIfExists, t.marker.KeyArgs()...).
-				WithContext(ctx).RetryPolicy(lwt.NoRetry).MapScanCAS(map[string]any{})
+			return c.leasing.DeleteMarker(ctx, t.marker)
 		}, func(rctx context.Context, cause error) (bool, error) {
 			// A straggling delete can only remove this very marker, so reading it back at
 			// SERIAL settles the ack: gone before its deadline means no one else took it.
-			rerr := cql.Query(c.session, taskrow.SelectOne, t.marker.KeyArgs()...).
-				WithContext(rctx).Consistency(lwt.Serial).Scan(new(gocql.UUID))
+			there, rerr := c.leasing.MarkersThere(rctx, []taskrow.Row{t.marker})
 			switch {
-			case errors.Is(rerr, gocql.ErrNotFound) && c.cfg.Clock.Now().Before(t.Deadline):
-				return true, nil
-			case errors.Is(rerr, gocql.ErrNotFound):
-				return false, fmt.Errorf("%w: ack of %s after its deadline: %w", ErrOutcomeUnknown, t.ID, cause)
 			case rerr != nil:
 				return false, fmt.Errorf("%w: ack of %s: %w (reading back: %w)", ErrOutcomeUnknown, t.ID, cause, rerr)
+			case !there[uuid.UUID(t.marker.ID)] && c.cfg.Clock.Now().Before(t.Deadline):
+				return true, nil
+			case !there[uuid.UUID(t.marker.ID)]:
+				return false, fmt.Errorf("%w: ack of %s after its deadline: %w", ErrOutcomeUnknown, t.ID, cause)
 			}
 			return false, errRetryAck // still there: the delete did not apply
 		})

@@ -24,6 +24,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/consumer/internal/scanplan"
 	"github.com/shardq/shardq/internal/clustertime"
 	"github.com/shardq/shardq/internal/defaults"
 	"github.com/shardq/shardq/internal/locking"
@@ -31,6 +32,7 @@ import (
 	"github.com/shardq/shardq/internal/series"
 	"github.com/shardq/shardq/internal/sessionstate"
 	"github.com/shardq/shardq/internal/signal"
+	"github.com/shardq/shardq/internal/store"
 	"github.com/shardq/shardq/internal/taskrow"
 	"github.com/shardq/shardq/shard"
 )
@@ -45,7 +47,7 @@ const (
 	// SweepInterval is how often AcquireTasks looks for rows written later than
 	// MaxClockSkew: such a row is delivered at most about this long (plus the caller's
 	// poll interval) after its write, instead of when the ring comes back to it.
-	SweepInterval = 10 * time.Second
+	SweepInterval = scanplan.SweepInterval
 	// MaxTakeBytes bounds the payload bytes one locked read takes from a partition; the
 	// rest wait for the next call. Markers are written in batches of at most
 	// taskrow.MaxBatchBytes, so no write comes near Cassandra's mutation limit.
@@ -131,23 +133,10 @@ type Consumer struct {
 	locker  *locking.Locker
 	signals *signal.Toucher
 	series  *series.Env
+	leasing store.Leasing
 
-	mu           sync.Mutex      // guards the fields below, and the three above while init sets them
-	cursors      []int64         // per concurrency shard: the oldest bucket that may hold work
-	hot          map[string]bool // partitions whose last take was full: tried before any peek
-	floors       map[pkey]*floors
-	keptFloors   map[string]lapFloors         // per partition, the floors of the latest lap forgotten
-	next         int                          // the concurrency shard the next scan starts at
-	nextDue      time.Time                    // earliest upcoming row the last scan saw; zero if none
-	short        bool                         // the last call found fewer tasks than it asked for
-	pageRows     int                          // rows per page of a locked read, from the largest payload seen
-	fullAt       time.Time                    // when an idle scan last read every candidate
-	fullCells    map[signal.Cell]gocql.UUID   // the signal cells as that scan found them
-	upcoming     map[pkey]time.Time           // per partition, the next row seen coming due
-	lateChecked  map[pkey]signal.Slots        // finished partitions lateRow read, with their cell as swept before
-	swept        time.Time                    // when the signal cells were last read for late rows
-	cells        map[signal.Cell]signal.Slots // the lap's signal cells as last read; nil before
-	sweptCursors []int64                      // the cursors when the cells were last read
+	mu   sync.Mutex     // guards plan, and q, layout and locker while init sets them
+	plan *scanplan.Plan // what to read next and from where; nil before init
 
 	beforeSwap func()            // tests only: runs between the locked read and the swap
 	afterSwap  func(error) error // tests only: what the swap's LWT returned, and what to make of it
@@ -185,9 +174,8 @@ func New(session *gocql.Session, cfg Config) (*Consumer, error) {
 		cfg.Observer = shardq.NopObserver{}
 	}
 	signals := st.Signals
-	return &Consumer{session: session, cfg: cfg, log: cfg.Logger, state: st, cluster: cluster, hot: map[string]bool{},
-		floors: map[pkey]*floors{}, keptFloors: map[string]lapFloors{}, upcoming: map[pkey]time.Time{}, lateChecked: map[pkey]signal.Slots{}, pageRows: initialPageRows,
-		signals: signals, series: &series.Env{Session: session, Clock: cfg.Clock, Cluster: cluster, Log: cfg.Logger, Signals: signals, Bus: st.Bus}}, nil
+	return &Consumer{session: session, cfg: cfg, log: cfg.Logger, state: st, cluster: cluster, signals: signals, leasing: store.CassandraLeasing(session),
+		series: &series.Env{Session: session, Clock: cfg.Clock, Cluster: cluster, Log: cfg.Logger, Signals: signals, Bus: st.Bus}}, nil
 }
 
 // init loads the queue's settings once; a failure is retried on the next call.
@@ -207,13 +195,12 @@ func (c *Consumer) init(ctx context.Context) error {
 		return err
 	}
 	c.q, c.layout, c.locker = q, q.Layout(), locker
-	c.cursors = make([]int64, q.ShardCount)
-	start := c.layout.Bucket(c.cfg.Clock.Now()) - int64(q.BucketCount) + 1
-	for i := range c.cursors {
-		c.cursors[i] = start // a new consumer looks back one whole lap
-	}
+	layout := c.layout
 	// Start consumers at different shards so that N consumers on S shards rarely collide.
-	c.next = rand.IntN(q.ShardCount)
+	c.plan = scanplan.New(scanplan.Config{Layout: layout, Skew: c.cfg.MaxClockSkew, LookAhead: c.cfg.LookAhead,
+		MaxTakeBytes: MaxTakeBytes, MaxPageRows: MaxAcquire,
+		SlotStart: func(b int64, slot int) time.Time { return signal.SlotStart(layout, b, slot) },
+	}, c.cfg.Clock.Now(), rand.IntN(q.ShardCount))
 	return nil
 }
 
@@ -235,29 +222,24 @@ func (c *Consumer) AcquireTasks(ctx context.Context, n int) ([]*Task, error) {
 	}
 	now := c.cfg.Clock.Now()
 	c.sweep(ctx, now)
-	c.mu.Lock()
-	idle := c.short
-	c.mu.Unlock()
-	parts := c.candidates(now)
+	parts := c.plan.Candidates(now)
+	idle := c.plan.Begin()
 	// Partitions whose last take was full are assumed to hold more: when they can fill
 	// the call, they are tried first without reading the others. Otherwise, or when they
 	// fall short, every candidate is peeked at once, so an idle queue costs one round of
 	// parallel reads, not one read after another.
 	assumed := 0
 	for _, pt := range parts {
-		assumed += pt.avail
+		assumed += pt.Avail
 	}
 	var out []*Task
-	c.mu.Lock()
-	c.nextDue = time.Time{}
-	c.mu.Unlock()
 	if assumed >= n {
 		out = c.takeAll(ctx, parts, n, now)
 	}
 	var readErr error
 	if len(out) < n {
 		for i := range parts {
-			parts[i].avail = 0
+			parts[i].Avail = 0
 		}
 		var look func()
 		look, readErr = c.peekAll(ctx, parts, n-len(out), now, idle)
@@ -271,12 +253,10 @@ func (c *Consumer) AcquireTasks(ctx context.Context, n int) ([]*Task, error) {
 		}
 		got := c.takeAll(ctx, taking, n-len(out), now)
 		looking.Wait()
-		c.advance(parts, now)
+		c.plan.Advance(parts, now)
 		out = append(out, got...)
 	}
-	c.mu.Lock()
-	c.short = len(out) < n
-	c.mu.Unlock()
+	c.plan.End(len(out) < n)
 	if len(out) == 0 && readErr != nil {
 		return nil, readErr
 	}
@@ -287,76 +267,6 @@ func (c *Consumer) AcquireTasks(ctx context.Context, n int) ([]*Task, error) {
 		return a.visible.Compare(b.visible)
 	})
 	return out, nil
-}
-
-// part is one partition a scan considers.
-type part struct {
-	key      string
-	shard    int
-	bucket   int64
-	ahead    bool      // a bucket that starts after now: read only for NextDue
-	avail    int       // rows visible now, as far as seen (peekLimit: maybe more)
-	next     time.Time // earliest row seen that is not yet visible; zero if none
-	finished bool      // a past bucket with nothing of its lap left: the cursor may pass it
-	err      error     // reading it failed
-}
-
-// candidates lists the partitions to look at, shard by shard from a rotating start so
-// that consumers spread over shards, oldest bucket first within a shard, up to the
-// bucket LookAhead from now.
-func (c *Consumer) candidates(now time.Time) []part {
-	bNow := c.layout.Bucket(now)
-	bLast := c.layout.Bucket(now.Add(c.cfg.LookAhead))
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	first := c.next
-	c.next = (c.next + 1) % c.q.ShardCount
-	var parts []part
-	for i := range c.q.ShardCount {
-		s := (first + i) % c.q.ShardCount
-		for b := max(c.cursors[s], bNow-int64(c.q.BucketCount)+1); b <= bLast; b++ {
-			key := c.layout.Key(b, s)
-			pt := part{key: key, shard: s, bucket: b, ahead: b > bNow}
-			if c.hot[key] && !pt.ahead {
-				pt.avail = peekLimit
-			}
-			parts = append(parts, pt)
-		}
-	}
-	return parts
-}
-
-// advance moves each shard's cursor past its leading run of finished buckets, forgets
-// the floors of partitions behind the cursors, and records the earliest upcoming row for
-// NextDue.
-func (c *Consumer) advance(parts []part, now time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	blocked := map[int]bool{}
-	for _, pt := range parts {
-		if !pt.next.IsZero() && (c.nextDue.IsZero() || pt.next.Before(c.nextDue)) {
-			c.nextDue = pt.next
-		}
-		if blocked[pt.shard] || !pt.finished {
-			blocked[pt.shard] = true
-			continue
-		}
-		if c.cursors[pt.shard] <= pt.bucket {
-			c.cursors[pt.shard] = pt.bucket + 1
-		}
-	}
-	lapStart := c.layout.Bucket(now) - int64(c.q.BucketCount) + 1
-	for k, f := range c.floors {
-		if _, _, s, err := shard.ParseKey(k.key); err != nil || k.bucket < max(c.cursors[s], lapStart) {
-			if kept, ok := c.keptFloors[k.key]; !ok || kept.bucket < k.bucket {
-				c.keptFloors[k.key] = lapFloors{k.bucket, *f}
-			}
-			delete(c.floors, k)
-			delete(c.hot, k.key)
-			delete(c.upcoming, k)
-			delete(c.lateChecked, k)
-		}
-	}
 }
 
 // Queue returns the settings of the consumer's queue, loading them on first use.
@@ -376,8 +286,12 @@ func (c *Consumer) Queue(ctx context.Context) (shardq.QueueConfig, error) {
 // none. Tasks scheduled since then are not counted.
 func (c *Consumer) NextDue() time.Time {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.nextDue
+	p := c.plan
+	c.mu.Unlock()
+	if p == nil {
+		return time.Time{}
+	}
+	return p.NextDue()
 }
 
 // observeFailure reports one partition's failure and goes on.
@@ -407,51 +321,31 @@ func (c *Consumer) touch(ctx context.Context, rows []taskrow.Row) {
 
 // touchedCells reads which signal cells of the buckets of parts were touched, or nil when
 // they cannot be read.
-func (c *Consumer) touchedCells(ctx context.Context, parts []part) map[signal.Cell]gocql.UUID {
+func (c *Consumer) touchedCells(ctx context.Context, parts []scanplan.Part) scanplan.Cells {
 	if len(parts) == 0 {
 		return nil
 	}
-	from, to := parts[0].bucket, parts[0].bucket
+	from, to := parts[0].Bucket, parts[0].Bucket
 	for _, pt := range parts {
-		from, to = min(from, pt.bucket), max(to, pt.bucket)
+		from, to = min(from, pt.Bucket), max(to, pt.Bucket)
 	}
 	cells, err := signal.Cells(ctx, c.session, c.q.Name, from, to)
 	if err != nil {
 		c.log.WarnContext(ctx, "reading wake-up signals; reading every partition", "queue", c.q.Name, "error", err)
 		return nil
 	}
-	return cells
+	out := make(scanplan.Cells, len(cells))
+	for cell, v := range cells {
+		out[scanplan.Cell{Bucket: cell.Bucket, Shard: cell.Shard}] = uuid.UUID(v)
+	}
+	return out
 }
 
-// cellOf is pt's signal cell.
-func (c *Consumer) cellOf(pt *part) signal.Cell {
-	return signal.Cell{Queue: c.q.Name, Bucket: pt.bucket, Shard: pt.shard}
-}
-
-// untouched reports whether cells (when known) show that nothing was written into pt in
-// its lap: no task, no marker, so no swap either.
-func (c *Consumer) untouched(cells map[signal.Cell]gocql.UUID, pt *part) bool {
-	_, ok := cells[c.cellOf(pt)]
-	return cells != nil && !ok
-}
-
-// sweep finds rows written later than MaxClockSkew. Every write touches the entry of its
-// cell's slot with the earliest row time it wrote, and an entry keeps the touch made last
-// in real time, so once per SweepInterval one read of the lap's cells shows each slot
-// written since the last sweep, and when it was touched last. Floors rest at least
-// MaxClockSkew below the reading consumer's clock, which is within half of it from the
-// cluster's (checkSkew), so a slot last touched within half MaxClockSkew of its start
-// holds no row written after a read that passed it. One touched later may hold a late
-// write if this consumer's floors for its partition lie above the slot's start, or its
-// bucket was passed by the cursor by the last sweep, or (for a partition it holds no
-// floors for) it starts before the last sweep less MaxClockSkew: the partition's floors
-// are lowered below the slot and the cursor moved back, so the next scan reads it. (A
-// write whose touch failed is found when the ring comes back to its partition.)
+// sweep finds rows written later than MaxClockSkew, once per SweepInterval, by reading
+// the lap's signal cells (see scanplan.Plan.Swept), and sends the next scan back to read
+// them.
 func (c *Consumer) sweep(ctx context.Context, now time.Time) {
-	c.mu.Lock()
-	due := c.cells == nil || !now.Before(c.swept.Add(SweepInterval))
-	c.mu.Unlock()
-	if !due {
+	if !c.plan.SweepDue(now) {
 		return
 	}
 	c.checkSkew(ctx, now)
@@ -461,105 +355,31 @@ func (c *Consumer) sweep(ctx context.Context, now time.Time) {
 		c.log.WarnContext(ctx, "reading wake-up signals for late rows", "queue", c.q.Name, "error", err)
 		return
 	}
-	c.mu.Lock()
-	last, lateBefore, passed := c.cells, c.swept.Add(-c.cfg.MaxClockSkew), c.sweptCursors
-	c.cells, c.swept, c.sweptCursors = cells, now, slices.Clone(c.cursors)
-	late, unsure := lateSlots(sweepState{
-		layout: c.layout, skew: c.cfg.MaxClockSkew, offset: now.Sub(c.cluster.Now()),
-		cells: cells, touched: touched, last: last, lateBefore: lateBefore,
-		passed: passed, cursors: c.cursors, floors: c.floors,
-	})
-	c.mu.Unlock()
+	slots := make(map[scanplan.Cell]scanplan.Slots, len(cells))
+	for cell, ss := range cells {
+		out := make(scanplan.Slots, len(ss))
+		for slot, v := range ss {
+			out[slot] = uuid.UUID(v)
+		}
+		slots[scanplan.Cell{Bucket: cell.Bucket, Shard: cell.Shard}] = out
+	}
+	touches := make(map[scanplan.Entry]time.Time, len(touched))
+	for e, t := range touched {
+		touches[scanplan.Entry{Cell: scanplan.Cell{Bucket: e.Bucket, Shard: e.Shard}, Slot: e.Slot}] = t
+	}
+	late, unsure := c.plan.Swept(now, now.Sub(c.cluster.Now()), slots, touches)
 	for cell := range unsure {
-		pt := part{key: c.layout.Key(cell.Bucket, cell.Shard), shard: cell.Shard, bucket: cell.Bucket}
+		pt := scanplan.Part{Key: c.layout.Key(cell.Bucket, cell.Shard), Shard: cell.Shard, Bucket: cell.Bucket}
 		if at, ok := c.firstVisible(ctx, &pt, now); ok {
 			late[cell] = at
 		}
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.plan.Late(late)
 	for cell, at := range late {
-		k := pkey{c.layout.Key(cell.Bucket, cell.Shard), cell.Bucket}
-		below := gocql.UUID(shard.MinID(at.Add(-100 * time.Nanosecond)))
-		if _, ok := c.floors[k]; !ok {
-			// Floors recorded by others may lie above the late rows: read the lap.
-			below = minID(below, gocql.UUID(shard.MinID(c.layout.BucketStart(cell.Bucket-int64(c.q.BucketCount)))))
-			c.floors[k] = &floors{}
-		}
-		for p, f := range c.floors[k] {
-			c.floors[k][p] = minID(f, below)
-			if f == (gocql.UUID{}) {
-				c.floors[k][p] = below
-			}
-		}
-		c.cursors[cell.Shard] = min(c.cursors[cell.Shard], cell.Bucket)
-		// An idle scan reads, between full scans, only partitions marked or whose cell
-		// changed since the last full one, which a late write may not have.
-		c.upcoming[k] = revisit
 		c.log.DebugContext(ctx, "a write since the last sweep may lie below the floors; reading its partition again",
-			"queue", c.q.Name, "shard_key", k.key, "from", at)
+			"queue", c.q.Name, "shard_key", c.layout.Key(cell.Bucket, cell.Shard), "from", at)
 	}
 }
-
-// sweepState is what a sweep decides from: the lap's cells as just read (cells, and when
-// each slot was touched by the cluster's clock), as the last sweep read them (last), and
-// the consumer's cursors, floors and clock offset from the cluster's.
-type sweepState struct {
-	layout     shard.Layout
-	skew       time.Duration // MaxClockSkew
-	offset     time.Duration // the consumer's clock less the cluster's
-	cells      map[signal.Cell]signal.Slots
-	touched    map[signal.Entry]time.Time
-	last       map[signal.Cell]signal.Slots
-	lateBefore time.Time // the last sweep less skew
-	passed     []int64   // the cursors at the last sweep
-	cursors    []int64
-	floors     map[pkey]*floors
-}
-
-// lateSlots returns, per cell, where its floors must go below for a late write (late),
-// and the cells passed since the last sweep and written into after their slot could still
-// be written on time, which only a read tells (unsure). See sweep.
-func lateSlots(st sweepState) (late map[signal.Cell]time.Time, unsure map[signal.Cell]bool) {
-	late, unsure = map[signal.Cell]time.Time{}, map[signal.Cell]bool{}
-	for cell, slots := range st.cells {
-		if st.last == nil || cell.Shard >= len(st.cursors) {
-			continue // a new consumer reads the whole lap anyway
-		}
-		f, haveFloors := st.floors[pkey{st.layout.Key(cell.Bucket, cell.Shard), cell.Bucket}]
-		for slot, v := range slots {
-			start := signal.SlotStart(st.layout, cell.Bucket, slot)
-			touched := st.touched[signal.Entry{Cell: cell, Slot: slot}].Add(st.offset)
-			if st.last[cell][slot] == v || !touched.After(start.Add(st.skew/2-clockError)) {
-				continue // not touched since the last sweep, or on time
-			}
-			switch {
-			case cell.Bucket < st.passed[cell.Shard],
-				haveFloors && f.above(start),
-				!haveFloors && start.Before(st.lateBefore):
-				// Written into a bucket the cursor had passed by the last sweep, or where
-				// the floors may lie above its rows: late. The entry holds the last touch of
-				// its slot, whose rows may lie above an earlier late touch's, so the slot's
-				// start decides, and the floors go below it.
-				if t, ok := late[cell]; !ok || start.Before(t) {
-					late[cell] = start
-				}
-			case cell.Bucket < st.cursors[cell.Shard]:
-				// Passed since the last sweep: the write may have come before the pass (and
-				// been read by it) or after.
-				unsure[cell] = true
-			}
-		}
-	}
-	for cell := range late {
-		delete(unsure, cell)
-	}
-	return late, unsure
-}
-
-// clockError bounds how far the cluster's time as a writer estimated it (internal/clustertime),
-// which its rows' times come from, may lie from the coordinators' clocks that stamp touches.
-const clockError = 100 * time.Millisecond
 
 // checkSkew reports a Clock more than half MaxClockSkew from the cluster's time.
 func (c *Consumer) checkSkew(ctx context.Context, now time.Time) {

@@ -6,10 +6,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/gocql/gocql"
+	"github.com/google/uuid"
 
 	"github.com/shardq/shardq"
-	"github.com/shardq/shardq/internal/cql"
 	"github.com/shardq/shardq/internal/deadletters"
 	"github.com/shardq/shardq/internal/lwt"
 	"github.com/shardq/shardq/internal/taskindex"
@@ -69,11 +68,7 @@ func (c *Consumer) relocate(ctx context.Context, t *Task, at time.Time, state ta
 	var write func(context.Context) (bool, error)
 	if next.Key == t.marker.Key {
 		write = func(ctx context.Context) (bool, error) {
-			b := cql.Batch(c.session, gocql.LoggedBatch).WithContext(ctx)
-			b.Query(taskrow.DeleteIfExists, t.marker.KeyArgs()...)
-			stmt, args := next.Insert(c.cluster.Stamp(c.cfg.Clock.Now()))
-			b.Query(stmt, args...)
-			return lwt.Batch(c.session, b)
+			return c.leasing.ReplaceMarker(ctx, t.marker, next, c.cluster.Stamp(c.cfg.Clock.Now()))
 		}
 	} else {
 		if err := c.writeMarkers(ctx, []taskrow.Row{next}); err != nil {
@@ -81,8 +76,7 @@ func (c *Consumer) relocate(ctx context.Context, t *Task, at time.Time, state ta
 			return t.marker, fmt.Errorf("consumer: moving the lease of %s: %w", t.ID, err)
 		}
 		write = func(ctx context.Context) (bool, error) {
-			applied, err := cql.Query(c.session, taskrow.DeleteIfExists, t.marker.KeyArgs()...).
-				WithContext(ctx).RetryPolicy(lwt.NoRetry).MapScanCAS(map[string]any{})
+			applied, err := c.leasing.DeleteMarker(ctx, t.marker)
 			if (err == nil && !applied) || lwt.Definite(err) {
 				c.dropMarkers(ctx, []taskrow.Row{next})
 			}
@@ -98,8 +92,8 @@ func (c *Consumer) relocate(ctx context.Context, t *Task, at time.Time, state ta
 	}
 	applied, err := lwt.Apply(ctx, write, func(rctx context.Context, cause error) (bool, error) {
 		// The old marker gone before its deadline means only this holder removed it.
-		rerr := cql.Query(c.session, taskrow.SelectOne, t.marker.KeyArgs()...).WithContext(rctx).Consistency(lwt.Serial).Scan(new(gocql.UUID))
-		if errors.Is(rerr, gocql.ErrNotFound) && c.cfg.Clock.Now().Before(t.Deadline) {
+		there, rerr := c.leasing.MarkersThere(rctx, []taskrow.Row{t.marker})
+		if rerr == nil && !there[uuid.UUID(t.marker.ID)] && c.cfg.Clock.Now().Before(t.Deadline) {
 			return true, nil
 		}
 		return false, fmt.Errorf("%w: moving the lease of %s: %w", ErrOutcomeUnknown, t.ID, cause)

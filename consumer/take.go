@@ -10,7 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/shardq/shardq"
-	"github.com/shardq/shardq/internal/cql"
+	"github.com/shardq/shardq/consumer/internal/scanplan"
 	"github.com/shardq/shardq/internal/fanout"
 	"github.com/shardq/shardq/internal/locking"
 	"github.com/shardq/shardq/internal/lwt"
@@ -26,19 +26,19 @@ import (
 // all it was asked and may hold more goes back in line. Every round either retires
 // partitions or gains tasks, so the loop ends. Shards another consumer holds are
 // skipped, and a partition that fails is reported and skipped.
-func (c *Consumer) takeAll(ctx context.Context, parts []part, n int, now time.Time) []*Task {
-	var line []part
+func (c *Consumer) takeAll(ctx context.Context, parts []scanplan.Part, n int, now time.Time) []*Task {
+	var line []scanplan.Part
 	for _, pt := range parts {
-		if pt.avail > 0 && pt.err == nil {
+		if pt.Avail > 0 && pt.Err == nil {
 			line = append(line, pt)
 		}
 	}
 	var out []*Task
 	for len(line) > 0 && len(out) < n {
-		var round []part
+		var round []scanplan.Part
 		var shares []int
 		for want := n - len(out); len(line) > 0 && want > 0; line = line[1:] {
-			share := min(line[0].avail, want)
+			share := min(line[0].Avail, want)
 			round, shares = append(round, line[0]), append(shares, share)
 			want -= share
 		}
@@ -48,7 +48,7 @@ func (c *Consumer) takeAll(ctx context.Context, parts []part, n int, now time.Ti
 			var err error
 			got[i], full[i], err = c.take(ctx, &round[i], shares[i], now)
 			if err != nil && !errors.Is(err, locking.ErrLockHeld) {
-				c.observeFailure(ctx, round[i].key, "take", err)
+				c.observeFailure(ctx, round[i].Key, "take", err)
 			}
 			return nil
 		})
@@ -56,10 +56,10 @@ func (c *Consumer) takeAll(ctx context.Context, parts []part, n int, now time.Ti
 			if len(g) == 0 {
 				// Seen to hold due rows but skipped (its lock was held, its swap did not
 				// apply, or it failed): try again soon rather than sleep past them.
-				c.retrySoon(now, &round[i])
+				c.plan.Skipped(&round[i], now)
 			}
 			out = append(out, g...)
-			if full[i] && round[i].avail >= peekLimit {
+			if full[i] && round[i].Avail >= scanplan.PeekLimit {
 				line = append(line, round[i])
 			}
 		}
@@ -67,47 +67,27 @@ func (c *Consumer) takeAll(ctx context.Context, parts []part, n int, now time.Ti
 	return out
 }
 
-// skipRetry is how soon a consumer looks again at partitions it saw due rows in but
-// could not take from.
-const skipRetry = 100 * time.Millisecond
-
-// retrySoon brings NextDue forward to skipRetry from now, and marks pt to be read again.
-func (c *Consumer) retrySoon(now time.Time, pt *part) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.upcoming[pkey{pt.key, pt.bucket}] = revisit
-	if at := now.Add(skipRetry); c.nextDue.IsZero() || at.Before(c.nextDue) {
-		c.nextDue = at
-	}
-}
-
 // take leases up to want due rows of one partition. It reports whether it found as many
 // rows as it read for (the partition may hold more).
-func (c *Consumer) take(ctx context.Context, pt *part, want int, now time.Time) ([]*Task, bool, error) {
+func (c *Consumer) take(ctx context.Context, pt *scanplan.Part, want int, now time.Time) ([]*Task, bool, error) {
 	if err := c.loadFloors(ctx, pt); err != nil {
 		return nil, false, err
 	}
 	t0 := time.Now()
-	lease, err := c.locker.Acquire(ctx, pt.key)
+	lease, err := c.locker.Acquire(ctx, pt.Key)
 	if errors.Is(err, locking.ErrLockHeld) {
-		c.cfg.Observer.Observe(ctx, shardq.LockContended{Queue: c.q.Name, ShardKey: pt.key})
+		c.cfg.Observer.Observe(ctx, shardq.LockContended{Queue: c.q.Name, ShardKey: pt.Key})
 	}
 	if err != nil {
 		return nil, false, err
 	}
 	lockWait := time.Since(t0)
 	rows, s, err := c.lockedRead(ctx, pt, want, now)
-	full := err == nil && s.cut
-	c.mu.Lock()
-	if full {
-		c.hot[pt.key] = true
-	} else {
-		delete(c.hot, pt.key)
-	}
-	c.mu.Unlock()
+	full := err == nil && s.Cut()
+	c.plan.Taken(pt, full)
 	if err != nil || len(rows) == 0 {
 		if err == nil {
-			c.raiseFloors(pt, s)
+			c.plan.Read(pt, s)
 		}
 		return nil, false, errors.Join(err, c.release(ctx, lease))
 	}
@@ -116,59 +96,42 @@ func (c *Consumer) take(ctx context.Context, pt *part, want int, now time.Time) 
 	}
 	tasks, err := c.swap(ctx, pt, lease, rows, s, now)
 	if len(tasks) > 0 {
-		c.cfg.Observer.Observe(ctx, shardq.BatchAcquired{Queue: c.q.Name, ShardKey: pt.key, Size: len(tasks), LockWait: lockWait})
+		c.cfg.Observer.Observe(ctx, shardq.BatchAcquired{Queue: c.q.Name, ShardKey: pt.Key, Size: len(tasks), LockWait: lockWait})
 	}
 	return tasks, full, err
 }
 
 // lockedRead reads up to want visible rows of pt above its floors, and at most
-// MaxTakeBytes of payload, highest priority first. The span reports cut when it stopped
+// MaxTakeBytes of payload, highest priority first. The span is cut when the read stopped
 // at either limit.
-func (c *Consumer) lockedRead(ctx context.Context, pt *part, want int, now time.Time) ([]taskrow.Row, span, error) {
-	s := span{readAt: now}
+func (c *Consumer) lockedRead(ctx context.Context, pt *scanplan.Part, want int, now time.Time) ([]taskrow.Row, scanplan.Span, error) {
+	s := scanplan.NewSpan(now)
 	if c.failRead != nil {
-		if err := c.failRead(pt.key); err != nil {
+		if err := c.failRead(pt.Key); err != nil {
 			return nil, s, err
 		}
 	}
-	f, _ := c.floorsOf(pt)
-	c.mu.Lock()
-	pageRows := c.pageRows
-	c.mu.Unlock()
+	pageRows := c.plan.PageRows()
 	var rows []taskrow.Row
 	bytes := 0
-	for _, g := range c.plan(&f) {
+	for _, g := range c.plan.TakeGroups(pt) {
 		rest := want - len(rows)
-		iter := cql.Query(c.session, taskrow.SelectRange, pt.key, g.prios, g.floor, gocql.UUID(shard.MaxID(now)), rest).
-			WithContext(ctx).PageSize(min(rest, pageRows)).Iter()
-		got, cut, err := taskrow.Scan(iter, pt.key, MaxTakeBytes-bytes)
+		got, cut, err := c.leasing.Rows(ctx, pt.Key, g.Prios, g.Floor, shard.MaxID(now), rest, min(rest, pageRows), MaxTakeBytes-bytes)
 		if err != nil {
-			return nil, s, wrapErr("reading", pt.key, err)
+			return nil, s, wrapErr("reading", pt.Key, err)
 		}
 		for _, r := range got {
-			s.note(r.Priority, r.ID)
+			s.Note(r.Priority, uuid.UUID(r.ID))
 			bytes += len(r.Payload)
-			c.sawPayload(len(r.Payload))
+			c.plan.SawPayload(len(r.Payload))
 		}
 		rows = append(rows, got...)
-		s.cover(g, cut || len(got) == rest)
-		if s.cut {
+		s.Cover(g, cut || len(got) == rest)
+		if s.Cut() {
 			break
 		}
 	}
 	return rows, s, nil
-}
-
-// sawPayload shrinks locked reads' pages once large payloads appear, so one page stays
-// near MaxTakeBytes.
-func (c *Consumer) sawPayload(n int) {
-	if n == 0 {
-		return
-	}
-	rows := max(1, min(MaxAcquire, MaxTakeBytes/n))
-	c.mu.Lock()
-	c.pageRows = min(c.pageRows, rows)
-	c.mu.Unlock()
 }
 
 // swap leases rows: it writes a timeout marker per task into the partition of its
@@ -177,7 +140,7 @@ func (c *Consumer) sawPayload(n int) {
 // exists (its holder may be acking it right now). The batch also records the partition's
 // new floors and leaves the lease's receipt, which settles an unknown outcome. Markers of
 // a swap that did not apply are deleted.
-func (c *Consumer) swap(ctx context.Context, pt *part, lease *locking.Lease, rows []taskrow.Row, s span, now time.Time) ([]*Task, error) {
+func (c *Consumer) swap(ctx context.Context, pt *scanplan.Part, lease *locking.Lease, rows []taskrow.Row, s scanplan.Span, now time.Time) ([]*Task, error) {
 	tasks := make([]*Task, len(rows))
 	markers := make([]taskrow.Row, len(rows))
 	for i, r := range rows {
@@ -206,33 +169,15 @@ func (c *Consumer) swap(ctx context.Context, pt *part, lease *locking.Lease, row
 	<-indexed
 	if err = errors.Join(err, indexErr); err != nil {
 		c.dropMarkers(ctx, markers)
-		return nil, errors.Join(wrapErr("writing markers for", pt.key, err), c.release(ctx, lease))
+		return nil, errors.Join(wrapErr("writing markers for", pt.Key, err), c.release(ctx, lease))
 	}
 	if c.crashed("swap") {
 		return nil, errCrashed
 	}
 
-	f, _ := c.floorsOf(pt)
-	s.consumed = true
-	f.raise(s, c.cfg.MaxClockSkew)
-	stored := make(map[int8]gocql.UUID, nPriorities)
-	for p, id := range f {
-		stored[int8(p)] = id
-	}
-	b := cql.Batch(c.session, gocql.LoggedBatch).WithContext(ctx)
-	stmt, args := lease.ReleaseStatementSetting(floorAssignments, pt.bucket, stored)
-	b.Query(stmt, args...)
-	stmt, args = lease.ReceiptStatement()
-	b.Query(stmt, args...)
-	for _, r := range rows {
-		if r.Attempt == 0 {
-			b.Query(taskrow.Delete, r.KeyArgs()...)
-		} else {
-			b.Query(taskrow.DeleteIfExists, r.KeyArgs()...)
-		}
-	}
-	applied, err := lwt.Apply(ctx, func(context.Context) (bool, error) {
-		applied, err := lwt.Batch(c.session, b)
+	floors := c.plan.SwapFloors(pt, s)
+	applied, err := lwt.Apply(ctx, func(ctx context.Context) (bool, error) {
+		applied, err := c.leasing.Swap(ctx, lease, pt.Bucket, floors, rows)
 		if c.afterSwap != nil {
 			err = c.afterSwap(err)
 		}
@@ -241,7 +186,7 @@ func (c *Consumer) swap(ctx context.Context, pt *part, lease *locking.Lease, row
 	switch {
 	case err != nil && lwt.Definite(err):
 		c.dropMarkers(ctx, markers)
-		return nil, errors.Join(wrapErr("swapping in", pt.key, err), c.release(ctx, lease))
+		return nil, errors.Join(wrapErr("swapping in", pt.Key, err), c.release(ctx, lease))
 	case err != nil:
 		// Unsettled: the markers stay, so the tasks come back at their deadline if the
 		// swap applied; if it did not, they are also still pending. A duplicate, never a
@@ -251,17 +196,13 @@ func (c *Consumer) swap(ctx context.Context, pt *part, lease *locking.Lease, row
 	if !applied {
 		// The lock expired under us, or a marker we meant to redeliver was acked first.
 		// Nothing changed; the partition is read afresh next time.
-		c.log.DebugContext(ctx, "swap not applied", "shard_key", pt.key)
+		c.log.DebugContext(ctx, "swap not applied", "shard_key", pt.Key)
 		c.dropMarkers(ctx, markers)
 		return nil, c.release(ctx, lease)
 	}
-	c.mu.Lock()
-	if cur, ok := c.floors[pkey{pt.key, pt.bucket}]; ok {
-		cur.raise(s, c.cfg.MaxClockSkew)
-	}
-	c.mu.Unlock()
+	c.plan.Swapped(pt, s)
 	c.advanceSeries(ctx, tasks, true)
-	c.log.DebugContext(ctx, "leased tasks", "shard_key", pt.key, "tasks", len(tasks), "fencing_token", lease.Token())
+	c.log.DebugContext(ctx, "leased tasks", "shard_key", pt.Key, "tasks", len(tasks), "fencing_token", lease.Token())
 	return tasks, nil
 }
 
@@ -280,16 +221,7 @@ func (c *Consumer) marker(r taskrow.Row, at time.Time) taskrow.Row {
 // found when it comes due.
 func (c *Consumer) writeMarkers(ctx context.Context, rows []taskrow.Row) error {
 	defer c.touch(ctx, rows)
-	batches := taskrow.Group(rows)
-	ts := c.cluster.Stamp(c.cfg.Clock.Now())
-	return fanout.Each(len(batches), c.cfg.PartitionsInFlight, func(i int) error {
-		b := cql.Batch(c.session, gocql.UnloggedBatch).WithContext(ctx)
-		for _, idx := range batches[i] {
-			stmt, args := rows[idx].Insert(ts)
-			b.Query(stmt, args...)
-		}
-		return c.session.ExecuteBatch(b)
-	})
+	return c.leasing.WriteMarkers(ctx, rows, c.cluster.Stamp(c.cfg.Clock.Now()), c.cfg.PartitionsInFlight)
 }
 
 // dropMarkers deletes markers of a swap that did not apply. Their IDs are new, so the
@@ -298,14 +230,7 @@ func (c *Consumer) writeMarkers(ctx context.Context, rows []taskrow.Row) error {
 func (c *Consumer) dropMarkers(ctx context.Context, rows []taskrow.Row) {
 	rctx, cancel := lwt.ResolveContext(ctx)
 	defer cancel()
-	batches := taskrow.Group(rows)
-	if err := fanout.Each(len(batches), c.cfg.PartitionsInFlight, func(i int) error {
-		b := cql.Batch(c.session, gocql.UnloggedBatch).WithContext(rctx)
-		for _, idx := range batches[i] {
-			b.Query(taskrow.Delete, rows[idx].KeyArgs()...)
-		}
-		return c.session.ExecuteBatch(b)
-	}); err != nil {
+	if err := c.leasing.DropMarkers(rctx, rows, c.cfg.PartitionsInFlight); err != nil {
 		c.log.WarnContext(ctx, "deleting the markers of a swap that did not apply; their tasks may run twice", "queue", c.q.Name, "error", err)
 	}
 }

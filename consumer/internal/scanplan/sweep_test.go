@@ -1,10 +1,9 @@
-package consumer
+package scanplan
 
 import (
 	"testing"
 	"time"
 
-	"github.com/gocql/gocql"
 	"github.com/stretchr/testify/require"
 
 	"github.com/shardq/shardq"
@@ -16,7 +15,7 @@ import (
 // (its floors rest at now less the skew), with one cell of b touched since the last sweep.
 type sweepCase struct {
 	st   sweepState
-	cell signal.Cell
+	cell Cell
 	b    int64
 	now  time.Time
 }
@@ -29,14 +28,15 @@ func newSweepCase(t *testing.T, offset time.Duration) *sweepCase {
 	b := l.Bucket(now)
 	var f floors
 	for p := range f {
-		f[p] = gocql.UUID(shard.MinID(now.Add(-2 * time.Second)))
+		f[p] = shard.MinID(now.Add(-2 * time.Second))
 	}
-	cell := signal.Cell{Queue: "q", Bucket: b, Shard: 1}
+	cell := Cell{Bucket: b, Shard: 1}
 	return &sweepCase{
 		st: sweepState{
 			layout: l, skew: 2 * time.Second, offset: offset,
-			cells: map[signal.Cell]signal.Slots{cell: {}}, touched: map[signal.Entry]time.Time{},
-			last: map[signal.Cell]signal.Slots{}, lateBefore: now.Add(-12 * time.Second),
+			slotStart: func(b int64, slot int) time.Time { return signal.SlotStart(l, b, slot) },
+			cells:     map[Cell]Slots{cell: {}}, touched: map[Entry]time.Time{},
+			last: map[Cell]Slots{}, lateBefore: now.Add(-12 * time.Second),
 			passed: []int64{b, b}, cursors: []int64{b, b},
 			floors: map[pkey]*floors{{l.Key(b, 1), b}: &f},
 		},
@@ -47,12 +47,12 @@ func newSweepCase(t *testing.T, offset time.Duration) *sweepCase {
 // touch records that slot's entry now holds a row of time at, touched at touched by the
 // cluster's clock.
 func (c *sweepCase) touch(slot int, at, touched time.Time) {
-	c.st.cells[c.cell][slot] = gocql.UUID(shard.NewID(at))
-	c.st.touched[signal.Entry{Cell: c.cell, Slot: slot}] = touched
+	c.st.cells[c.cell][slot] = shard.NewID(at)
+	c.st.touched[Entry{Cell: c.cell, Slot: slot}] = touched
 }
 
 func (c *sweepCase) slotStart(slot int) time.Time {
-	return signal.SlotStart(c.st.layout, c.b, slot)
+	return c.st.slotStart(c.b, slot)
 }
 
 // A slot whose rows lie below the floors but whose last touch came within half the skew
@@ -78,7 +78,7 @@ func TestSweepFindsALateTouchBelowFloors(t *testing.T) {
 	c.touch(0, c.slotStart(0).Add(100*time.Millisecond), c.slotStart(0).Add(600*time.Millisecond))
 	c.touch(2, c.slotStart(2).Add(400*time.Millisecond), c.slotStart(2).Add(4*time.Second))
 	late, unsure := lateSlots(c.st)
-	require.Equal(t, map[signal.Cell]time.Time{c.cell: c.slotStart(2)}, late)
+	require.Equal(t, map[Cell]time.Time{c.cell: c.slotStart(2)}, late)
 	require.Empty(t, unsure)
 }
 
@@ -91,12 +91,12 @@ func TestSweepLooksBelowTheLastTouchesRows(t *testing.T) {
 	floor := c.slotStart(slot).Add(200 * time.Millisecond)
 	for _, f := range c.st.floors {
 		for p := range f {
-			f[p] = gocql.UUID(shard.MinID(floor))
+			f[p] = shard.MinID(floor)
 		}
 	}
 	c.touch(slot, floor.Add(100*time.Millisecond), floor.Add(3*time.Second))
 	late, _ := lateSlots(c.st)
-	require.Equal(t, map[signal.Cell]time.Time{c.cell: c.slotStart(slot)}, late)
+	require.Equal(t, map[Cell]time.Time{c.cell: c.slotStart(slot)}, late)
 }
 
 // An entry the last sweep read already is not looked at again, however late its touch.
@@ -104,7 +104,7 @@ func TestSweepSkipsEntriesSeenBefore(t *testing.T) {
 	t.Parallel()
 	c := newSweepCase(t, 0)
 	c.touch(1, c.slotStart(1), c.slotStart(1).Add(5*time.Second))
-	c.st.last[c.cell] = signal.Slots{1: c.st.cells[c.cell][1]}
+	c.st.last[c.cell] = Slots{1: c.st.cells[c.cell][1]}
 	late, unsure := lateSlots(c.st)
 	require.Empty(t, late)
 	require.Empty(t, unsure)
@@ -120,7 +120,7 @@ func TestSweepJudgesTouchesByTheClusterOffset(t *testing.T) {
 	c.touch(0, c.slotStart(0), c.slotStart(0).Add(600*time.Millisecond-behind))
 	c.touch(3, c.slotStart(3), c.slotStart(3).Add(3*time.Second-behind))
 	late, _ := lateSlots(c.st)
-	require.Equal(t, map[signal.Cell]time.Time{c.cell: c.slotStart(3)}, late)
+	require.Equal(t, map[Cell]time.Time{c.cell: c.slotStart(3)}, late)
 }
 
 // A bucket passed since the last sweep and touched late in several slots needs one read
@@ -137,10 +137,10 @@ func TestSweepReadsAPassedBucketOnce(t *testing.T) {
 	}
 	late, unsure := lateSlots(c.st)
 	require.Empty(t, late)
-	require.Equal(t, map[signal.Cell]bool{c.cell: true}, unsure)
+	require.Equal(t, map[Cell]bool{c.cell: true}, unsure)
 
 	c.st.passed = []int64{c.b + 1, c.b + 1}
 	late, unsure = lateSlots(c.st)
-	require.Equal(t, map[signal.Cell]time.Time{c.cell: c.slotStart(0)}, late)
+	require.Equal(t, map[Cell]time.Time{c.cell: c.slotStart(0)}, late)
 	require.Empty(t, unsure)
 }

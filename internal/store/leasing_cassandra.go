@@ -1,0 +1,148 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"strings"
+
+	"github.com/gocql/gocql"
+	"github.com/google/uuid"
+
+	"github.com/shardq/shardq/internal/cql"
+	"github.com/shardq/shardq/internal/fanout"
+	"github.com/shardq/shardq/internal/locking"
+	"github.com/shardq/shardq/internal/lwt"
+	"github.com/shardq/shardq/internal/taskrow"
+)
+
+// CassandraLeasing returns the Leasing of session.
+func CassandraLeasing(session *gocql.Session) Leasing { return cassandraLeasing{session} }
+
+type cassandraLeasing struct{ session *gocql.Session }
+
+const (
+	selectFloors = `SELECT floor_bucket, floors FROM tasks WHERE shard_key = ? AND kind = 0 AND priority = 0 AND id = ?`
+	// floorAssignments records a swap's new floors in the lock row; see
+	// locking.Lease.ReleaseStatementSetting.
+	floorAssignments = `floor_bucket = ?, floors = floors + ?`
+)
+
+func (s cassandraLeasing) Floors(ctx context.Context, key string) (map[int8]uuid.UUID, error) {
+	var bucket int64
+	var stored map[int8]gocql.UUID
+	err := cql.Query(s.session, selectFloors, key, taskrow.LockID).WithContext(ctx).Scan(&bucket, &stored)
+	switch {
+	case errors.Is(err, gocql.ErrNotFound):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	}
+	var floors map[int8]uuid.UUID
+	if stored != nil {
+		floors = make(map[int8]uuid.UUID, len(stored))
+		for p, id := range stored {
+			floors[p] = uuid.UUID(id)
+		}
+	}
+	return floors, nil
+}
+
+func (s cassandraLeasing) IDs(ctx context.Context, key string, prios []int8, from, to uuid.UUID, limit int) ([]RowRef, error) {
+	iter := cql.Query(s.session, taskrow.SelectRangeIDs, key, prios, gocql.UUID(from), gocql.UUID(to), limit).WithContext(ctx).Iter()
+	var refs []RowRef
+	var prio int8
+	var id gocql.UUID
+	for iter.Scan(&prio, &id) {
+		refs = append(refs, RowRef{Priority: prio, ID: uuid.UUID(id)})
+	}
+	return refs, iter.Close()
+}
+
+func (s cassandraLeasing) Rows(ctx context.Context, key string, prios []int8, from, to uuid.UUID, limit, pageRows, maxBytes int) ([]taskrow.Row, bool, error) {
+	iter := cql.Query(s.session, taskrow.SelectRange, key, prios, gocql.UUID(from), gocql.UUID(to), limit).
+		WithContext(ctx).PageSize(pageRows).Iter()
+	return taskrow.Scan(iter, key, maxBytes)
+}
+
+func (s cassandraLeasing) WriteMarkers(ctx context.Context, rows []taskrow.Row, ts int64, inFlight int) error {
+	batches := taskrow.Group(rows)
+	return fanout.Each(len(batches), inFlight, func(i int) error {
+		b := cql.Batch(s.session, gocql.UnloggedBatch).WithContext(ctx)
+		for _, idx := range batches[i] {
+			stmt, args := rows[idx].Insert(ts)
+			b.Query(stmt, args...)
+		}
+		return s.session.ExecuteBatch(b)
+	})
+}
+
+func (s cassandraLeasing) DropMarkers(ctx context.Context, rows []taskrow.Row, inFlight int) error {
+	batches := taskrow.Group(rows)
+	return fanout.Each(len(batches), inFlight, func(i int) error {
+		b := cql.Batch(s.session, gocql.UnloggedBatch).WithContext(ctx)
+		for _, idx := range batches[i] {
+			b.Query(taskrow.Delete, rows[idx].KeyArgs()...)
+		}
+		return s.session.ExecuteBatch(b)
+	})
+}
+
+func (s cassandraLeasing) Swap(ctx context.Context, lease *locking.Lease, bucket int64, floors map[int8]uuid.UUID, rows []taskrow.Row) (bool, error) {
+	stored := make(map[int8]gocql.UUID, len(floors))
+	for p, id := range floors {
+		stored[p] = gocql.UUID(id)
+	}
+	b := cql.Batch(s.session, gocql.LoggedBatch).WithContext(ctx)
+	stmt, args := lease.ReleaseStatementSetting(floorAssignments, bucket, stored)
+	b.Query(stmt, args...)
+	stmt, args = lease.ReceiptStatement()
+	b.Query(stmt, args...)
+	for _, r := range rows {
+		if r.Attempt == 0 {
+			b.Query(taskrow.Delete, r.KeyArgs()...)
+		} else {
+			b.Query(taskrow.DeleteIfExists, r.KeyArgs()...)
+		}
+	}
+	return lwt.Batch(s.session, b)
+}
+
+func (s cassandraLeasing) DeleteMarker(ctx context.Context, marker taskrow.Row) (bool, error) {
+	return cql.Query(s.session, taskrow.DeleteIfExists, marker.KeyArgs()...).
+		WithContext(ctx).RetryPolicy(lwt.NoRetry).MapScanCAS(map[string]any{})
+}
+
+func (s cassandraLeasing) DeleteMarkers(ctx context.Context, markers []taskrow.Row) (bool, error) {
+	b := cql.Batch(s.session, gocql.LoggedBatch).WithContext(ctx)
+	for _, m := range markers {
+		b.Query(taskrow.DeleteIfExists, m.KeyArgs()...)
+	}
+	return lwt.Batch(s.session, b)
+}
+
+func (s cassandraLeasing) ReplaceMarker(ctx context.Context, from, to taskrow.Row, ts int64) (bool, error) {
+	b := cql.Batch(s.session, gocql.LoggedBatch).WithContext(ctx)
+	b.Query(taskrow.DeleteIfExists, from.KeyArgs()...)
+	stmt, args := to.Insert(ts)
+	b.Query(stmt, args...)
+	return lwt.Batch(s.session, b)
+}
+
+func (s cassandraLeasing) MarkersThere(ctx context.Context, markers []taskrow.Row) (map[uuid.UUID]bool, error) {
+	there := map[uuid.UUID]bool{}
+	if len(markers) == 0 {
+		return there, nil
+	}
+	stmt := `SELECT id FROM tasks WHERE shard_key = ? AND (kind, priority, id) IN (` +
+		strings.TrimSuffix(strings.Repeat("(1, ?, ?), ", len(markers)), ", ") + `)`
+	args := []any{markers[0].Key}
+	for _, m := range markers {
+		args = append(args, m.Priority, m.ID)
+	}
+	iter := cql.Query(s.session, stmt, args...).WithContext(ctx).Consistency(lwt.Serial).Iter()
+	var id gocql.UUID
+	for iter.Scan(&id) {
+		there[uuid.UUID(id)] = true
+	}
+	return there, iter.Close()
+}
