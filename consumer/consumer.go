@@ -187,7 +187,7 @@ func New(session *gocql.Session, cfg Config) (*Consumer, error) {
 	signals := st.Signals
 	return &Consumer{session: session, cfg: cfg, log: cfg.Logger, state: st, cluster: cluster, hot: map[string]bool{},
 		floors: map[pkey]*floors{}, keptFloors: map[string]lapFloors{}, upcoming: map[pkey]time.Time{}, lateChecked: map[pkey]signal.Slots{}, pageRows: initialPageRows,
-		signals: signals, series: &series.Env{Session: session, Clock: cfg.Clock, Cluster: cluster, Log: cfg.Logger, Signals: signals, Bus: st.Bus}}, nil
+		signals: signals, series: &series.Env{Store: st.Store.Series(), Tasks: st.Store.Tasks(), Clock: cfg.Clock, Cluster: cluster, Log: cfg.Logger, Signals: signals, Bus: st.Bus}}, nil
 }
 
 // init loads the queue's settings once; a failure is retried on the next call.
