@@ -584,7 +584,7 @@ func (p *Producer) swap(ctx context.Context, m *moveLocks, from taskrow.Row, to,
 			return false, fmt.Errorf("writing %s: %w", to.Key, err)
 		}
 	case to != nil:
-		batch = append(batch, store.Mutation{Op: store.Insert, Row: *to}) // a conditional batch carries no timestamps
+		batch = append(batch, store.Mutation{Op: store.Insert, Row: *to})
 	}
 	applied, err := lwt.Apply(ctx, func(ctx context.Context) (bool, error) { return tasks.Apply(ctx, batch) },
 		func(rctx context.Context, cause error) (bool, error) {

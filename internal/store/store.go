@@ -41,7 +41,8 @@ type Store interface {
 type Op int8
 
 const (
-	// Insert writes Row, at write timestamp Stamp (none inside a conditional batch).
+	// Insert writes Row at write timestamp Stamp, or, inside a conditional batch, which
+	// carries no timestamps of its own, at the coordinator's (Stamp is not used there).
 	Insert Op = iota + 1
 	// Delete deletes Row.
 	Delete
@@ -66,8 +67,8 @@ type Fence interface {
 	ReceiptStatement() (string, []any)
 }
 
-// Tasks is the producer's side of the tasks table: task rows written, moved and read by
-// their keys.
+// Tasks is the tasks table as producers and series use it: task rows written, moved and
+// read by their keys. (The consumer's range reads and swaps are its own.)
 type Tasks interface {
 	// Write applies muts (Insert and Delete, all to one partition) unconditionally: one
 	// statement alone, more in one unlogged batch.

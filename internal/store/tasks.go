@@ -15,11 +15,11 @@ import (
 
 type tasks struct{ session *gocql.Session }
 
-// stmt is the statement of m.
-func (m Mutation) stmt() (string, []any) {
+// stmt is the statement of m, in a conditional batch or not.
+func (m Mutation) stmt(conditional bool) (string, []any) {
 	switch m.Op {
 	case Insert:
-		if m.Stamp == 0 {
+		if conditional {
 			return m.Row.InsertLWT()
 		}
 		return m.Row.Insert(m.Stamp)
@@ -33,12 +33,12 @@ func (m Mutation) stmt() (string, []any) {
 
 func (t tasks) Write(ctx context.Context, muts []Mutation) error {
 	if len(muts) == 1 {
-		stmt, args := muts[0].stmt()
+		stmt, args := muts[0].stmt(false)
 		return cql.Query(t.session, stmt, args...).WithContext(ctx).Exec()
 	}
 	b := cql.Batch(t.session, gocql.UnloggedBatch).WithContext(ctx)
 	for _, m := range muts {
-		stmt, args := m.stmt()
+		stmt, args := m.stmt(false)
 		b.Query(stmt, args...)
 	}
 	return t.session.ExecuteBatch(b)
@@ -54,7 +54,7 @@ func (t tasks) Apply(ctx context.Context, muts []Mutation) (bool, error) {
 			b.Query(stmt, args...)
 			continue
 		}
-		stmt, args := m.stmt()
+		stmt, args := m.stmt(true)
 		b.Query(stmt, args...)
 	}
 	return lwt.Batch(t.session, b)
