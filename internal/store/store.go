@@ -4,9 +4,9 @@
 // the protocol can run against something other than a live node. Cassandra is the
 // implementation on a gocql session.
 //
-// A conditional write is never retried. Its error is the driver's, wrapped, so callers
-// tell a definite refusal (lwt.Definite) from an unknown outcome, which they settle by
-// the SERIAL reads the store offers (lwt.Apply).
+// A conditional write is never retried. Its error is the driver's, as is or wrapped, so
+// callers tell a definite refusal (lwt.Definite) from an unknown outcome, which they
+// settle by the SERIAL reads the store offers (lwt.Apply).
 package store
 
 import (
