@@ -14,8 +14,8 @@ import (
 
 	"github.com/gocql/gocql"
 
-	"github.com/shardq/shardq/internal/cql"
 	"github.com/shardq/shardq/internal/lwt"
+	"github.com/shardq/shardq/internal/store"
 	"github.com/shardq/shardq/shard"
 )
 
@@ -141,23 +141,18 @@ func CreateQueue(ctx context.Context, session *gocql.Session, cfg QueueConfig) (
 	if err := cfg.Validate(); err != nil {
 		return QueueConfig{}, err
 	}
+	queues := store.Cassandra(session).Queues()
 	var stored QueueConfig // the settings in force when the insert did not apply
 	applied, err := lwt.Apply(ctx, func(ctx context.Context) (bool, error) {
-		existing := map[string]any{}
-		applied, err := cql.Query(session, `INSERT INTO queues (name, bucket_count, bucket_duration_ms, shard_count,
-			default_timeout_ms, lock_ttl_ms, completed_retention_ms, created_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, toTimestamp(now())) IF NOT EXISTS`,
-			cfg.Name, cfg.BucketCount, cfg.BucketDuration.Milliseconds(), cfg.ShardCount,
-			cfg.DefaultTimeout.Milliseconds(), cfg.LockTTL.Milliseconds(), cfg.CompletedRetention.Milliseconds()).
-			WithContext(ctx).RetryPolicy(lwt.NoRetry).MapScanCAS(existing)
-		stored = fromRow(existing)
+		applied, existing, err := queues.Create(ctx, store.Queue(cfg))
+		stored = QueueConfig(existing)
 		return applied, err
 	}, func(rctx context.Context, cause error) (bool, error) {
 		// A straggling insert can only store these same settings, so nothing needs voiding:
 		// whatever the read finds (ours or another creator's) is compared like a row the
 		// insert returned.
 		var lerr error
-		stored, lerr = LoadQueue(rctx, session, cfg.Name)
+		stored, lerr = loadQueue(rctx, queues, cfg.Name)
 		switch {
 		case errors.Is(lerr, ErrQueueNotFound):
 			return false, fmt.Errorf("%w (not stored when read back)", cause)
@@ -177,29 +172,23 @@ func CreateQueue(ctx context.Context, session *gocql.Session, cfg QueueConfig) (
 
 // LoadQueue reads a queue's settings, or returns ErrQueueNotFound.
 func LoadQueue(ctx context.Context, session *gocql.Session, name string) (QueueConfig, error) {
+	return loadQueue(ctx, store.Cassandra(session).Queues(), name)
+}
+
+func loadQueue(ctx context.Context, queues store.Queues, name string) (QueueConfig, error) {
 	if !shard.ValidQueueName(name) {
 		return QueueConfig{}, Invalid("queue name", "%q is not 1 to 63 of a-z 0-9 _ . - starting with a letter or digit", name)
 	}
-	row := map[string]any{}
-	// SERIAL completes any creation still in flight, so a queue just created is seen.
-	err := cql.Query(session, `SELECT * FROM queues WHERE name = ?`, name).
-		WithContext(ctx).Consistency(lwt.Serial).MapScan(row)
-	if errors.Is(err, gocql.ErrNotFound) {
+	// Read at SERIAL, which completes any creation still in flight, so a queue just
+	// created is seen.
+	q, err := queues.Get(ctx, name)
+	if errors.Is(err, store.ErrNotFound) {
 		return QueueConfig{}, fmt.Errorf("%w: %q", ErrQueueNotFound, name)
 	}
 	if err != nil {
 		return QueueConfig{}, fmt.Errorf("shardq: loading queue %q: %w", name, err)
 	}
-	return fromRow(row), nil
-}
-
-func fromRow(r map[string]any) QueueConfig {
-	ms := func(k string) time.Duration { v, _ := r[k].(int64); return time.Duration(v) * time.Millisecond }
-	name, _ := r["name"].(string)
-	bc, _ := r["bucket_count"].(int)
-	sc, _ := r["shard_count"].(int)
-	return QueueConfig{Name: name, BucketCount: bc, BucketDuration: ms("bucket_duration_ms"), ShardCount: sc,
-		DefaultTimeout: ms("default_timeout_ms"), LockTTL: ms("lock_ttl_ms"), CompletedRetention: ms("completed_retention_ms")}
+	return QueueConfig(q), nil
 }
 
 func compare(stored, given QueueConfig) error {

@@ -174,8 +174,8 @@ func New(session *gocql.Session, cfg Config) (*Consumer, error) {
 		cfg.Observer = shardq.NopObserver{}
 	}
 	signals := st.Signals
-	return &Consumer{session: session, cfg: cfg, log: cfg.Logger, state: st, cluster: cluster, signals: signals, leasing: store.CassandraLeasing(session),
-		series: &series.Env{Session: session, Clock: cfg.Clock, Cluster: cluster, Log: cfg.Logger, Signals: signals, Bus: st.Bus}}, nil
+	return &Consumer{session: session, cfg: cfg, log: cfg.Logger, state: st, cluster: cluster, signals: signals, leasing: st.Store.Leasing(),
+		series: &series.Env{Store: st.Store.Series(), Tasks: st.Store.Tasks(), Clock: cfg.Clock, Cluster: cluster, Log: cfg.Logger, Signals: signals, Bus: st.Bus}}, nil
 }
 
 // init loads the queue's settings once; a failure is retried on the next call.
@@ -329,7 +329,7 @@ func (c *Consumer) touchedCells(ctx context.Context, parts []scanplan.Part) scan
 	for _, pt := range parts {
 		from, to = min(from, pt.Bucket), max(to, pt.Bucket)
 	}
-	cells, err := signal.Cells(ctx, c.session, c.q.Name, from, to)
+	cells, err := c.state.Store.Signals().Cells(ctx, c.q.Name, from, to)
 	if err != nil {
 		c.log.WarnContext(ctx, "reading wake-up signals; reading every partition", "queue", c.q.Name, "error", err)
 		return nil
@@ -350,7 +350,7 @@ func (c *Consumer) sweep(ctx context.Context, now time.Time) {
 	}
 	c.checkSkew(ctx, now)
 	bNow := c.layout.Bucket(now)
-	cells, touched, err := signal.LastTouches(ctx, c.session, c.q.Name, bNow-int64(c.q.BucketCount)+1, bNow)
+	cells, touched, err := c.state.Store.Signals().LastTouches(ctx, c.q.Name, bNow-int64(c.q.BucketCount)+1, bNow)
 	if err != nil {
 		c.log.WarnContext(ctx, "reading wake-up signals for late rows", "queue", c.q.Name, "error", err)
 		return

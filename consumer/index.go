@@ -62,7 +62,7 @@ func (c *Consumer) deadEntry(ctx context.Context, t *Task, cause string) taskind
 	if !t.marker.Keyed {
 		return w
 	}
-	e, _, err := taskindex.Read(ctx, c.session, t.ID)
+	e, _, err := c.state.Store.Index().Read(ctx, t.ID)
 	if err != nil && !errors.Is(err, taskindex.ErrNotFound) {
 		c.log.WarnContext(ctx, "reading the key of a task that died: a replay will not claim it again",
 			"queue", c.q.Name, "task_id", t.ID, "error", err)
@@ -78,7 +78,7 @@ func (c *Consumer) finish(ctx context.Context, ws []taskindex.Write) {
 	if c.crashed("finish") {
 		return
 	}
-	if _, err := taskindex.Apply(ctx, c.session, ws, c.cfg.PartitionsInFlight); err != nil {
+	if _, err := c.state.Store.Index().Write(ctx, ws, c.cfg.PartitionsInFlight); err != nil {
 		c.log.WarnContext(ctx, "recording finished tasks in the index", "queue", c.q.Name, "tasks", len(ws), "error", err)
 	}
 }

@@ -62,7 +62,7 @@ func (c *Consumer) relocate(ctx context.Context, t *Task, at time.Time, state ta
 	moved.Deadline = at
 	t.steps++
 	entry := c.moveEntry(&moved, state, next, taskindex.InFlight, t.marker, t.steps)
-	if _, err := taskindex.Apply(ctx, c.session, []taskindex.Write{entry}, 1); err != nil {
+	if _, err := c.state.Store.Index().Write(ctx, []taskindex.Write{entry}, 1); err != nil {
 		return t.marker, fmt.Errorf("consumer: moving the lease of %s: %w", t.ID, err)
 	}
 	var write func(context.Context) (bool, error)
@@ -121,7 +121,7 @@ func (c *Consumer) DeadLetter(ctx context.Context, t *Task, cause error) error {
 		msg = cause.Error()
 	}
 	now := c.cfg.Clock.Now()
-	err := deadletters.Write(ctx, c.session, deadletters.Letter{ID: shard.NewID(now), TaskID: t.ID, Queue: c.q.Name,
+	err := c.state.Store.DeadLetters().Write(ctx, deadletters.Letter{ID: shard.NewID(now), TaskID: t.ID, Queue: c.q.Name,
 		Payload: t.Payload, Priority: t.Priority, DueAt: t.DueAt, Timeout: t.Timeout, Attempt: t.Attempt,
 		Deliveries: t.Token, Error: msg, DiedAt: now})
 	if err != nil {

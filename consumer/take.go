@@ -163,7 +163,7 @@ func (c *Consumer) swap(ctx context.Context, pt *scanplan.Part, lease *locking.L
 	indexed := make(chan struct{})
 	go func() {
 		defer close(indexed)
-		_, indexErr = taskindex.Apply(ctx, c.session, index, c.cfg.PartitionsInFlight)
+		_, indexErr = c.state.Store.Index().Write(ctx, index, c.cfg.PartitionsInFlight)
 	}()
 	err := c.writeMarkers(ctx, markers)
 	<-indexed

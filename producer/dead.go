@@ -10,8 +10,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/shardq/shardq"
-	"github.com/shardq/shardq/internal/cql"
 	"github.com/shardq/shardq/internal/deadletters"
+	"github.com/shardq/shardq/internal/store"
 	"github.com/shardq/shardq/internal/taskindex"
 	"github.com/shardq/shardq/internal/taskrow"
 	"github.com/shardq/shardq/shard"
@@ -74,7 +74,7 @@ func (p *Producer) DeadLetters(ctx context.Context, queue string, q DeadLetterQu
 	if _, err := p.queue(ctx, queue); err != nil {
 		return nil, err
 	}
-	letters, err := deadletters.Page(ctx, p.session, queue, p.cfg.Clock.Now(), q.Before, q.Limit)
+	letters, err := p.store.DeadLetters().Page(ctx, queue, p.cfg.Clock.Now(), q.Before, q.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("producer: %w", err)
 	}
@@ -89,7 +89,7 @@ func (p *Producer) deadLetter(ctx context.Context, queue string, id uuid.UUID) (
 	if err := checkID("id", id); err != nil {
 		return DeadLetter{}, err
 	}
-	l, ok, err := deadletters.Get(ctx, p.session, queue, id)
+	l, ok, err := p.store.DeadLetters().Get(ctx, queue, id)
 	switch {
 	case err != nil:
 		return DeadLetter{}, fmt.Errorf("producer: %w", err)
@@ -115,7 +115,7 @@ func (p *Producer) ReplayDeadLetter(ctx context.Context, queue string, id uuid.U
 		return uuid.Nil, err
 	}
 	task := Task{Queue: queue, Payload: d.Payload, Priority: d.Priority, Timeout: d.Timeout}
-	if e, _, err := taskindex.Read(ctx, p.session, d.TaskID); err == nil {
+	if e, _, err := p.store.Index().Read(ctx, d.TaskID); err == nil {
 		task.Key = e.Key
 	} else if !errors.Is(err, taskindex.ErrNotFound) {
 		return uuid.Nil, fmt.Errorf("producer: replaying %s: %w", id, err)
@@ -132,11 +132,11 @@ func (p *Producer) ReplayDeadLetter(ctx context.Context, queue string, id uuid.U
 	defer cancel()
 	now = p.cfg.Clock.Now()
 	row := replayRow(q, d, task, now)
-	if _, err := taskindex.Apply(wctx, p.session, []taskindex.Write{scheduledEntry(task, row, now)}, 1); err != nil {
+	if _, err := p.store.Index().Write(wctx, []taskindex.Write{scheduledEntry(task, row, now)}, 1); err != nil {
 		return uuid.Nil, fmt.Errorf("producer: replaying %s: %w", id, err)
 	}
-	stmt, args := row.Insert(p.cluster.Stamp(p.cfg.Clock.Now()))
-	if err := cql.Query(p.session, stmt, args...).WithContext(wctx).Exec(); err != nil {
+	ins := store.Mutation{Op: store.Insert, Row: row, Stamp: p.cluster.Stamp(p.cfg.Clock.Now())}
+	if err := p.store.Tasks().Write(wctx, []store.Mutation{ins}); err != nil {
 		return uuid.Nil, fmt.Errorf("producer: replaying %s: %w", id, err)
 	}
 	p.notify(ctx, []Task{task}, []taskrow.Row{row}, []shardq.QueueConfig{q})
@@ -168,14 +168,14 @@ func (p *Producer) PurgeDeadLetter(ctx context.Context, queue string, id uuid.UU
 	// replay (written later) is untouched.
 	gone := taskindex.Write{Entry: taskindex.Entry{TaskID: d.TaskID}, Delete: true,
 		Stamp: taskindex.Stamp(d.TaskID, d.Token, taskindex.Final)}
-	if _, err := taskindex.Apply(ctx, p.session, []taskindex.Write{gone}, 1); err != nil {
+	if _, err := p.store.Index().Write(ctx, []taskindex.Write{gone}, 1); err != nil {
 		return fmt.Errorf("producer: purging %s: %w", id, err)
 	}
 	return nil
 }
 
 func (p *Producer) dropDead(ctx context.Context, d DeadLetter) error {
-	if err := deadletters.Delete(ctx, p.session, d.Queue, d.ID); err != nil {
+	if err := p.store.DeadLetters().Delete(ctx, d.Queue, d.ID); err != nil {
 		return fmt.Errorf("producer: %w", err)
 	}
 	return nil

@@ -6,13 +6,12 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 
 	"github.com/shardq/shardq"
-	"github.com/shardq/shardq/internal/cql"
 	"github.com/shardq/shardq/internal/fanout"
 	"github.com/shardq/shardq/internal/lwt"
+	"github.com/shardq/shardq/internal/store"
 	"github.com/shardq/shardq/internal/taskindex"
 	"github.com/shardq/shardq/internal/taskrow"
 	"github.com/shardq/shardq/shard"
@@ -80,7 +79,7 @@ func (p *Producer) claimKeys(ctx context.Context, tasks []Task, rows []taskrow.R
 	_ = fanout.Each(len(keyed), p.cfg.WritesInFlight, func(j int) error {
 		i := keyed[j]
 		ttl := taskindex.TTL(now, shard.IDTime(uuid.UUID(rows[i].ID)))
-		errs[j] = p.claim(ctx, tasks[i].Queue, tasks[i].Key, uuid.UUID(rows[i].TaskID), ttl, claimRow{})
+		errs[j] = p.claim(ctx, tasks[i].Queue, tasks[i].Key, uuid.UUID(rows[i].TaskID), ttl, store.Claim{})
 		claimed[j] = errs[j] == nil
 		return nil
 	})
@@ -99,42 +98,13 @@ func (p *Producer) claimKeys(ctx context.Context, tasks []Task, rows []taskrow.R
 	return wctx, cancel, nil
 }
 
-// A claim is written by UPDATE only, never INSERT: an UPDATE writes no row marker, so the
-// row lives exactly as long as its two cells, which every claim writes together with one
-// TTL. (Claims of earlier versions were INSERTs, whose marker could outlive cells a later
-// claim rewrote with a shorter TTL; the condition on the cells ignores such a marker.)
-const (
-	claimStmt = `UPDATE task_keys USING TTL ? SET task_id = ?, claimed_at = ? WHERE queue = ? AND key = ?
-		IF task_id = ? AND claimed_at = ?`
-	keyStmt    = `SELECT task_id, claimed_at FROM task_keys WHERE queue = ? AND key = ?`
-	keyTTLStmt = `SELECT task_id, claimed_at, TTL(task_id) FROM task_keys WHERE queue = ? AND key = ?`
-)
-
-// claimRow is a key's row as read: a zero holder means nobody holds the key.
-type claimRow struct {
-	holder    gocql.UUID
-	claimedAt time.Time
-}
-
-// args are the values of the row for a condition: null for a cell not set.
-func (r claimRow) args() []any {
-	args := []any{nil, nil}
-	if r.holder != (gocql.UUID{}) {
-		args[0] = r.holder
-	}
-	if !r.claimedAt.IsZero() {
-		args[1] = r.claimedAt
-	}
-	return args
-}
-
 // claim makes id the holder of key for ttl, or returns a *DuplicateError; seen is the
 // key's row as last read (zero: none). Each write is conditioned on the row as last read,
 // so of racing claimers exactly one wins, and a row that changed since (a holder replayed
 // or rescheduled, say) is looked at again. A row naming a task that is done (or was never
 // written, once KeyClaimGrace has passed), or nobody, is taken over; one naming id is
 // written again, so the claim lasts ttl from now.
-func (p *Producer) claim(ctx context.Context, queue, key string, id uuid.UUID, ttl time.Duration, seen claimRow) error {
+func (p *Producer) claim(ctx context.Context, queue, key string, id uuid.UUID, ttl time.Duration, seen store.Claim) error {
 	for range 5 {
 		now := p.cfg.Clock.Now()
 		applied, cur, err := p.writeClaim(ctx, queue, key, id, ttl, now, seen)
@@ -145,15 +115,15 @@ func (p *Producer) claim(ctx context.Context, queue, key string, id uuid.UUID, t
 			return nil
 		}
 		seen = cur
-		if cur.holder == (gocql.UUID{}) || cur.holder == gocql.UUID(id) {
+		if cur.Holder == uuid.Nil || cur.Holder == id {
 			continue
 		}
-		live, err := p.holds(ctx, uuid.UUID(cur.holder), cur.claimedAt, now)
+		live, err := p.holds(ctx, cur.Holder, cur.ClaimedAt, now)
 		if err != nil {
 			return fmt.Errorf("claiming key %q: %w", key, err)
 		}
 		if live {
-			return &DuplicateError{Queue: queue, Key: key, ExistingID: uuid.UUID(cur.holder)}
+			return &DuplicateError{Queue: queue, Key: key, ExistingID: cur.Holder}
 		}
 	}
 	return fmt.Errorf("claiming key %q: %w: contended five times", key, lwt.ErrOutcomeUnknown)
@@ -161,27 +131,27 @@ func (p *Producer) claim(ctx context.Context, queue, key string, id uuid.UUID, t
 
 // writeClaim makes id the holder of key until ttl from now if the row is still seen. It
 // returns whether it did, and else the row as it is.
-func (p *Producer) writeClaim(ctx context.Context, queue, key string, id uuid.UUID, ttl time.Duration, now time.Time, seen claimRow) (bool, claimRow, error) {
-	var cur claimRow
+func (p *Producer) writeClaim(ctx context.Context, queue, key string, id uuid.UUID, ttl time.Duration, now time.Time, seen store.Claim) (bool, store.Claim, error) {
+	keys := p.store.Keys()
+	var cur store.Claim
 	applied, err := lwt.Apply(ctx, func(ctx context.Context) (bool, error) {
-		row := map[string]any{}
-		args := append([]any{int64(ttl / time.Second), gocql.UUID(id), now, queue, key}, seen.args()...)
-		applied, err := cql.Query(p.session, claimStmt, args...).WithContext(ctx).RetryPolicy(lwt.NoRetry).MapScanCAS(row)
-		cur.holder, _ = row["task_id"].(gocql.UUID)
-		cur.claimedAt, _ = row["claimed_at"].(time.Time)
+		var applied bool
+		var err error
+		applied, cur, err = keys.Claim(ctx, queue, key, store.Claim{Holder: id, ClaimedAt: now}, ttl, seen)
 		return applied, err
 	}, func(rctx context.Context, cause error) (bool, error) {
 		// Only this write names id at now; a straggler that applies after the read can
 		// only make id the holder, and the next write, conditioned on the row read here,
 		// then sees it.
-		err := cql.Query(p.session, keyStmt, queue, key).WithContext(rctx).Consistency(lwt.Serial).Scan(&cur.holder, &cur.claimedAt)
+		var err error
+		cur, err = keys.Get(rctx, queue, key, true)
 		switch {
-		case errors.Is(err, gocql.ErrNotFound):
+		case errors.Is(err, store.ErrNotFound):
 			return false, nil
 		case err != nil:
 			return false, fmt.Errorf("%w: %w (reading back: %w)", lwt.ErrOutcomeUnknown, cause, err)
 		}
-		return cur.holder == gocql.UUID(id) && cur.claimedAt.Equal(now.Truncate(time.Millisecond)), nil
+		return cur.Holder == id && cur.ClaimedAt.Equal(now.Truncate(time.Millisecond)), nil
 	})
 	return applied, cur, err
 }
@@ -191,15 +161,13 @@ func (p *Producer) writeClaim(ctx context.Context, queue, key string, id uuid.UU
 // left as it is; one gone (or taken by a task that is done) is claimed again. It returns
 // a *DuplicateError when another live task holds the key.
 func (p *Producer) keepClaim(ctx context.Context, queue, key string, id uuid.UUID, ttl time.Duration) error {
-	var seen claimRow
-	var left *int
-	err := cql.Query(p.session, keyTTLStmt, queue, key).WithContext(ctx).Scan(&seen.holder, &seen.claimedAt, &left)
+	seen, left, err := p.store.Keys().GetTTL(ctx, queue, key)
 	switch {
-	case errors.Is(err, gocql.ErrNotFound):
-		seen = claimRow{}
+	case errors.Is(err, store.ErrNotFound):
+		seen = store.Claim{}
 	case err != nil:
-		return fmt.Errorf("producer: reading key %q: %w", key, err)
-	case seen.holder == gocql.UUID(id) && left != nil && time.Duration(*left)*time.Second >= ttl:
+		return fmt.Errorf("producer: %w", err)
+	case seen.Holder == id && left >= ttl:
 		return nil
 	}
 	return p.claim(ctx, queue, key, id, ttl, seen)
@@ -224,26 +192,22 @@ func (p *Producer) holds(ctx context.Context, id uuid.UUID, claimedAt, now time.
 func (p *Producer) unclaim(ctx context.Context, queue, key string, id uuid.UUID) {
 	rctx, cancel := lwt.ResolveContext(ctx)
 	defer cancel()
-	_, err := cql.Query(p.session, `DELETE FROM task_keys WHERE queue = ? AND key = ? IF task_id = ?`, queue, key, gocql.UUID(id)).
-		WithContext(rctx).RetryPolicy(lwt.NoRetry).MapScanCAS(map[string]any{})
-	if err != nil {
+	if err := p.store.Keys().Release(rctx, queue, key, id); err != nil {
 		p.cfg.Logger.WarnContext(ctx, "giving back a key claim", "queue", queue, "key", key, "error", err)
 	}
 }
 
 // keyHolder returns the task that last claimed key.
 func (p *Producer) keyHolder(ctx context.Context, queue, key string) (uuid.UUID, error) {
-	var holder gocql.UUID
-	var claimedAt time.Time
-	err := cql.Query(p.session, keyStmt, queue, key).WithContext(ctx).Scan(&holder, &claimedAt)
+	c, err := p.store.Keys().Get(ctx, queue, key, false)
 	switch {
-	case errors.Is(err, gocql.ErrNotFound):
+	case errors.Is(err, store.ErrNotFound):
 		return uuid.Nil, fmt.Errorf("%w: no task holds key %q of queue %q", shardq.ErrTaskNotFound, key, queue)
 	case err != nil:
-		return uuid.Nil, fmt.Errorf("producer: reading key %q: %w", key, err)
-	case holder == gocql.UUID{}:
+		return uuid.Nil, fmt.Errorf("producer: %w", err)
+	case c.Holder == uuid.Nil:
 		// A row whose cells expired before its marker (left by claims of earlier versions).
 		return uuid.Nil, fmt.Errorf("%w: no task holds key %q of queue %q", shardq.ErrTaskNotFound, key, queue)
 	}
-	return uuid.UUID(holder), nil
+	return c.Holder, nil
 }

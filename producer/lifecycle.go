@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"slices"
 	"time"
@@ -13,10 +12,10 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/shardq/shardq"
-	"github.com/shardq/shardq/internal/cql"
 	"github.com/shardq/shardq/internal/locking"
 	"github.com/shardq/shardq/internal/lwt"
 	"github.com/shardq/shardq/internal/signal"
+	"github.com/shardq/shardq/internal/store"
 	"github.com/shardq/shardq/internal/taskindex"
 	"github.com/shardq/shardq/internal/taskrow"
 	"github.com/shardq/shardq/shard"
@@ -65,7 +64,7 @@ func (p *Producer) locate(ctx context.Context, id uuid.UUID) (located, error) {
 	if err := checkID("id", id); err != nil {
 		return located{}, err
 	}
-	e, stamp, err := taskindex.Read(ctx, p.session, id)
+	e, stamp, err := p.store.Index().Read(ctx, id)
 	switch {
 	case errors.Is(err, taskindex.ErrNotFound):
 		return p.home(ctx, id)
@@ -120,13 +119,11 @@ func (p *Producer) home(ctx context.Context, id uuid.UUID) (located, error) {
 		}
 		lay := q.Layout()
 		key := lay.Key(lay.Bucket(shard.IDTime(id)), lay.ShardFor(id))
-		iter := cql.Query(p.session, taskrow.SelectAnyPriority, key, allPriorities, gocql.UUID(id)).WithContext(ctx).Iter()
-		rows, _, err := taskrow.Scan(iter, key, math.MaxInt)
+		r, ok, err := p.store.Tasks().Find(ctx, key, allPriorities, gocql.UUID(id))
 		if err != nil {
 			return located{}, fmt.Errorf("producer: reading %s: %w", key, err)
 		}
-		if len(rows) > 0 && rows[0].TaskID == gocql.UUID(id) {
-			r := rows[0]
+		if ok && r.TaskID == gocql.UUID(id) {
 			e := taskindex.Entry{TaskID: id, Queue: name, State: taskindex.Scheduled, Row: loc(r), DueAt: r.DueAt}
 			return located{entry: e, stamp: taskindex.Stamp(id, 0, 0), state: taskindex.Scheduled, row: r}, nil
 		}
@@ -150,30 +147,25 @@ func (p *Producer) queuesHinted(ctx context.Context, hint uint16) ([]string, err
 	if names, ok := p.hints[hint]; ok {
 		return names, nil
 	}
-	iter := cql.Query(p.session, `SELECT name FROM queues`).WithContext(ctx).Iter()
+	names, err := p.store.Queues().Names(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("producer: listing queues: %w", err)
+	}
 	hints := map[uint16][]string{}
-	var name string
-	for iter.Scan(&name) {
+	for _, name := range names {
 		h := shard.HintOf(name)
 		hints[h] = append(hints[h], name)
-	}
-	if err := iter.Close(); err != nil {
-		return nil, fmt.Errorf("producer: listing queues: %w", err)
 	}
 	p.hints = hints
 	return hints[hint], nil
 }
 
 func (p *Producer) readRow(ctx context.Context, at taskindex.Loc) (taskrow.Row, bool, error) {
-	iter := cql.Query(p.session, taskrow.SelectRow, at.Key, at.Priority, at.ID).WithContext(ctx).Iter()
-	rows, _, err := taskrow.Scan(iter, at.Key, math.MaxInt)
+	r, ok, err := p.store.Tasks().Read(ctx, at.Key, at.Priority, at.ID)
 	if err != nil {
 		return taskrow.Row{}, false, fmt.Errorf("producer: reading %s: %w", at.Key, err)
 	}
-	if len(rows) == 0 {
-		return taskrow.Row{}, false, nil
-	}
-	return rows[0], true, nil
+	return r, ok, nil
 }
 
 // Get reports the state of task id, or returns shardq.ErrTaskNotFound. A task scheduled
@@ -295,7 +287,7 @@ func (p *Producer) Cancel(ctx context.Context, id uuid.UUID, opts CancelOptions)
 			DueAt: l.row.DueAt, Attempt: l.row.Attempt, Token: l.row.Token, DoneAt: p.cfg.Clock.Now()},
 			Stamp: taskindex.Stamp(id, l.row.Token, taskindex.Final), TTL: taskindex.Finished,
 			Replace: l.row.Keyed, Delete: !l.row.Keyed}
-		if _, err := taskindex.Apply(ctx, p.session, []taskindex.Write{done}, 1); err != nil {
+		if _, err := p.store.Index().Write(ctx, []taskindex.Write{done}, 1); err != nil {
 			// The row is gone, so readers find the entry's rows gone: not found.
 			p.cfg.Logger.WarnContext(ctx, "recording a cancel in the index", "task_id", id, "error", err)
 		}
@@ -449,7 +441,7 @@ func (p *Producer) reschedule(ctx context.Context, q shardq.QueueConfig, l locat
 	entry := taskindex.Entry{TaskID: info.ID, Queue: q.Name, State: state, Row: loc(next), PrevState: state,
 		Prev: loc(l.row), DueAt: next.DueAt, Attempt: next.Attempt, Token: next.Token}
 	ttl := taskindex.TTL(now, place)
-	if _, err := taskindex.Apply(ctx, p.session, []taskindex.Write{{Entry: entry, Stamp: l.stamp + 1, TTL: ttl}}, 1); err != nil {
+	if _, err := p.store.Index().Write(ctx, []taskindex.Write{{Entry: entry, Stamp: l.stamp + 1, TTL: ttl}}, 1); err != nil {
 		return false, err
 	}
 	moved, err := p.swap(ctx, m, l.row, &next, l.stray)
@@ -459,7 +451,7 @@ func (p *Producer) reschedule(ctx context.Context, q shardq.QueueConfig, l locat
 	// Confirm the move, so that a racing call's entry (same timestamp, lost move)
 	// cannot stand.
 	entry.Prev, entry.PrevState = taskindex.Loc{}, 0
-	if _, err := taskindex.Apply(ctx, p.session, []taskindex.Write{{Entry: entry, Stamp: l.stamp + 2, TTL: ttl}}, 1); err != nil {
+	if _, err := p.store.Index().Write(ctx, []taskindex.Write{{Entry: entry, Stamp: l.stamp + 2, TTL: ttl}}, 1); err != nil {
 		p.cfg.Logger.WarnContext(ctx, "confirming a reschedule in the index", "task_id", info.ID, "error", err)
 	}
 	var touches signal.Touches
@@ -478,8 +470,7 @@ func (p *Producer) remove(ctx context.Context, q shardq.QueueConfig, from taskro
 	if from.Attempt > 0 && stray == nil {
 		// Consumers take such rows only if they still exist, so a condition is fence enough.
 		return lwt.Apply(ctx, func(ctx context.Context) (bool, error) {
-			return cql.Query(p.session, taskrow.DeleteIfExists, from.KeyArgs()...).WithContext(ctx).
-				RetryPolicy(lwt.NoRetry).MapScanCAS(map[string]any{})
+			return p.store.Tasks().DeleteIfExists(ctx, from)
 		}, func(rctx context.Context, cause error) (bool, error) {
 			return false, fmt.Errorf("%w: deleting %s: %w", lwt.ErrOutcomeUnknown, from.Key, cause)
 		})
@@ -570,38 +561,32 @@ func (p *Producer) releaseLease(ctx context.Context, le *locking.Lease) {
 // before made it the task (we report false), and none takes it meanwhile. A crash after
 // the batch leaves stray: a duplicate, and not a successful call.
 func (p *Producer) swap(ctx context.Context, m *moveLocks, from taskrow.Row, to, stray *taskrow.Row) (bool, error) {
+	tasks := p.store.Tasks()
 	if stray != nil {
-		err := cql.Query(p.session, taskrow.SelectOne, stray.KeyArgs()...).WithContext(ctx).Consistency(lwt.Serial).Scan(new(gocql.UUID))
+		there, err := tasks.Exists(ctx, *stray)
 		switch {
-		case errors.Is(err, gocql.ErrNotFound):
-			return false, nil // a consumer took it, or its holder's move failed: look again
 		case err != nil:
 			return false, fmt.Errorf("reading %s: %w", stray.Key, err)
+		case !there:
+			return false, nil // a consumer took it, or its holder's move failed: look again
 		}
 	}
 	src := m.src
 	m.src = nil // released by the batch, or below when it did not apply
-	b := cql.Batch(p.session, gocql.LoggedBatch).WithContext(ctx)
-	stmt, args := src.ReleaseStatement()
-	b.Query(stmt, args...)
-	stmt, args = src.ReceiptStatement()
-	b.Query(stmt, args...)
-	b.Query(taskrow.DeleteIfExists, from.KeyArgs()...)
+	batch := []store.Mutation{{Op: store.Release, Lock: src}, {Op: store.DeleteIfExists, Row: from}}
 	apart := to != nil && to.Key != from.Key
 	switch {
 	case apart:
-		stmt, args := to.Insert(p.cluster.Stamp(p.cfg.Clock.Now()))
-		ins := cql.Query(p.session, stmt, args...).WithContext(ctx)
-		if err := ins.Exec(); err != nil {
+		ins := store.Mutation{Op: store.Insert, Row: *to, Stamp: p.cluster.Stamp(p.cfg.Clock.Now())}
+		if err := tasks.Write(ctx, []store.Mutation{ins}); err != nil {
 			p.dropRow(ctx, *to)
 			p.releaseLease(ctx, src)
 			return false, fmt.Errorf("writing %s: %w", to.Key, err)
 		}
 	case to != nil:
-		stmt, args := to.InsertLWT()
-		b.Query(stmt, args...)
+		batch = append(batch, store.Mutation{Op: store.Insert, Row: *to})
 	}
-	applied, err := lwt.Apply(ctx, func(context.Context) (bool, error) { return lwt.Batch(p.session, b) },
+	applied, err := lwt.Apply(ctx, func(ctx context.Context) (bool, error) { return tasks.Apply(ctx, batch) },
 		func(rctx context.Context, cause error) (bool, error) {
 			applied, err := src.Settle(rctx)
 			if err != nil {
@@ -630,7 +615,7 @@ func (p *Producer) swap(ctx context.Context, m *moveLocks, from taskrow.Row, to,
 func (p *Producer) dropRow(ctx context.Context, r taskrow.Row) {
 	rctx, cancel := lwt.ResolveContext(ctx)
 	defer cancel()
-	if err := cql.Query(p.session, taskrow.Delete, r.KeyArgs()...).WithContext(rctx).Exec(); err != nil {
+	if err := p.store.Tasks().Write(rctx, []store.Mutation{{Op: store.Delete, Row: r}}); err != nil {
 		p.cfg.Logger.WarnContext(ctx, "deleting the row of a move that did not happen; the task may run twice",
 			"shard_key", r.Key, "task_id", uuid.UUID(r.TaskID), "error", err)
 	}

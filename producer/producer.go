@@ -21,6 +21,7 @@ import (
 	"github.com/shardq/shardq/internal/fanout"
 	"github.com/shardq/shardq/internal/sessionstate"
 	"github.com/shardq/shardq/internal/signal"
+	"github.com/shardq/shardq/internal/store"
 	"github.com/shardq/shardq/internal/taskindex"
 	"github.com/shardq/shardq/internal/taskrow"
 	"github.com/shardq/shardq/shard"
@@ -77,13 +78,14 @@ type Task struct {
 
 // Producer schedules tasks. It is safe for concurrent use.
 type Producer struct {
-	session *gocql.Session
+	session *gocql.Session // for the partition locks of Cancel and Reschedule
 	cfg     Config
 	state   *sessionstate.State // the session's settings cache, toucher and wake-up bus
-	lockers sync.Map            // name -> *locking.Locker, for Cancel and Reschedule
-	turns   turns               // their turns at a partition's lock
+	store   store.Store
+	lockers sync.Map // name -> *locking.Locker, for Cancel and Reschedule
+	turns   turns    // their turns at a partition's lock
 	signals *signal.Toucher
-	writes  *combine.Writer
+	writes  *combine.Writer[store.Mutation]
 	cluster *clustertime.Clock
 
 	afterWrite func(error) error // tests only: what a task batch's write returned, and what to make of it
@@ -114,8 +116,8 @@ func New(session *gocql.Session, cfg Config) (*Producer, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = cluster
 	}
-	return &Producer{session: session, cfg: cfg, state: st, signals: st.Signals,
-		writes: combine.New(session, taskrow.MaxBatchRows, taskrow.MaxBatchBytes), cluster: cluster}, nil
+	return &Producer{session: session, cfg: cfg, state: st, store: st.Store, signals: st.Signals,
+		writes: combine.New(st.Store.Tasks().Write, taskrow.MaxBatchRows, taskrow.MaxBatchBytes), cluster: cluster}, nil
 }
 
 // ScheduleTask writes one task and returns its ID.
@@ -203,7 +205,7 @@ func (p *Producer) ScheduleTasks(ctx context.Context, tasks []Task) ([]uuid.UUID
 		go func() {
 			defer close(indexDone)
 			var failed []int
-			failed, indexErr = taskindex.Apply(ctx, p.session, index, p.cfg.WritesInFlight)
+			failed, indexErr = p.store.Index().Write(ctx, index, p.cfg.WritesInFlight)
 			for _, f := range failed {
 				indexFailed = append(indexFailed, indexed[f])
 			}
@@ -213,13 +215,13 @@ func (p *Producer) ScheduleTasks(ctx context.Context, tasks []Task) ([]uuid.UUID
 	failed := make([][]int, len(batches))
 	ts := p.cluster.Stamp(now)
 	err = fanout.Each(len(batches), p.cfg.WritesInFlight, func(i int) error {
-		stmts := make([]combine.Stmt, len(batches[i]))
+		inserts := make([]store.Mutation, len(batches[i]))
 		bytes := 0
 		for j, idx := range batches[i] {
-			stmts[j].Query, stmts[j].Args = rows[idx].Insert(ts)
+			inserts[j] = store.Mutation{Op: store.Insert, Row: rows[idx], Stamp: ts}
 			bytes += len(rows[idx].Payload)
 		}
-		err := p.writes.Write(ctx, rows[batches[i][0]].Key, stmts, bytes)
+		err := p.writes.Write(ctx, rows[batches[i][0]].Key, inserts, bytes)
 		if p.afterWrite != nil {
 			err = p.afterWrite(err)
 		}

@@ -2,13 +2,9 @@ package producer
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
-	"github.com/gocql/gocql"
-
 	"github.com/shardq/shardq"
-	"github.com/shardq/shardq/internal/cql"
 	"github.com/shardq/shardq/internal/lwt"
 	"github.com/shardq/shardq/internal/taskrow"
 )
@@ -32,12 +28,12 @@ func (p *Producer) dropStray(ctx context.Context, q shardq.QueueConfig, l locate
 	}
 	defer m.release(ctx)
 	// At SERIAL, so a move that applied before we took the lock is seen.
-	err = cql.Query(p.session, taskrow.SelectOne, l.row.KeyArgs()...).WithContext(ctx).Consistency(lwt.Serial).Scan(new(gocql.UUID))
+	there, err := p.store.Tasks().Exists(ctx, l.row)
 	switch {
-	case errors.Is(err, gocql.ErrNotFound):
-		return nil // the move applied after all: the "stray" is the task
 	case err != nil:
 		return fmt.Errorf("reading %s: %w", l.row.Key, err)
+	case !there:
+		return nil // the move applied after all: the "stray" is the task
 	}
 	return p.deleteStray(ctx, *l.stray)
 }
@@ -46,14 +42,13 @@ func (p *Producer) dropStray(ctx context.Context, q shardq.QueueConfig, l locate
 // we hold the lock of its partition, so no consumer takes it meanwhile. Gone already
 // (its writer dropped it), it is as good as deleted.
 func (p *Producer) deleteStray(ctx context.Context, r taskrow.Row) error {
+	tasks := p.store.Tasks()
 	_, err := lwt.Apply(ctx, func(ctx context.Context) (bool, error) {
-		return cql.Query(p.session, taskrow.DeleteIfExists, r.KeyArgs()...).WithContext(ctx).
-			RetryPolicy(lwt.NoRetry).MapScanCAS(map[string]any{})
+		return tasks.DeleteIfExists(ctx, r)
 	}, func(rctx context.Context, cause error) (bool, error) {
-		rerr := cql.Query(p.session, taskrow.SelectOne, r.KeyArgs()...).WithContext(rctx).
-			Consistency(lwt.Serial).Scan(new(gocql.UUID))
+		there, rerr := tasks.Exists(rctx, r)
 		switch {
-		case errors.Is(rerr, gocql.ErrNotFound):
+		case rerr == nil && !there:
 			return true, nil
 		case rerr == nil:
 			return false, fmt.Errorf("deleting the stray row %s of a move that did not apply: %w", r.Key, cause)

@@ -159,7 +159,7 @@ func New(session *gocql.Session, cfg Config) (*Client, error) {
 		return nil, err
 	}
 	return &Client{session: session, producer: p, state: st,
-		env: &iseries.Env{Session: session, Clock: cfg.Clock, Cluster: cluster, Log: cfg.Logger, Signals: st.Signals, Bus: st.Bus}}, nil
+		env: &iseries.Env{Store: st.Store.Series(), Tasks: st.Store.Tasks(), Clock: cfg.Clock, Cluster: cluster, Log: cfg.Logger, Signals: st.Signals, Bus: st.Bus}}, nil
 }
 
 // Create creates a series and schedules its first occurrence. Creating a series that

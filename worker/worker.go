@@ -238,7 +238,7 @@ func New(session *gocql.Session, cfg Config) (*Worker, error) {
 		// which must agree on when leases end.
 		cfg.Clock = st.Cluster
 	}
-	w := &Worker{cfg: cfg, bus: st.Bus, signals: signal.NewWatcher(session, cfg.Queue), log: cfg.Logger, stopFetch: make(chan struct{}),
+	w := &Worker{cfg: cfg, bus: st.Bus, signals: signal.NewWatcher(st.Store.Signals(), cfg.Queue), log: cfg.Logger, stopFetch: make(chan struct{}),
 		fetchStopped: make(chan struct{}), done: make(chan struct{})}
 	c, err := consumer.New(session, consumer.Config{Queue: cfg.Queue, MaxClockSkew: cfg.MaxClockSkew,
 		// An idle worker scans fully once per 1.5 idle intervals, polling at least once per

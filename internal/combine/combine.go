@@ -13,39 +13,31 @@ import (
 	"fmt"
 	"sync"
 	"time"
-
-	"github.com/gocql/gocql"
-
-	"github.com/shardq/shardq/internal/cql"
 )
 
-// Stmt is one statement of a write.
-type Stmt struct {
-	Query string
-	Args  []any
-}
-
-// Writer combines the writes made through it. It is safe for concurrent use.
-type Writer struct {
-	session           *gocql.Session
+// Writer combines the writes made through it, each a list of rows of type T to one
+// partition. It is safe for concurrent use.
+type Writer[T any] struct {
+	send              func(context.Context, []T) error
 	maxRows, maxBytes int
 
 	mu    sync.Mutex
-	parts map[string][]*write // partitions with a write in flight, and the writes waiting
+	parts map[string][]*write[T] // partitions with a write in flight, and the writes waiting
 }
 
-type write struct {
-	stmts    []Stmt
+type write[T any] struct {
+	stmts    []T
 	bytes    int
 	deadline time.Time // the caller's, if any
 	done     chan error
 	sent     bool
 }
 
-// New returns a Writer whose batches, merged or not, hold at most maxRows statements and
-// maxBytes of payload; a single write larger than either goes alone.
-func New(session *gocql.Session, maxRows, maxBytes int) *Writer {
-	return &Writer{session: session, maxRows: maxRows, maxBytes: maxBytes, parts: map[string][]*write{}}
+// New returns a Writer that writes rows of one partition, merged or not, in one unlogged
+// batch by send. Its batches hold at most maxRows rows and maxBytes of payload; a single
+// write larger than either goes alone.
+func New[T any](send func(context.Context, []T) error, maxRows, maxBytes int) *Writer[T] {
+	return &Writer[T]{send: send, maxRows: maxRows, maxBytes: maxBytes, parts: map[string][]*write[T]{}}
 }
 
 // Write writes stmts, all to the partition key, in one unlogged batch, which may also
@@ -54,7 +46,7 @@ func New(session *gocql.Session, maxRows, maxBytes int) *Writer {
 // most one more, and bulk writes keep their parallelism. When ctx ends while the write
 // waits, it is withdrawn and the error is ctx's; when it ends after the write was sent,
 // the error is ctx's too and the write may still apply.
-func (w *Writer) Write(ctx context.Context, key string, stmts []Stmt, bytes int) error {
+func (w *Writer[T]) Write(ctx context.Context, key string, stmts []T, bytes int) error {
 	if 2*len(stmts) >= w.maxRows || 2*bytes >= w.maxBytes {
 		return w.send(ctx, stmts)
 	}
@@ -66,7 +58,7 @@ func (w *Writer) Write(ctx context.Context, key string, stmts []Stmt, bytes int)
 		defer w.next(key)
 		return w.send(ctx, stmts)
 	}
-	wr := &write{stmts: stmts, bytes: bytes, done: make(chan error, 1)}
+	wr := &write[T]{stmts: stmts, bytes: bytes, done: make(chan error, 1)}
 	wr.deadline, _ = ctx.Deadline()
 	w.parts[key] = append(waiting, wr)
 	w.mu.Unlock()
@@ -97,7 +89,7 @@ func (w *Writer) Write(ctx context.Context, key string, stmts []Stmt, bytes int)
 
 // next hands the writes waiting for key, if any, to a goroutine of their own that sends
 // them batch after batch; take marks key idle once none waits.
-func (w *Writer) next(key string) {
+func (w *Writer[T]) next(key string) {
 	batch := w.take(key)
 	if batch == nil {
 		return
@@ -116,8 +108,8 @@ func (w *Writer) next(key string) {
 // deadline is later are sent again on their own, under it: one caller's short deadline
 // must not leave another's write unconfirmed. Statements are idempotent (task rows carry
 // their write timestamp), so sending one twice writes it once.
-func (w *Writer) flush(batch []*write) {
-	var stmts []Stmt
+func (w *Writer[T]) flush(batch []*write[T]) {
+	var stmts []T
 	var deadline time.Time
 	for _, wr := range batch {
 		stmts = append(stmts, wr.stmts...)
@@ -136,7 +128,7 @@ func (w *Writer) flush(batch []*write) {
 }
 
 // sendBy sends stmts by deadline, if any.
-func (w *Writer) sendBy(deadline time.Time, stmts []Stmt) error {
+func (w *Writer[T]) sendBy(deadline time.Time, stmts []T) error {
 	ctx := context.Background()
 	if !deadline.IsZero() {
 		var cancel context.CancelFunc
@@ -148,7 +140,7 @@ func (w *Writer) sendBy(deadline time.Time, stmts []Stmt) error {
 
 // take removes the longest run of waiting writes for key that fits one batch and marks it
 // sent; with none waiting, it marks key idle and returns nil.
-func (w *Writer) take(key string) []*write {
+func (w *Writer[T]) take(key string) []*write[T] {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	waiting := w.parts[key]
@@ -166,12 +158,4 @@ func (w *Writer) take(key string) []*write {
 	}
 	w.parts[key] = waiting[n:]
 	return waiting[:n:n]
-}
-
-func (w *Writer) send(ctx context.Context, stmts []Stmt) error {
-	b := cql.Batch(w.session, gocql.UnloggedBatch).WithContext(ctx)
-	for _, s := range stmts {
-		b.Query(s.Query, s.Args...)
-	}
-	return w.session.ExecuteBatch(b)
 }

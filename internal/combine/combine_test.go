@@ -23,7 +23,7 @@ func (b *batches) ObserveBatch(_ context.Context, o gocql.ObservedBatch) {
 	b.stmts.Add(int64(len(o.Statements)))
 }
 
-func setup(t *testing.T) (*Writer, *gocql.Session, *batches) {
+func setup(t *testing.T) (*Writer[stmt], *gocql.Session, *batches) {
 	t.Helper()
 	seen := &batches{}
 	// The admin timeout: a node busy with the other packages' tests can take seconds
@@ -35,13 +35,26 @@ func setup(t *testing.T) (*Writer, *gocql.Session, *batches) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	require.NoError(t, s.Query(`CREATE TABLE kv (k text, c int, v text, PRIMARY KEY (k, c))`).WithContext(ctx).Exec())
-	return New(s, 10, 1000), s, seen
+	send := func(ctx context.Context, stmts []stmt) error {
+		b := s.NewBatch(gocql.UnloggedBatch).WithContext(ctx)
+		for _, st := range stmts {
+			b.Query(st.query, st.args...)
+		}
+		return s.ExecuteBatch(b)
+	}
+	return New(send, 10, 1000), s, seen
 }
 
-func put(key string, cs ...int) []Stmt {
-	var out []Stmt
+// stmt is one statement of a write.
+type stmt struct {
+	query string
+	args  []any
+}
+
+func put(key string, cs ...int) []stmt {
+	var out []stmt
 	for _, c := range cs {
-		out = append(out, Stmt{`INSERT INTO kv (k, c, v) VALUES (?, ?, 'x')`, []any{key, c}})
+		out = append(out, stmt{`INSERT INTO kv (k, c, v) VALUES (?, ?, 'x')`, []any{key, c}})
 	}
 	return out
 }
@@ -59,7 +72,7 @@ func rows(t *testing.T, s *gocql.Session, key string) []int {
 
 // hold marks key as having a write in flight, as the first of a burst of calls would,
 // and returns the results of writes started meanwhile once they all wait.
-func hold(t *testing.T, w *Writer, key string, writes ...[]Stmt) []chan error {
+func hold(t *testing.T, w *Writer[stmt], key string, writes ...[]stmt) []chan error {
 	t.Helper()
 	w.mu.Lock()
 	w.parts[key] = nil
@@ -165,7 +178,7 @@ func TestShortDeadlineDoesNotFailOthers(t *testing.T) {
 	t.Parallel()
 	w, s, _ := setup(t)
 	errs := hold(t, w, "a", put("a", 1))
-	short := &write{stmts: put("a", 2), deadline: time.Now().Add(-time.Millisecond), done: make(chan error, 1)}
+	short := &write[stmt]{stmts: put("a", 2), deadline: time.Now().Add(-time.Millisecond), done: make(chan error, 1)}
 	w.mu.Lock()
 	w.parts["a"] = append(w.parts["a"], short)
 	w.mu.Unlock()

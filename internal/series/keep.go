@@ -6,11 +6,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 
 	"github.com/shardq/shardq"
-	"github.com/shardq/shardq/internal/cql"
 	"github.com/shardq/shardq/shard"
 )
 
@@ -96,8 +94,7 @@ func (e *Env) keep(ctx context.Context, q shardq.QueueConfig, name string, statu
 }
 
 func (e *Env) markWritten(ctx context.Context, st State) error {
-	if err := cql.Query(e.Session, `UPDATE series SET written = ? WHERE queue = ? AND name = ?`,
-		gocql.UUID(st.TaskID), st.Queue, st.Name).WithContext(ctx).Exec(); err != nil {
+	if err := e.Store.MarkWritten(ctx, st.Queue, st.Name, st.TaskID); err != nil {
 		return fmt.Errorf("series: recording occurrence %d of %s: %w", st.Seq, st.Name, err)
 	}
 	return nil

@@ -12,9 +12,9 @@ import (
 
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/internal/clustertime"
-	"github.com/shardq/shardq/internal/cql"
 	"github.com/shardq/shardq/internal/lwt"
 	"github.com/shardq/shardq/internal/signal"
+	"github.com/shardq/shardq/internal/store"
 	"github.com/shardq/shardq/internal/taskrow"
 	"github.com/shardq/shardq/internal/wakeup"
 	"github.com/shardq/shardq/shard"
@@ -121,7 +121,8 @@ func maxTime(a, b time.Time) time.Time {
 
 // Env is what moving series needs.
 type Env struct {
-	Session *gocql.Session
+	Store   store.Series
+	Tasks   store.Tasks // for occurrences' rows
 	Clock   shardq.Clock
 	Cluster *clustertime.Clock // stamps occurrences' writes
 	Log     *slog.Logger
@@ -129,32 +130,19 @@ type Env struct {
 	Bus     *wakeup.Bus
 }
 
-const columns = `spec, version, paused, done, seq, open, task_id, nominal_ns, priority, stamp, catch_up, advanced_at, created_at, written`
-
 // Load reads a series; serial reads settle any change in flight first.
 func (e *Env) Load(ctx context.Context, queue, name string, serial bool) (State, error) {
-	st := State{Queue: queue, Name: name}
-	var spec string
-	var taskID, written gocql.UUID
-	var nominal int64
-	q := cql.Query(e.Session, `SELECT `+columns+` FROM series WHERE queue = ? AND name = ?`, queue, name).WithContext(ctx)
-	if serial {
-		q = q.Consistency(lwt.Serial)
-	}
-	err := q.Scan(&spec, &st.Version, &st.Paused, &st.Done, &st.Seq, &st.Open, &taskID, &nominal, &st.Priority,
-		&st.Stamp, &st.CatchUp, &st.AdvancedAt, &st.CreatedAt, &written)
+	r, err := e.Store.Get(ctx, queue, name, serial)
 	switch {
-	case errors.Is(err, gocql.ErrNotFound) || (err == nil && st.Version == 0):
-		// A row with no version holds only a Written cell that outlived a delete.
-		return st, fmt.Errorf("%w: %s in queue %s", ErrNotFound, name, queue)
+	case errors.Is(err, store.ErrNotFound):
+		return State{Queue: queue, Name: name}, fmt.Errorf("%w: %s in queue %s", ErrNotFound, name, queue)
 	case err != nil:
-		return st, fmt.Errorf("series: reading %s of queue %s: %w", name, queue, err)
+		return State{Queue: queue, Name: name}, fmt.Errorf("series: reading %s of queue %s: %w", name, queue, err)
 	}
-	st.TaskID, st.Written = uuid.UUID(taskID), uuid.UUID(written)
-	if nominal != 0 {
-		st.Nominal = time.Unix(0, nominal)
-	}
-	if st.Spec, err = decode(spec); err != nil {
+	st := State{Queue: queue, Name: name, Version: r.Version, Paused: r.Paused, Done: r.Done, Seq: r.Seq, Open: r.Open,
+		TaskID: r.TaskID, Nominal: r.Nominal, Priority: r.Priority, Stamp: r.Stamp, CatchUp: r.CatchUp,
+		AdvancedAt: r.AdvancedAt, CreatedAt: r.CreatedAt, Written: r.Written}
+	if st.Spec, err = decode(r.Spec); err != nil {
 		return st, fmt.Errorf("series: decoding %s of queue %s: %w", name, queue, err)
 	}
 	return st, nil
@@ -162,28 +150,18 @@ func (e *Env) Load(ctx context.Context, queue, name string, serial bool) (State,
 
 // Names lists the series of a queue, in name order.
 func (e *Env) Names(ctx context.Context, queue string) ([]string, error) {
-	iter := cql.Query(e.Session, `SELECT name FROM series_names WHERE queue = ?`, queue).WithContext(ctx).Iter()
-	var names []string
-	var name string
-	for iter.Scan(&name) {
-		names = append(names, name)
-	}
-	if err := iter.Close(); err != nil {
+	names, err := e.Store.Names(ctx, queue)
+	if err != nil {
 		return nil, fmt.Errorf("series: listing queue %s: %w", queue, err)
 	}
 	return names, nil
 }
 
-const set = `SET spec = ?, version = ?, paused = ?, done = ?, seq = ?, open = ?, task_id = ?, nominal_ns = ?,
-	priority = ?, stamp = ?, catch_up = ?, advanced_at = ?, created_at = ? WHERE queue = ? AND name = ?`
-
-func (st State) args() []any {
-	var nominal int64
-	if !st.Nominal.IsZero() {
-		nominal = st.Nominal.UnixNano()
-	}
-	return []any{st.Spec.Encode(), st.Version, st.Paused, st.Done, st.Seq, st.Open, gocql.UUID(st.TaskID), nominal,
-		st.Priority, st.Stamp, st.CatchUp, st.AdvancedAt, st.CreatedAt, st.Queue, st.Name}
+// row is st as stored.
+func (st State) row() store.SeriesRow {
+	return store.SeriesRow{Queue: st.Queue, Name: st.Name, Spec: st.Spec.Encode(), Version: st.Version, Paused: st.Paused,
+		Done: st.Done, Seq: st.Seq, Open: st.Open, TaskID: st.TaskID, Nominal: st.Nominal, Priority: st.Priority,
+		Stamp: st.Stamp, CatchUp: st.CatchUp, AdvancedAt: st.AdvancedAt, CreatedAt: st.CreatedAt}
 }
 
 // Create writes a new series with its first occurrence, unless one of that name exists;
@@ -198,8 +176,7 @@ func (e *Env) Create(ctx context.Context, q shardq.QueueConfig, name string, spe
 	}
 	st.Stamp = e.Cluster.Stamp(now)
 	// The name first: a series is listed (and kept) from the moment it may exist.
-	if err := cql.Query(e.Session, `INSERT INTO series_names (queue, name) VALUES (?, ?)`, q.Name, name).
-		WithContext(ctx).Exec(); err != nil {
+	if err := e.Store.AddName(ctx, q.Name, name); err != nil {
 		return st, false, fmt.Errorf("series: creating %s: %w", name, err)
 	}
 	applied, err := e.put(ctx, st, 0)
@@ -213,12 +190,10 @@ func (e *Env) Create(ctx context.Context, q shardq.QueueConfig, name string, spe
 	return st, true, e.Write(ctx, q, st)
 }
 
-// cas runs one conditional change of series queue/name; settle tells from the state
-// read back at SERIAL whether an unknown outcome applied.
-func (e *Env) cas(ctx context.Context, queue, name, stmt string, args []any, settle func(State, error) bool) (bool, error) {
-	return lwt.Apply(ctx, func(ctx context.Context) (bool, error) {
-		return cql.Query(e.Session, stmt, args...).WithContext(ctx).RetryPolicy(lwt.NoRetry).MapScanCAS(map[string]any{})
-	}, func(rctx context.Context, cause error) (bool, error) {
+// cas runs one conditional change of series queue/name, write; settle tells from the
+// state read back at SERIAL whether an unknown outcome applied.
+func (e *Env) cas(ctx context.Context, queue, name string, write func(context.Context) (bool, error), settle func(State, error) bool) (bool, error) {
+	return lwt.Apply(ctx, write, func(rctx context.Context, cause error) (bool, error) {
 		cur, err := e.Load(rctx, queue, name, true)
 		if err != nil && !errors.Is(err, ErrNotFound) {
 			return false, fmt.Errorf("%w: changing series %s: %w (reading back: %w)", lwt.ErrOutcomeUnknown, name, cause, err)
@@ -231,11 +206,8 @@ func (e *Env) cas(ctx context.Context, queue, name, stmt string, args []any, set
 // outcome: versions only grow and each is written once with a fresh occurrence ID, so
 // seeing st's version and occurrence means st applied.
 func (e *Env) put(ctx context.Context, st State, from int64) (bool, error) {
-	stmt, args := `UPDATE series `+set+` IF version = null`, st.args()
-	if from != 0 {
-		stmt, args = `UPDATE series `+set+` IF version = ?`, append(args, from)
-	}
-	return e.cas(ctx, st.Queue, st.Name, stmt, args, func(cur State, err error) bool {
+	put := func(ctx context.Context) (bool, error) { return e.Store.Put(ctx, st.row(), from) }
+	return e.cas(ctx, st.Queue, st.Name, put, func(cur State, err error) bool {
 		return err == nil && cur.Version == st.Version && cur.TaskID == st.TaskID && cur.Seq == st.Seq
 	})
 }
@@ -277,12 +249,12 @@ func (e *Env) Change(ctx context.Context, q shardq.QueueConfig, name string, f f
 
 // Delete removes series name if it is still at version.
 func (e *Env) Delete(ctx context.Context, st State) (bool, error) {
-	applied, err := e.cas(ctx, st.Queue, st.Name, `DELETE FROM series WHERE queue = ? AND name = ? IF version = ?`,
-		[]any{st.Queue, st.Name, st.Version}, func(_ State, err error) bool { return errors.Is(err, ErrNotFound) })
+	del := func(ctx context.Context) (bool, error) { return e.Store.Delete(ctx, st.Queue, st.Name, st.Version) }
+	applied, err := e.cas(ctx, st.Queue, st.Name, del, func(_ State, err error) bool { return errors.Is(err, ErrNotFound) })
 	if err != nil || !applied {
 		return applied, err
 	}
-	return true, cql.Query(e.Session, `DELETE FROM series_names WHERE queue = ? AND name = ?`, st.Queue, st.Name).WithContext(ctx).Exec()
+	return true, e.Store.DeleteName(ctx, st.Queue, st.Name)
 }
 
 // Advance moves series name past its occurrence id when that is still its open one:
@@ -315,8 +287,7 @@ func (e *Env) Write(ctx context.Context, q shardq.QueueConfig, st State) error {
 	id := gocql.UUID(st.TaskID)
 	r := taskrow.Row{Key: l.Key(l.Bucket(place), l.ShardFor(st.TaskID)), Priority: st.Priority, ID: id, TaskID: id,
 		Payload: st.Spec.Payload, DueAt: st.Nominal, Timeout: timeout, Series: st.Name}
-	stmt, args := r.Insert(st.Stamp)
-	if err := cql.Query(e.Session, stmt, args...).WithContext(ctx).Exec(); err != nil {
+	if err := e.Tasks.Write(ctx, []store.Mutation{{Op: store.Insert, Row: r, Stamp: st.Stamp}}); err != nil {
 		return fmt.Errorf("series: writing occurrence %d of %s: %w", st.Seq, st.Name, err)
 	}
 	var touches signal.Touches

@@ -1,5 +1,5 @@
 // Package sessionstate owns what every producer, consumer, worker and series client on
-// one gocql session shares: the cluster's clock, the toucher of wake-up signals, the
+// one gocql session shares: the store of its keyspace's tables, the cluster's clock, the toucher of wake-up signals, the
 // in-process wake-up bus and the cache of queue settings. A session is bound to one
 // keyspace, so sharing per session keeps two keyspaces apart; parts made on the same
 // session share one measure of the clock, one coalescing of touches and one read of each
@@ -18,12 +18,15 @@ import (
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/internal/clustertime"
 	"github.com/shardq/shardq/internal/signal"
+	"github.com/shardq/shardq/internal/store"
 	"github.com/shardq/shardq/internal/wakeup"
 )
 
 // State is one session's shared state. Safe for concurrent use.
 type State struct {
 	session *gocql.Session
+	// Store reads and writes the session keyspace's tables.
+	Store store.Store
 	// Cluster is the cluster's clock, the default clock of every part.
 	Cluster *clustertime.Clock
 	// Signals touches wake-up signal cells after writes.
@@ -49,10 +52,12 @@ func For(session *gocql.Session, log *slog.Logger) *State {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	tables := store.Cassandra(session)
 	st, loaded := states.LoadOrStore(key, &State{
 		session: session,
+		Store:   tables,
 		Cluster: clustertime.New(session, nil, log),
-		Signals: signal.NewToucher(session, log),
+		Signals: signal.NewToucher(tables.Signals(), log),
 		Bus:     &wakeup.Bus{},
 	})
 	if !loaded {

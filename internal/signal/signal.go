@@ -134,8 +134,8 @@ const Coalesce = 20 * time.Millisecond
 // Coalesce are written together in the background at its end, so a busy session adds at
 // most one small write per cell each Coalesce.
 type Toucher struct {
-	session *gocql.Session
-	log     *slog.Logger
+	cells Writer
+	log   *slog.Logger
 
 	mu       sync.Mutex
 	last     map[Entry]time.Time // when each entry's last touch was sent
@@ -143,14 +143,19 @@ type Toucher struct {
 	deferred bool // a background touch of pending is scheduled
 }
 
-// NewToucher returns a Toucher writing through session.
-func NewToucher(session *gocql.Session, log *slog.Logger) *Toucher {
-	return &Toucher{session: session, log: log, last: map[Entry]time.Time{}, pending: map[Entry]Touch{}}
+// Writer writes touches of cells: the session's store (internal/store), which calls Write.
+type Writer interface {
+	Touch(ctx context.Context, cells []Touch) error
+}
+
+// NewToucher returns a Toucher writing through cells.
+func NewToucher(cells Writer, log *slog.Logger) *Toucher {
+	return &Toucher{cells: cells, log: log, last: map[Entry]time.Time{}, pending: map[Entry]Touch{}}
 }
 
 // Touch records that the rows in ts were written. Call it after the write completed.
 func (t *Toucher) Touch(ctx context.Context, ts *Touches) error {
-	return write(ctx, t.session, t.gather(ts.list))
+	return t.cells.Touch(ctx, t.gather(ts.list))
 }
 
 // gather returns the cells to touch at once, those not touched in the last Coalesce, and
@@ -196,14 +201,14 @@ func (t *Toucher) flush() {
 	t.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), TouchTimeout)
 	defer cancel()
-	if err := write(ctx, t.session, cells); err != nil {
+	if err := t.cells.Touch(ctx, cells); err != nil {
 		t.log.WarnContext(ctx, "touching wake-up signals; idle workers find the tasks at their next poll", "error", err)
 	}
 }
 
-// write touches cells, one statement per queue and bucket: the entry of each shard, with the
+// Write touches cells, one statement per queue and bucket: the entry of each shard, with the
 // earliest row time written into it, and of each slot.
-func write(ctx context.Context, session *gocql.Session, cells []Touch) error {
+func Write(ctx context.Context, session *gocql.Session, cells []Touch) error {
 	type row struct {
 		queue  string
 		bucket int64
@@ -252,27 +257,19 @@ func maxTime(a, b time.Time) time.Time {
 // time of its last touch. Every touch changes its cell's value.
 func Cells(ctx context.Context, session *gocql.Session, queue string, from, to int64) (map[Cell]gocql.UUID, error) {
 	cells := map[Cell]gocql.UUID{}
-	if err := scan(ctx, session, queue, from, to, func(c Cell, v gocql.UUID) { cells[c] = v }); err != nil {
-		return nil, err
-	}
-	return cells, nil
-}
-
-// scan reads the cells of queue's buckets from..to.
-func scan(ctx context.Context, session *gocql.Session, queue string, from, to int64, f func(Cell, gocql.UUID)) error {
 	iter := cql.Query(session, readStmt, queue, from, to).WithContext(ctx).Iter()
 	var bucket int64
 	var shards map[int]gocql.UUID
 	for iter.Scan(&bucket, &shards) {
 		for s, v := range shards {
-			f(Cell{Queue: queue, Bucket: bucket, Shard: s}, v)
+			cells[Cell{Queue: queue, Bucket: bucket, Shard: s}] = v
 		}
 		shards = nil
 	}
 	if err := iter.Close(); err != nil {
-		return fmt.Errorf("signal: reading %s: %w", queue, err)
+		return nil, fmt.Errorf("signal: reading %s: %w", queue, err)
 	}
-	return nil
+	return cells, nil
 }
 
 // LastTouches reads the slots of the cells of queue's buckets from..to, and when each slot
@@ -308,14 +305,19 @@ func LastTouches(ctx context.Context, session *gocql.Session, queue string, from
 
 // Watcher notices touches of one queue's cells.
 type Watcher struct {
-	session *gocql.Session
-	queue   string
-	seen    map[Cell]gocql.UUID
+	cells Reader
+	queue string
+	seen  map[Cell]gocql.UUID
 }
 
-// NewWatcher returns a Watcher of queue.
-func NewWatcher(session *gocql.Session, queue string) *Watcher {
-	return &Watcher{session: session, queue: queue, seen: map[Cell]gocql.UUID{}}
+// Reader reads cells: the session's store (internal/store), which calls Cells.
+type Reader interface {
+	Cells(ctx context.Context, queue string, from, to int64) (map[Cell]gocql.UUID, error)
+}
+
+// NewWatcher returns a Watcher of queue reading through cells.
+func NewWatcher(cells Reader, queue string) *Watcher {
+	return &Watcher{cells: cells, queue: queue, seen: map[Cell]gocql.UUID{}}
 }
 
 // Changed reads the cells of buckets from..to and reports whether one was touched since
@@ -323,15 +325,16 @@ func NewWatcher(session *gocql.Session, queue string) *Watcher {
 // for tasks, less the clock skew it allows between processes. Earlier rows are those
 // that look already saw, or rows written late, which consumers' sweeps find.
 func (w *Watcher) Changed(ctx context.Context, from, to int64, since time.Time) (bool, error) {
+	cells, err := w.cells.Cells(ctx, w.queue, from, to)
+	if err != nil {
+		return false, err
+	}
 	changed := false
-	err := scan(ctx, w.session, w.queue, from, to, func(c Cell, v gocql.UUID) {
+	for c, v := range cells {
 		if w.seen[c] != v && !shard.IDTime(uuid.UUID(v)).Before(since) {
 			changed = true
 		}
 		w.seen[c] = v
-	})
-	if err != nil {
-		return false, err
 	}
 	for c := range w.seen {
 		if c.Bucket < from {

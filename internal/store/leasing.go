@@ -5,7 +5,6 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/shardq/shardq/internal/locking"
 	"github.com/shardq/shardq/internal/taskrow"
 )
 
@@ -40,7 +39,7 @@ type Leasing interface {
 	// applies only while lease holds the lock and every row delivered before (Attempt >
 	// 0) still exists. An unknown outcome is settled by the lease's receipt
 	// (locking.Lease.Settle).
-	Swap(ctx context.Context, lease *locking.Lease, bucket int64, floors map[int8]uuid.UUID, rows []taskrow.Row) (applied bool, err error)
+	Swap(ctx context.Context, lease Fence, bucket int64, floors map[int8]uuid.UUID, rows []taskrow.Row) (applied bool, err error)
 	// DeleteMarker deletes a marker if it exists, reporting whether it did.
 	DeleteMarker(ctx context.Context, marker taskrow.Row) (applied bool, err error)
 	// DeleteMarkers deletes markers, all of one partition, in one conditional batch that

@@ -10,15 +10,11 @@ import (
 
 	"github.com/shardq/shardq/internal/cql"
 	"github.com/shardq/shardq/internal/fanout"
-	"github.com/shardq/shardq/internal/locking"
 	"github.com/shardq/shardq/internal/lwt"
 	"github.com/shardq/shardq/internal/taskrow"
 )
 
-// CassandraLeasing returns the Leasing of session.
-func CassandraLeasing(session *gocql.Session) Leasing { return cassandraLeasing{session} }
-
-type cassandraLeasing struct{ session *gocql.Session }
+type leasing cassandra
 
 const (
 	selectFloors = `SELECT floor_bucket, floors FROM tasks WHERE shard_key = ? AND kind = 0 AND priority = 0 AND id = ?`
@@ -27,7 +23,7 @@ const (
 	floorAssignments = `floor_bucket = ?, floors = floors + ?`
 )
 
-func (s cassandraLeasing) Floors(ctx context.Context, key string) (map[int8]uuid.UUID, error) {
+func (s leasing) Floors(ctx context.Context, key string) (map[int8]uuid.UUID, error) {
 	var bucket int64
 	var stored map[int8]gocql.UUID
 	err := cql.Query(s.session, selectFloors, key, taskrow.LockID).WithContext(ctx).Scan(&bucket, &stored)
@@ -47,7 +43,7 @@ func (s cassandraLeasing) Floors(ctx context.Context, key string) (map[int8]uuid
 	return floors, nil
 }
 
-func (s cassandraLeasing) IDs(ctx context.Context, key string, prios []int8, from, to uuid.UUID, limit int) ([]RowRef, error) {
+func (s leasing) IDs(ctx context.Context, key string, prios []int8, from, to uuid.UUID, limit int) ([]RowRef, error) {
 	iter := cql.Query(s.session, taskrow.SelectRangeIDs, key, prios, gocql.UUID(from), gocql.UUID(to), limit).WithContext(ctx).Iter()
 	var refs []RowRef
 	var prio int8
@@ -58,13 +54,13 @@ func (s cassandraLeasing) IDs(ctx context.Context, key string, prios []int8, fro
 	return refs, iter.Close()
 }
 
-func (s cassandraLeasing) Rows(ctx context.Context, key string, prios []int8, from, to uuid.UUID, limit, pageRows, maxBytes int) ([]taskrow.Row, bool, error) {
+func (s leasing) Rows(ctx context.Context, key string, prios []int8, from, to uuid.UUID, limit, pageRows, maxBytes int) ([]taskrow.Row, bool, error) {
 	iter := cql.Query(s.session, taskrow.SelectRange, key, prios, gocql.UUID(from), gocql.UUID(to), limit).
 		WithContext(ctx).PageSize(pageRows).Iter()
 	return taskrow.Scan(iter, key, maxBytes)
 }
 
-func (s cassandraLeasing) WriteMarkers(ctx context.Context, rows []taskrow.Row, ts int64, inFlight int) error {
+func (s leasing) WriteMarkers(ctx context.Context, rows []taskrow.Row, ts int64, inFlight int) error {
 	batches := taskrow.Group(rows)
 	return fanout.Each(len(batches), inFlight, func(i int) error {
 		b := cql.Batch(s.session, gocql.UnloggedBatch).WithContext(ctx)
@@ -76,7 +72,7 @@ func (s cassandraLeasing) WriteMarkers(ctx context.Context, rows []taskrow.Row, 
 	})
 }
 
-func (s cassandraLeasing) DropMarkers(ctx context.Context, rows []taskrow.Row, inFlight int) error {
+func (s leasing) DropMarkers(ctx context.Context, rows []taskrow.Row, inFlight int) error {
 	batches := taskrow.Group(rows)
 	return fanout.Each(len(batches), inFlight, func(i int) error {
 		b := cql.Batch(s.session, gocql.UnloggedBatch).WithContext(ctx)
@@ -87,7 +83,7 @@ func (s cassandraLeasing) DropMarkers(ctx context.Context, rows []taskrow.Row, i
 	})
 }
 
-func (s cassandraLeasing) Swap(ctx context.Context, lease *locking.Lease, bucket int64, floors map[int8]uuid.UUID, rows []taskrow.Row) (bool, error) {
+func (s leasing) Swap(ctx context.Context, lease Fence, bucket int64, floors map[int8]uuid.UUID, rows []taskrow.Row) (bool, error) {
 	stored := make(map[int8]gocql.UUID, len(floors))
 	for p, id := range floors {
 		stored[p] = gocql.UUID(id)
@@ -107,12 +103,12 @@ func (s cassandraLeasing) Swap(ctx context.Context, lease *locking.Lease, bucket
 	return lwt.Batch(s.session, b)
 }
 
-func (s cassandraLeasing) DeleteMarker(ctx context.Context, marker taskrow.Row) (bool, error) {
+func (s leasing) DeleteMarker(ctx context.Context, marker taskrow.Row) (bool, error) {
 	return cql.Query(s.session, taskrow.DeleteIfExists, marker.KeyArgs()...).
 		WithContext(ctx).RetryPolicy(lwt.NoRetry).MapScanCAS(map[string]any{})
 }
 
-func (s cassandraLeasing) DeleteMarkers(ctx context.Context, markers []taskrow.Row) (bool, error) {
+func (s leasing) DeleteMarkers(ctx context.Context, markers []taskrow.Row) (bool, error) {
 	b := cql.Batch(s.session, gocql.LoggedBatch).WithContext(ctx)
 	for _, m := range markers {
 		b.Query(taskrow.DeleteIfExists, m.KeyArgs()...)
@@ -120,7 +116,7 @@ func (s cassandraLeasing) DeleteMarkers(ctx context.Context, markers []taskrow.R
 	return lwt.Batch(s.session, b)
 }
 
-func (s cassandraLeasing) ReplaceMarker(ctx context.Context, from, to taskrow.Row, ts int64) (bool, error) {
+func (s leasing) ReplaceMarker(ctx context.Context, from, to taskrow.Row, ts int64) (bool, error) {
 	b := cql.Batch(s.session, gocql.LoggedBatch).WithContext(ctx)
 	b.Query(taskrow.DeleteIfExists, from.KeyArgs()...)
 	stmt, args := to.Insert(ts)
@@ -128,7 +124,7 @@ func (s cassandraLeasing) ReplaceMarker(ctx context.Context, from, to taskrow.Ro
 	return lwt.Batch(s.session, b)
 }
 
-func (s cassandraLeasing) MarkersThere(ctx context.Context, markers []taskrow.Row) (map[uuid.UUID]bool, error) {
+func (s leasing) MarkersThere(ctx context.Context, markers []taskrow.Row) (map[uuid.UUID]bool, error) {
 	there := map[uuid.UUID]bool{}
 	if len(markers) == 0 {
 		return there, nil

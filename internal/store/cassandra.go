@@ -1,0 +1,76 @@
+package store
+
+import (
+	"context"
+	"time"
+
+	"github.com/gocql/gocql"
+	"github.com/google/uuid"
+
+	"github.com/shardq/shardq/internal/deadletters"
+	"github.com/shardq/shardq/internal/signal"
+	"github.com/shardq/shardq/internal/taskindex"
+)
+
+// Cassandra returns the Store of session's keyspace.
+func Cassandra(session *gocql.Session) Store { return cassandra{session} }
+
+type cassandra struct{ session *gocql.Session }
+
+func (c cassandra) Tasks() Tasks             { return tasks(c) }
+func (c cassandra) Leasing() Leasing         { return leasing(c) }
+func (c cassandra) Keys() Keys               { return keys(c) }
+func (c cassandra) Queues() Queues           { return queues(c) }
+func (c cassandra) Index() Index             { return index(c) }
+func (c cassandra) DeadLetters() DeadLetters { return letters(c) }
+func (c cassandra) Signals() Signals         { return signals(c) }
+func (c cassandra) Series() Series           { return series(c) }
+
+// The task index, dead letters and signal cells keep their statements in their own
+// packages, which the consumer and the inspector still call directly.
+
+type index struct{ session *gocql.Session }
+
+func (x index) Write(ctx context.Context, ws []taskindex.Write, inflight int) ([]int, error) {
+	return taskindex.Apply(ctx, x.session, ws, inflight)
+}
+
+func (x index) Read(ctx context.Context, id uuid.UUID) (taskindex.Entry, int64, error) {
+	return taskindex.Read(ctx, x.session, id)
+}
+
+type letters struct{ session *gocql.Session }
+
+func (d letters) Write(ctx context.Context, l deadletters.Letter) error {
+	return deadletters.Write(ctx, d.session, l)
+}
+
+func (d letters) Page(ctx context.Context, queue string, now time.Time, after uuid.UUID, limit int) ([]deadletters.Letter, error) {
+	return deadletters.Page(ctx, d.session, queue, now, after, limit)
+}
+
+func (d letters) Get(ctx context.Context, queue string, id uuid.UUID) (deadletters.Letter, bool, error) {
+	return deadletters.Get(ctx, d.session, queue, id)
+}
+
+func (d letters) Delete(ctx context.Context, queue string, id uuid.UUID) error {
+	return deadletters.Delete(ctx, d.session, queue, id)
+}
+
+func (d letters) Count(ctx context.Context, queue string, now time.Time, pageSize int, done func()) (int, error) {
+	return deadletters.Count(ctx, d.session, queue, now, pageSize, done)
+}
+
+type signals struct{ session *gocql.Session }
+
+func (s signals) Touch(ctx context.Context, cells []signal.Touch) error {
+	return signal.Write(ctx, s.session, cells)
+}
+
+func (s signals) Cells(ctx context.Context, queue string, from, to int64) (map[signal.Cell]gocql.UUID, error) {
+	return signal.Cells(ctx, s.session, queue, from, to)
+}
+
+func (s signals) LastTouches(ctx context.Context, queue string, from, to int64) (map[signal.Cell]signal.Slots, map[signal.Entry]time.Time, error) {
+	return signal.LastTouches(ctx, s.session, queue, from, to)
+}

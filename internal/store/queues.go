@@ -1,0 +1,63 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/gocql/gocql"
+
+	"github.com/shardq/shardq/internal/cql"
+	"github.com/shardq/shardq/internal/lwt"
+)
+
+type queues struct{ session *gocql.Session }
+
+const createQueueStmt = `INSERT INTO queues (name, bucket_count, bucket_duration_ms, shard_count,
+	default_timeout_ms, lock_ttl_ms, completed_retention_ms, created_at)
+	VALUES (?, ?, ?, ?, ?, ?, ?, toTimestamp(now())) IF NOT EXISTS`
+
+func (s queues) Create(ctx context.Context, q Queue) (bool, Queue, error) {
+	existing := map[string]any{}
+	applied, err := cql.Query(s.session, createQueueStmt,
+		q.Name, q.BucketCount, q.BucketDuration.Milliseconds(), q.ShardCount,
+		q.DefaultTimeout.Milliseconds(), q.LockTTL.Milliseconds(), q.CompletedRetention.Milliseconds()).
+		WithContext(ctx).RetryPolicy(lwt.NoRetry).MapScanCAS(existing)
+	return applied, queueOf(existing), err
+}
+
+func (s queues) Get(ctx context.Context, name string) (Queue, error) {
+	row := map[string]any{}
+	err := cql.Query(s.session, `SELECT * FROM queues WHERE name = ?`, name).
+		WithContext(ctx).Consistency(lwt.Serial).MapScan(row)
+	switch {
+	case errors.Is(err, gocql.ErrNotFound):
+		return Queue{}, fmt.Errorf("%w: queue %q", ErrNotFound, name)
+	case err != nil:
+		return Queue{}, err
+	}
+	return queueOf(row), nil
+}
+
+func queueOf(r map[string]any) Queue {
+	ms := func(k string) time.Duration { v, _ := r[k].(int64); return time.Duration(v) * time.Millisecond }
+	name, _ := r["name"].(string)
+	bc, _ := r["bucket_count"].(int)
+	sc, _ := r["shard_count"].(int)
+	return Queue{Name: name, BucketCount: bc, BucketDuration: ms("bucket_duration_ms"), ShardCount: sc,
+		DefaultTimeout: ms("default_timeout_ms"), LockTTL: ms("lock_ttl_ms"), CompletedRetention: ms("completed_retention_ms")}
+}
+
+func (s queues) Names(ctx context.Context) ([]string, error) {
+	iter := cql.Query(s.session, `SELECT name FROM queues`).WithContext(ctx).Iter()
+	var names []string
+	var name string
+	for iter.Scan(&name) {
+		names = append(names, name)
+	}
+	if err := iter.Close(); err != nil {
+		return nil, err
+	}
+	return names, nil
+}

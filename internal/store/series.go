@@ -1,0 +1,94 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/gocql/gocql"
+	"github.com/google/uuid"
+
+	"github.com/shardq/shardq/internal/cql"
+	"github.com/shardq/shardq/internal/lwt"
+)
+
+type series struct{ session *gocql.Session }
+
+const (
+	seriesColumns = `spec, version, paused, done, seq, open, task_id, nominal_ns, priority, stamp, catch_up, advanced_at, created_at, written`
+	seriesSet     = `SET spec = ?, version = ?, paused = ?, done = ?, seq = ?, open = ?, task_id = ?, nominal_ns = ?,
+	priority = ?, stamp = ?, catch_up = ?, advanced_at = ?, created_at = ? WHERE queue = ? AND name = ?`
+)
+
+func (s series) Get(ctx context.Context, queue, name string, serial bool) (SeriesRow, error) {
+	r := SeriesRow{Queue: queue, Name: name}
+	var taskID, written gocql.UUID
+	var nominal int64
+	q := cql.Query(s.session, `SELECT `+seriesColumns+` FROM series WHERE queue = ? AND name = ?`, queue, name).WithContext(ctx)
+	if serial {
+		q = q.Consistency(lwt.Serial)
+	}
+	err := q.Scan(&r.Spec, &r.Version, &r.Paused, &r.Done, &r.Seq, &r.Open, &taskID, &nominal, &r.Priority,
+		&r.Stamp, &r.CatchUp, &r.AdvancedAt, &r.CreatedAt, &written)
+	switch {
+	case errors.Is(err, gocql.ErrNotFound) || (err == nil && r.Version == 0):
+		// A row with no version holds only a Written cell that outlived a delete.
+		return r, fmt.Errorf("%w: series %s in queue %s", ErrNotFound, name, queue)
+	case err != nil:
+		return r, err
+	}
+	r.TaskID, r.Written = uuid.UUID(taskID), uuid.UUID(written)
+	if nominal != 0 {
+		r.Nominal = time.Unix(0, nominal)
+	}
+	return r, nil
+}
+
+func (s series) Names(ctx context.Context, queue string) ([]string, error) {
+	iter := cql.Query(s.session, `SELECT name FROM series_names WHERE queue = ?`, queue).WithContext(ctx).Iter()
+	var names []string
+	var name string
+	for iter.Scan(&name) {
+		names = append(names, name)
+	}
+	if err := iter.Close(); err != nil {
+		return nil, err
+	}
+	return names, nil
+}
+
+func (s series) AddName(ctx context.Context, queue, name string) error {
+	return cql.Query(s.session, `INSERT INTO series_names (queue, name) VALUES (?, ?)`, queue, name).WithContext(ctx).Exec()
+}
+
+func (s series) DeleteName(ctx context.Context, queue, name string) error {
+	return cql.Query(s.session, `DELETE FROM series_names WHERE queue = ? AND name = ?`, queue, name).WithContext(ctx).Exec()
+}
+
+func (s series) Put(ctx context.Context, r SeriesRow, from int64) (bool, error) {
+	var nominal int64
+	if !r.Nominal.IsZero() {
+		nominal = r.Nominal.UnixNano()
+	}
+	args := []any{r.Spec, r.Version, r.Paused, r.Done, r.Seq, r.Open, gocql.UUID(r.TaskID), nominal,
+		r.Priority, r.Stamp, r.CatchUp, r.AdvancedAt, r.CreatedAt, r.Queue, r.Name}
+	stmt := `UPDATE series ` + seriesSet + ` IF version = null`
+	if from != 0 {
+		stmt, args = `UPDATE series `+seriesSet+` IF version = ?`, append(args, from)
+	}
+	return s.cas(ctx, stmt, args...)
+}
+
+func (s series) Delete(ctx context.Context, queue, name string, version int64) (bool, error) {
+	return s.cas(ctx, `DELETE FROM series WHERE queue = ? AND name = ? IF version = ?`, queue, name, version)
+}
+
+func (s series) cas(ctx context.Context, stmt string, args ...any) (bool, error) {
+	return cql.Query(s.session, stmt, args...).WithContext(ctx).RetryPolicy(lwt.NoRetry).MapScanCAS(map[string]any{})
+}
+
+func (s series) MarkWritten(ctx context.Context, queue, name string, id uuid.UUID) error {
+	return cql.Query(s.session, `UPDATE series SET written = ? WHERE queue = ? AND name = ?`, gocql.UUID(id), queue, name).
+		WithContext(ctx).Exec()
+}

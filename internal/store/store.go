@@ -1,0 +1,209 @@
+// Package store is the boundary between shardq's protocol and the tables it keeps: one
+// interface per table, speaking in rows, composed into Store. Packages above it decide
+// (what to write, how to settle an unknown outcome); the store only reads and writes, so
+// the protocol can run against something other than a live node. Cassandra is the
+// implementation on a gocql session.
+//
+// A conditional write is never retried. Its error is the driver's, as is or wrapped, so
+// callers tell a definite refusal (lwt.Definite) from an unknown outcome, which they
+// settle by the SERIAL reads the store offers (lwt.Apply).
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/gocql/gocql"
+	"github.com/google/uuid"
+
+	"github.com/shardq/shardq/internal/deadletters"
+	"github.com/shardq/shardq/internal/signal"
+	"github.com/shardq/shardq/internal/taskindex"
+	"github.com/shardq/shardq/internal/taskrow"
+)
+
+// ErrNotFound means a row read by its key is not there.
+var ErrNotFound = errors.New("store: not found")
+
+// Store is every table of one keyspace.
+type Store interface {
+	Tasks() Tasks
+	Leasing() Leasing
+	Keys() Keys
+	Queues() Queues
+	Index() Index
+	DeadLetters() DeadLetters
+	Signals() Signals
+	Series() Series
+}
+
+// Op is what a Mutation does.
+type Op int8
+
+const (
+	// Insert writes Row at write timestamp Stamp, or, inside a conditional batch, which
+	// carries no timestamps of its own, at the coordinator's (Stamp is not used there).
+	Insert Op = iota + 1
+	// Delete deletes Row.
+	Delete
+	// DeleteIfExists deletes Row and conditions the batch on its being there.
+	DeleteIfExists
+	// Release frees Lock and leaves its receipt, conditioning the batch on Lock still
+	// holding its partition (see locking.Lease.Settle).
+	Release
+)
+
+// Mutation is one change of a batch of the tasks table.
+type Mutation struct {
+	Op    Op
+	Row   taskrow.Row
+	Stamp int64
+	Lock  Fence
+}
+
+// Fence is a held partition lock (a *locking.Lease) that a conditional batch releases.
+type Fence interface {
+	ReleaseStatement() (string, []any)
+	// ReleaseStatementSetting is ReleaseStatement that also sets other columns of the
+	// lock row.
+	ReleaseStatementSetting(assignments string, args ...any) (string, []any)
+	ReceiptStatement() (string, []any)
+}
+
+// Tasks is the tasks table as producers and series use it: task rows written, moved and
+// read by their keys. (The consumer's range reads and swaps are its own.)
+type Tasks interface {
+	// Write applies muts (Insert and Delete, all to one partition) unconditionally: one
+	// statement alone, more in one unlogged batch.
+	Write(ctx context.Context, muts []Mutation) error
+	// Apply applies muts in one logged batch, conditioned by its DeleteIfExists and
+	// Release mutations, and reports whether it applied. It is never retried.
+	Apply(ctx context.Context, muts []Mutation) (bool, error)
+	// DeleteIfExists deletes r if it is there and reports whether it was. It is never
+	// retried.
+	DeleteIfExists(ctx context.Context, r taskrow.Row) (bool, error)
+	// Exists reads at SERIAL whether r is there: a change in flight is settled first.
+	Exists(ctx context.Context, r taskrow.Row) (bool, error)
+	// Read reads the row at key, priority and id.
+	Read(ctx context.Context, key string, priority int8, id gocql.UUID) (taskrow.Row, bool, error)
+	// Find reads the row of id in partition key, whichever of priorities it has.
+	Find(ctx context.Context, key string, priorities []int8, id gocql.UUID) (taskrow.Row, bool, error)
+}
+
+// Claim is a unique key's row: the task that holds it and when it claimed it. A zero
+// Holder means nobody holds the key.
+type Claim struct {
+	Holder    uuid.UUID
+	ClaimedAt time.Time
+}
+
+// Keys is the task_keys table: which task holds each unique key of a queue.
+type Keys interface {
+	// Claim makes claim the key's row for ttl if the row is still seen (zero: none), and
+	// reports whether it did; when not, it returns the row as it is. It is never retried.
+	Claim(ctx context.Context, queue, key string, claim Claim, ttl time.Duration, seen Claim) (bool, Claim, error)
+	// Get reads the key's row, or returns ErrNotFound; serial settles a claim in flight
+	// first.
+	Get(ctx context.Context, queue, key string, serial bool) (Claim, error)
+	// GetTTL reads the key's row and how long its claim has left (zero when unknown), or
+	// returns ErrNotFound.
+	GetTTL(ctx context.Context, queue, key string) (Claim, time.Duration, error)
+	// Release deletes the key's row if holder still holds it. It is never retried.
+	Release(ctx context.Context, queue, key string, holder uuid.UUID) error
+}
+
+// Queue is a queue's stored settings (shardq.QueueConfig converts to and from it).
+type Queue struct {
+	Name               string
+	BucketCount        int
+	BucketDuration     time.Duration
+	ShardCount         int
+	DefaultTimeout     time.Duration
+	LockTTL            time.Duration
+	CompletedRetention time.Duration
+}
+
+// Queues is the queues table.
+type Queues interface {
+	// Create stores q unless a queue of its name exists, and reports whether it did;
+	// when not, it returns the stored settings. It is never retried.
+	Create(ctx context.Context, q Queue) (bool, Queue, error)
+	// Get reads a queue at SERIAL, so one just created is seen, or returns ErrNotFound.
+	Get(ctx context.Context, name string) (Queue, error)
+	// Names lists every queue.
+	Names(ctx context.Context) ([]string, error)
+}
+
+// Index is the task_index table (see package taskindex).
+type Index interface {
+	// Write writes ws, inflight index partitions at once; on error, failed lists the
+	// indexes of ws that may not be written.
+	Write(ctx context.Context, ws []taskindex.Write, inflight int) (failed []int, err error)
+	// Read returns task id's entry and its write timestamp, or taskindex.ErrNotFound.
+	Read(ctx context.Context, id uuid.UUID) (taskindex.Entry, int64, error)
+}
+
+// DeadLetters is the dead_letters table (see package deadletters).
+type DeadLetters interface {
+	Write(ctx context.Context, l deadletters.Letter) error
+	// Page returns up to limit of queue's letters kept at now, newest first, older than
+	// after (none when uuid.Nil).
+	Page(ctx context.Context, queue string, now time.Time, after uuid.UUID, limit int) ([]deadletters.Letter, error)
+	// Get returns queue's letter id, and false when it is not kept.
+	Get(ctx context.Context, queue string, id uuid.UUID) (deadletters.Letter, bool, error)
+	Delete(ctx context.Context, queue string, id uuid.UUID) error
+	// Count counts queue's letters kept at now, reading pages of pageSize rows, and calls
+	// done after each day's partition.
+	Count(ctx context.Context, queue string, now time.Time, pageSize int, done func()) (int, error)
+}
+
+// Signals is the queue_signals table (see package signal).
+type Signals interface {
+	// Touch writes cells.
+	Touch(ctx context.Context, cells []signal.Touch) error
+	// Cells reads the cells of queue's buckets from..to.
+	Cells(ctx context.Context, queue string, from, to int64) (map[signal.Cell]gocql.UUID, error)
+	// LastTouches reads the slots of those cells and when each was last touched.
+	LastTouches(ctx context.Context, queue string, from, to int64) (map[signal.Cell]signal.Slots, map[signal.Entry]time.Time, error)
+}
+
+// SeriesRow is one series as stored; Spec is its encoded spec.
+type SeriesRow struct {
+	Queue, Name string
+	Spec        string
+	Version     int64
+	Paused      bool
+	Done        bool
+	Seq         int64
+	Open        bool
+	TaskID      uuid.UUID
+	Nominal     time.Time
+	Priority    int8
+	Stamp       int64
+	CatchUp     bool
+	AdvancedAt  time.Time
+	CreatedAt   time.Time
+	Written     uuid.UUID
+}
+
+// Series is the series and series_names tables.
+type Series interface {
+	// Get reads a series, or returns ErrNotFound; serial settles a change in flight
+	// first. A row holding only a Written cell (left by a delete) is not found.
+	Get(ctx context.Context, queue, name string, serial bool) (SeriesRow, error)
+	// Names lists the series of a queue, in name order.
+	Names(ctx context.Context, queue string) ([]string, error)
+	// AddName lists name in queue.
+	AddName(ctx context.Context, queue, name string) error
+	// Put writes r, all but Written, if the stored version is from (0: no series), and
+	// reports whether it did. It is never retried.
+	Put(ctx context.Context, r SeriesRow, from int64) (bool, error)
+	// Delete deletes a series if it is still at version, and reports whether it did. It
+	// is never retried.
+	Delete(ctx context.Context, queue, name string, version int64) (bool, error)
+	// DeleteName unlists name from queue.
+	DeleteName(ctx context.Context, queue, name string) error
+	// MarkWritten records occurrence id of a series as written.
+	MarkWritten(ctx context.Context, queue, name string, id uuid.UUID) error
+}

@@ -1,0 +1,189 @@
+package store_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/gocql/gocql"
+	"github.com/stretchr/testify/require"
+
+	"github.com/shardq/shardq/internal/cassandratest"
+	"github.com/shardq/shardq/internal/locking"
+	"github.com/shardq/shardq/internal/store"
+	"github.com/shardq/shardq/internal/taskrow"
+	"github.com/shardq/shardq/shard"
+)
+
+func setup(t *testing.T) (context.Context, *gocql.Session, store.Store) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	session := cassandratest.SchemaSession(t)
+	return ctx, session, store.Cassandra(session)
+}
+
+// A claim conditioned on the row as seen applies only while the row is as seen: the zero
+// Claim stands for no row, and a claim that loses returns the row that won.
+func TestKeysClaimOnTheRowAsSeen(t *testing.T) {
+	t.Parallel()
+	ctx, _, s := setup(t)
+	keys := s.Keys()
+	at := time.Now().Truncate(time.Millisecond)
+	first := store.Claim{Holder: shard.NewID(at), ClaimedAt: at}
+	second := store.Claim{Holder: shard.NewID(at), ClaimedAt: at.Add(time.Millisecond)}
+
+	_, err := keys.Get(ctx, "q", "k", false)
+	require.ErrorIs(t, err, store.ErrNotFound)
+	applied, _, err := keys.Claim(ctx, "q", "k", first, time.Minute, store.Claim{})
+	require.NoError(t, err)
+	require.True(t, applied)
+
+	applied, cur, err := keys.Claim(ctx, "q", "k", second, time.Minute, store.Claim{})
+	require.NoError(t, err)
+	require.False(t, applied, "the row is no longer as seen")
+	require.Equal(t, first.Holder, cur.Holder)
+	require.True(t, first.ClaimedAt.Equal(cur.ClaimedAt))
+
+	got, left, err := keys.GetTTL(ctx, "q", "k")
+	require.NoError(t, err)
+	require.Equal(t, first.Holder, got.Holder)
+	require.Greater(t, left, time.Duration(0))
+	require.LessOrEqual(t, left, time.Minute)
+
+	applied, _, err = keys.Claim(ctx, "q", "k", second, time.Minute, cur)
+	require.NoError(t, err)
+	require.True(t, applied, "conditioned on the row as it is")
+
+	require.NoError(t, keys.Release(ctx, "q", "k", first.Holder))
+	got, err = keys.Get(ctx, "q", "k", true)
+	require.NoError(t, err)
+	require.Equal(t, second.Holder, got.Holder, "only the holder releases")
+	require.NoError(t, keys.Release(ctx, "q", "k", second.Holder))
+	_, err = keys.Get(ctx, "q", "k", true)
+	require.ErrorIs(t, err, store.ErrNotFound)
+}
+
+// Creating a queue that exists applies nothing and returns the stored settings.
+func TestQueuesCreateReturnsTheStored(t *testing.T) {
+	t.Parallel()
+	ctx, _, s := setup(t)
+	queues := s.Queues()
+	q := store.Queue{Name: "q", BucketCount: 10, BucketDuration: time.Second, ShardCount: 2,
+		DefaultTimeout: 3 * time.Second, LockTTL: 3 * time.Second, CompletedRetention: time.Minute}
+
+	_, err := queues.Get(ctx, "q")
+	require.ErrorIs(t, err, store.ErrNotFound)
+	applied, _, err := queues.Create(ctx, q)
+	require.NoError(t, err)
+	require.True(t, applied)
+	other := q
+	other.ShardCount = 4
+	applied, stored, err := queues.Create(ctx, other)
+	require.NoError(t, err)
+	require.False(t, applied)
+	require.Equal(t, q, stored)
+	got, err := queues.Get(ctx, "q")
+	require.NoError(t, err)
+	require.Equal(t, q, got)
+	names, err := queues.Names(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []string{"q"}, names)
+}
+
+// A conditional batch applies only while its lock holds and its deleted rows exist; the
+// row it inserts carries no timestamp of its own, and a row written apart keeps its stamp.
+func TestTasksApplyIsFencedByItsLockAndRows(t *testing.T) {
+	t.Parallel()
+	ctx, session, s := setup(t)
+	tasks := s.Tasks()
+	const key = "q:0:0"
+	now := time.Now().UTC()
+	row := func(at time.Time) taskrow.Row {
+		id := gocql.UUID(shard.NewID(at))
+		return taskrow.Row{Key: key, Priority: 3, ID: id, TaskID: id, Payload: []byte("p"), DueAt: at.Truncate(time.Millisecond), Timeout: time.Second}
+	}
+	from, to := row(now), row(now.Add(time.Second))
+	require.NoError(t, tasks.Write(ctx, []store.Mutation{{Op: store.Insert, Row: from, Stamp: now.UnixMicro()}}))
+	got, ok, err := tasks.Read(ctx, key, from.Priority, from.ID)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, from, got)
+	found, ok, err := tasks.Find(ctx, key, []int8{0, 3, 9}, from.ID)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, from, found)
+
+	l, err := locking.New(session, locking.Config{})
+	require.NoError(t, err)
+	le, err := l.Acquire(ctx, key)
+	require.NoError(t, err)
+	move := []store.Mutation{{Op: store.Release, Lock: le}, {Op: store.DeleteIfExists, Row: from}, {Op: store.Insert, Row: to}}
+	applied, err := tasks.Apply(ctx, move)
+	require.NoError(t, err)
+	require.True(t, applied)
+	there, err := tasks.Exists(ctx, from)
+	require.NoError(t, err)
+	require.False(t, there)
+	there, err = tasks.Exists(ctx, to)
+	require.NoError(t, err)
+	require.True(t, there)
+	settled, err := le.Settle(ctx)
+	require.NoError(t, err)
+	require.True(t, settled, "the batch left its lease's receipt")
+
+	applied, err = tasks.Apply(ctx, move)
+	require.NoError(t, err)
+	require.False(t, applied, "the lease was released")
+
+	deleted, err := tasks.DeleteIfExists(ctx, to)
+	require.NoError(t, err)
+	require.True(t, deleted)
+	deleted, err = tasks.DeleteIfExists(ctx, to)
+	require.NoError(t, err)
+	require.False(t, deleted)
+}
+
+// A series row that holds only the Written cell a delete left behind is not found.
+func TestSeriesDeletedRowIsNotFound(t *testing.T) {
+	t.Parallel()
+	ctx, _, s := setup(t)
+	series := s.Series()
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	r := store.SeriesRow{Queue: "q", Name: "s", Spec: "{}", Version: 1, Seq: 1, Open: true, TaskID: shard.NewID(now),
+		Nominal: now, Priority: 2, Stamp: now.UnixMicro(), AdvancedAt: now, CreatedAt: now}
+
+	require.NoError(t, series.AddName(ctx, "q", "s"))
+	applied, err := series.Put(ctx, r, 0)
+	require.NoError(t, err)
+	require.True(t, applied)
+	applied, err = series.Put(ctx, r, 0)
+	require.NoError(t, err)
+	require.False(t, applied, "a series of that name exists")
+	require.NoError(t, series.MarkWritten(ctx, "q", "s", r.TaskID))
+	got, err := series.Get(ctx, "q", "s", true)
+	require.NoError(t, err)
+	want := r
+	want.Written = r.TaskID
+	require.Equal(t, want, normal(got))
+
+	applied, err = series.Delete(ctx, "q", "s", 2)
+	require.NoError(t, err)
+	require.False(t, applied, "not at that version")
+	applied, err = series.Delete(ctx, "q", "s", 1)
+	require.NoError(t, err)
+	require.True(t, applied)
+	require.NoError(t, series.MarkWritten(ctx, "q", "s", shard.NewID(now)))
+	_, err = series.Get(ctx, "q", "s", false)
+	require.ErrorIs(t, err, store.ErrNotFound)
+	require.NoError(t, series.DeleteName(ctx, "q", "s"))
+	names, err := series.Names(ctx, "q")
+	require.NoError(t, err)
+	require.Empty(t, names)
+}
+
+// normal reads Nominal, stored as nanoseconds, in UTC as the driver reads the other times.
+func normal(r store.SeriesRow) store.SeriesRow {
+	r.Nominal = r.Nominal.UTC()
+	return r
+}
