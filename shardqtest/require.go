@@ -227,7 +227,7 @@ func tasksOf(ctx context.Context, session *gocql.Session, queue string) ([]*shar
 	if err != nil {
 		return nil, err
 	}
-	ids, err := taskscan.TaskIDs(ctx, session, q, inspect.DefaultPartitionsInFlight, inspect.DefaultPageSize)
+	ids, err := taskscan.TaskIDs(ctx, session, q, inspect.DefaultPartitionsInFlight, taskscan.PageSize)
 	if err != nil {
 		return nil, err
 	}

@@ -16,6 +16,9 @@ import (
 	"github.com/shardq/shardq/internal/fanout"
 )
 
+// PageSize is the page size of TaskIDs outside tests: a few hundred kilobytes of IDs.
+const PageSize = 5000
+
 const taskIDsStmt = `SELECT task_id FROM tasks WHERE shard_key = ? AND kind = 1`
 
 // TaskIDs returns the task ID of every task row (kind 1: a pending task, or the
