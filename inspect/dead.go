@@ -85,7 +85,7 @@ func (in *Inspector) CountDeadLetters(ctx context.Context, queue string) (int, e
 }
 
 // countDead counts q's dead letters kept at now, calling done after each day's partition.
-func (in *Inspector) countDead(ctx context.Context, q queue, now time.Time, done func()) (int, error) {
+func (in *Inspector) countDead(ctx context.Context, q queueRead, now time.Time, done func()) (int, error) {
 	return deadletters.Count(ctx, in.session, q.cfg.Name, now, in.cfg.PageSize, done)
 }
 

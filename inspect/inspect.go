@@ -88,19 +88,19 @@ func New(session *gocql.Session, cfg Config) (*Inspector, error) {
 	return &Inspector{session: session, cfg: cfg, state: st, tasks: p}, nil
 }
 
-// queue is one queue being read: its settings and partition layout.
-type queue struct {
+// queueRead is one queue being read: its settings and partition layout.
+type queueRead struct {
 	cfg    shardq.QueueConfig
 	layout shard.Layout
 }
 
 // queue reads name's settings, or returns an error matching shardq.ErrQueueNotFound.
-func (in *Inspector) queue(ctx context.Context, name string) (queue, error) {
+func (in *Inspector) queue(ctx context.Context, name string) (queueRead, error) {
 	q, err := in.state.Queue(ctx, name)
 	if err != nil {
-		return queue{}, err
+		return queueRead{}, err
 	}
-	return queue{cfg: q, layout: q.Layout()}, nil
+	return queueRead{cfg: q, layout: q.Layout()}, nil
 }
 
 // partition is one partition of the current lap: its concurrency shard and the bucket of
@@ -113,7 +113,7 @@ type partition struct {
 
 // lap lists the partitions of the lap ending with the bucket of now, concurrency shard
 // by concurrency shard.
-func (q queue) lap(now time.Time) []partition {
+func (q queueRead) lap(now time.Time) []partition {
 	bNow := q.layout.Bucket(now)
 	n := int64(q.layout.BucketCount)
 	var out []partition

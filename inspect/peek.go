@@ -120,7 +120,7 @@ func (in *Inspector) Peek(ctx context.Context, queue string, n int) (*Peeked, er
 
 // peekPartition reads up to n due rows of each priority group of pt, from where
 // consumers read it, without payloads.
-func (in *Inspector) peekPartition(ctx context.Context, q queue, pt partition, upper gocql.UUID, n int) ([]dueRow, error) {
+func (in *Inspector) peekPartition(ctx context.Context, q queueRead, pt partition, upper gocql.UUID, n int) ([]dueRow, error) {
 	s, err := in.readStarts(ctx, pt)
 	if err != nil {
 		return nil, err
