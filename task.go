@@ -42,11 +42,13 @@ func (s TaskState) String() string {
 	return fmt.Sprintf("TaskState(%d)", int(s))
 }
 
-// TaskInfo is what Get reports about a task.
+// TaskInfo is a task as read back: the one row type of package inspect's Task, Peek and
+// DeadLetters, and of producer.Get. A field a reader cannot know is left zero, as said
+// below.
 type TaskInfo struct {
 	ID    uuid.UUID
 	Queue string
-	// Key is the task's unique key, if it has one.
+	// Key is the task's unique key, if it has one. Only a lookup by ID or key reads it.
 	Key   string
 	State TaskState
 	// DueAt is when a scheduled task is due, or when a retrying one is due again.
@@ -56,13 +58,25 @@ type TaskInfo struct {
 	Attempt int
 	// Token counts every delivery of the task ever: the fencing token of its latest one.
 	Token int64
+	// Timeout is how long each delivery's lease lasts. Like the row fields below, it is
+	// zero for a finished task, unless read from the dead letters.
+	Timeout time.Duration
 	// LeaseUntil is when the lease of a task in flight ends.
 	LeaseUntil time.Time
+	// VisibleAt is when the row of a pending, in-flight or retrying task becomes (or
+	// became) visible to consumers: its place among due tasks of its priority.
+	VisibleAt time.Time
+	// PartitionKey is the partition of that row.
+	PartitionKey string
 	// LastError is the error a dead task died of.
 	LastError string
 	// FinishedAt is when a dead or completed task finished.
 	FinishedAt time.Time
-	// Payload is the task's payload, for tasks still pending or in flight.
+	// DeadLetterID names the dead letter of a task read from a queue's dead letters: pass
+	// it to producer.ReplayDeadLetter or PurgeDeadLetter, or as the cursor of the next page.
+	DeadLetterID uuid.UUID
+	// Payload is the task's payload, for a task pending or in flight, or one read from the
+	// dead letters.
 	Payload []byte
 }
 

@@ -12,7 +12,7 @@ import (
 
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/consumer"
-	"github.com/shardq/shardq/internal/inspect"
+	"github.com/shardq/shardq/internal/taskscan"
 	"github.com/shardq/shardq/worker"
 )
 
@@ -162,14 +162,10 @@ type settled struct {
 // after the last acks land): the phase costs a read of each partition, not a wait for
 // leases to expire, and lease timeouts can stay longer than the drains.
 func (b *bench) settle(ctx context.Context, s *gocql.Session, q shardq.QueueConfig) (settled, error) {
-	in, err := inspect.New(s, inspect.Config{Queue: q, PartitionsInFlight: 16})
-	if err != nil {
-		return settled{}, err
-	}
 	start := time.Now()
 	deadline := start.Add(q.DefaultTimeout + settleGrace)
 	for said := false; ; {
-		left, err := in.TaskIDs(ctx)
+		left, err := taskscan.TaskIDs(ctx, s, q, 16, taskscan.PageSize)
 		if err != nil {
 			return settled{}, fmt.Errorf("settling: %w", err)
 		}

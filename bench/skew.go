@@ -16,7 +16,7 @@ import (
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/internal/clustertime"
-	"github.com/shardq/shardq/internal/inspect"
+	"github.com/shardq/shardq/internal/taskscan"
 	"github.com/shardq/shardq/producer"
 	"github.com/shardq/shardq/worker"
 )
@@ -206,11 +206,7 @@ func (b *bench) skew(ctx context.Context) error {
 			return fmt.Errorf("%s: %w", c.role, err)
 		}
 	}
-	in, err := inspect.New(s, inspect.Config{Queue: q, PartitionsInFlight: 16})
-	if err != nil {
-		return err
-	}
-	rows, err := in.TaskIDs(ctx)
+	rows, err := taskscan.TaskIDs(ctx, s, q, 16, taskscan.PageSize)
 	if err != nil {
 		return err
 	}

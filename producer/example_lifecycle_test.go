@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/inspect"
 	"github.com/shardq/shardq/internal/cassandratest"
 	"github.com/shardq/shardq/producer"
 )
@@ -40,7 +41,11 @@ func Example_lifecycle() {
 	if err := p.Reschedule(ctx, id, producer.RescheduleOptions{DueAt: time.Now().Add(2 * time.Hour)}); err != nil {
 		panic(err)
 	}
-	info, err := p.GetByKey(ctx, "reports", "monthly:2026-11")
+	in, err := inspect.New(session, inspect.Config{}) // reads tasks back
+	if err != nil {
+		panic(err)
+	}
+	info, err := in.TaskByKey(ctx, "reports", "monthly:2026-11")
 	if err != nil {
 		panic(err)
 	}
@@ -49,7 +54,7 @@ func Example_lifecycle() {
 	if err := p.Cancel(ctx, id, producer.CancelOptions{}); err != nil {
 		panic(err)
 	}
-	_, err = p.Get(ctx, id)
+	_, err = in.Task(ctx, id)
 	fmt.Println(errors.Is(err, shardq.ErrTaskNotFound))
 	// Output:
 	// second schedule refused: true

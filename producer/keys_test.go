@@ -13,6 +13,7 @@ import (
 
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/consumer"
+	"github.com/shardq/shardq/inspect"
 	"github.com/shardq/shardq/internal/taskindex"
 	"github.com/shardq/shardq/internal/taskrow"
 	"github.com/shardq/shardq/lock"
@@ -151,7 +152,7 @@ func (c *tickingClock) Now() time.Time {
 func (c *tickingClock) Add(d time.Duration) { c.now.Add(int64(d)) }
 
 // deadLetterOf schedules a task with key and lets it die.
-func deadLetterOf(t *testing.T, s *gocql.Session, p *producer.Producer, clock shardq.Clock, key string) (uuid.UUID, producer.DeadLetter) {
+func deadLetterOf(t *testing.T, s *gocql.Session, p *producer.Producer, clock shardq.Clock, key string) (uuid.UUID, shardq.TaskInfo) {
 	t.Helper()
 	ctx := context.Background()
 	id, err := p.ScheduleTask(ctx, producer.Task{Queue: "q", Key: key, Payload: []byte("x")})
@@ -166,7 +167,9 @@ func deadLetterOf(t *testing.T, s *gocql.Session, p *producer.Producer, clock sh
 	require.NoError(t, err)
 	require.Equal(t, id, got[0].ID)
 	require.NoError(t, c.DeadLetter(ctx, got[0], errors.New("boom")))
-	letters, err := p.DeadLetters(ctx, "q", producer.DeadLetterQuery{})
+	in, err := inspect.New(s, inspect.Config{Clock: clock})
+	require.NoError(t, err)
+	letters, err := in.DeadLetters(ctx, "q", inspect.DeadLetterQuery{})
 	require.NoError(t, err)
 	require.Len(t, letters, 1)
 	return id, letters[0]
@@ -189,7 +192,7 @@ func TestReplayRenewsTheKeyClaim(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, applied)
 	clock.Add(29 * 24 * time.Hour)
-	_, err = p.ReplayDeadLetter(ctx, "q", letter.ID)
+	_, err = p.ReplayDeadLetter(ctx, "q", letter.DeadLetterID)
 	require.NoError(t, err)
 	info, err := p.Get(ctx, id)
 	require.NoError(t, err)
@@ -218,7 +221,7 @@ func TestReplayMakesItsRowAfterTheClaim(t *testing.T) {
 	require.True(t, applied)
 
 	clock.step.Store(int64(time.Second))
-	_, err = p.ReplayDeadLetter(ctx, "q", letter.ID)
+	_, err = p.ReplayDeadLetter(ctx, "q", letter.DeadLetterID)
 	clock.step.Store(0)
 	require.NoError(t, err)
 	var claimedAt time.Time

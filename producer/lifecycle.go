@@ -212,6 +212,7 @@ func (p *Producer) info(l located) *shardq.TaskInfo {
 	r := l.row
 	info.Priority, info.Attempt, info.Token, info.Payload, info.DueAt = int(r.Priority), r.Attempt, r.Token, r.Payload, r.DueAt
 	visible := shard.IDTime(uuid.UUID(r.ID))
+	info.Timeout, info.VisibleAt, info.PartitionKey = r.Timeout, visible, r.Key
 	switch {
 	case l.state == taskindex.Scheduled:
 		info.State = shardq.TaskScheduled

@@ -15,9 +15,9 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/inspect"
 	"github.com/shardq/shardq/internal/fanout"
-	"github.com/shardq/shardq/internal/inspect"
-	"github.com/shardq/shardq/producer"
+	"github.com/shardq/shardq/internal/taskscan"
 )
 
 // DefaultDueWithin is how far a task's due time may lie from Match.DueAt when
@@ -91,7 +91,7 @@ func (m Match) String() string {
 // in any state, so a task a worker took already shows as in flight.
 //
 // It reads the queue as a worker would find it: every partition of the queue, then each
-// task's state by its ID (producer.Producer.Get). That costs one read per partition
+// task's state by its ID (inspect.Inspector.Task). That costs one read per partition
 // (BucketCount × ShardCount), so use small queues in tests where that matters.
 func RequireScheduled(ctx context.Context, t testing.TB, session *gocql.Session, queue string, m Match) *shardq.TaskInfo {
 	t.Helper()
@@ -227,25 +227,21 @@ func tasksOf(ctx context.Context, session *gocql.Session, queue string) ([]*shar
 	if err != nil {
 		return nil, err
 	}
-	in, err := inspect.New(session, inspect.Config{Queue: q})
-	if err != nil {
-		return nil, err
-	}
-	ids, err := in.TaskIDs(ctx)
+	ids, err := taskscan.TaskIDs(ctx, session, q, inspect.DefaultPartitionsInFlight, taskscan.PageSize)
 	if err != nil {
 		return nil, err
 	}
 	// A task found in two rows (a move cut short) is one task.
 	slices.SortFunc(ids, func(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) })
 	ids = slices.Compact(ids)
-	p, err := producer.New(session, producer.Config{})
+	in, err := inspect.New(session, inspect.Config{})
 	if err != nil {
 		return nil, err
 	}
 	var mu sync.Mutex
 	var tasks []*shardq.TaskInfo
 	err = fanout.Each(len(ids), getsInFlight, func(i int) error {
-		info, err := p.Get(ctx, ids[i])
+		info, err := in.Task(ctx, ids[i])
 		switch {
 		case errors.Is(err, shardq.ErrTaskNotFound):
 			return nil // acked or cancelled since its row was read

@@ -14,6 +14,7 @@ import (
 
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/consumer"
+	"github.com/shardq/shardq/inspect"
 	"github.com/shardq/shardq/producer"
 	"github.com/shardq/shardq/shard"
 	"github.com/shardq/shardq/shardqtest"
@@ -132,9 +133,9 @@ func TestAConsumerRefusesAnInMemoryTask(t *testing.T) {
 	} {
 		require.ErrorIs(t, err, shardq.ErrInvalid, name)
 	}
-	p, err := producer.New(s, producer.Config{})
+	in, err := inspect.New(s, inspect.Config{})
 	require.NoError(t, err)
-	letters, err := p.DeadLetters(ctx, "emails", producer.DeadLetterQuery{})
+	letters, err := in.DeadLetters(ctx, "emails", inspect.DeadLetterQuery{})
 	require.NoError(t, err)
 	require.Empty(t, letters, "nothing was written")
 }

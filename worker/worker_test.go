@@ -16,6 +16,7 @@ import (
 
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/consumer"
+	"github.com/shardq/shardq/inspect"
 	"github.com/shardq/shardq/internal/cassandratest"
 	"github.com/shardq/shardq/producer"
 	"github.com/shardq/shardq/worker"
@@ -228,13 +229,15 @@ func TestDeadLetter(t *testing.T) {
 	require.Equal(t, run{1, 1}, <-runs)
 	require.Equal(t, run{2, 2}, <-runs)
 
-	letters, err := e.p.DeadLetters(ctx, e.q.Name, producer.DeadLetterQuery{})
+	in, err := inspect.New(e.s, inspect.Config{})
+	require.NoError(t, err)
+	letters, err := in.DeadLetters(ctx, e.q.Name, inspect.DeadLetterQuery{})
 	require.NoError(t, err)
 	require.Len(t, letters, 1)
-	require.Equal(t, id, letters[0].TaskID)
+	require.Equal(t, id, letters[0].ID)
 	require.Equal(t, 2, letters[0].Attempt)
-	require.Equal(t, "always", letters[0].Error)
-	info, err := e.p.Get(ctx, id)
+	require.Equal(t, "always", letters[0].LastError)
+	info, err := in.Task(ctx, id)
 	require.NoError(t, err)
 	require.Equal(t, shardq.TaskDead, info.State)
 	require.Equal(t, "always", info.LastError)
@@ -242,7 +245,7 @@ func TestDeadLetter(t *testing.T) {
 	require.Equal(t, uint64(1), w.Stats().DeadLettered)
 
 	fixed.Store(true)
-	replayed, err := e.p.ReplayDeadLetter(ctx, e.q.Name, letters[0].ID)
+	replayed, err := e.p.ReplayDeadLetter(ctx, e.q.Name, letters[0].DeadLetterID)
 	require.NoError(t, err)
 	require.Equal(t, id, replayed)
 	select {
@@ -252,11 +255,11 @@ func TestDeadLetter(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the replayed task never ran")
 	}
-	letters, err = e.p.DeadLetters(ctx, e.q.Name, producer.DeadLetterQuery{})
+	letters, err = in.DeadLetters(ctx, e.q.Name, inspect.DeadLetterQuery{})
 	require.NoError(t, err)
 	require.Empty(t, letters, "the dead letter is gone once replayed")
 	require.Eventually(t, func() bool {
-		_, err := e.p.Get(ctx, id)
+		_, err := in.Task(ctx, id)
 		return errors.Is(err, shardq.ErrTaskNotFound)
 	}, 10*time.Second, 10*time.Millisecond, "acked after the replay")
 }

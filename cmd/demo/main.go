@@ -21,7 +21,7 @@ import (
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/internal/cqlcluster"
-	"github.com/shardq/shardq/internal/inspect"
+	"github.com/shardq/shardq/internal/taskscan"
 	"github.com/shardq/shardq/producer"
 )
 
@@ -93,12 +93,7 @@ func run(ctx context.Context, cfg config) error {
 		d.stop()
 		return err
 	}
-	in, err := inspect.New(s, inspect.Config{Queue: q})
-	if err != nil {
-		d.stop()
-		return err
-	}
-	if err := d.wait(ctx, in, q, cfg.lead+cfg.spread+2*time.Minute); err != nil {
+	if err := d.wait(ctx, s, q, cfg.lead+cfg.spread+2*time.Minute); err != nil {
 		return err
 	}
 	return report(sc, d)
@@ -236,7 +231,7 @@ func (d *drain) record(delivered time.Time, got []*consumer.Task) {
 
 // wait returns once every task was delivered and the queue settled, a consumer failed or
 // timeout passed, with the consumers stopped.
-func (d *drain) wait(ctx context.Context, in *inspect.Inspector, q shardq.QueueConfig, timeout time.Duration) error {
+func (d *drain) wait(ctx context.Context, s *gocql.Session, q shardq.QueueConfig, timeout time.Duration) error {
 	defer d.stop()
 	select {
 	case <-d.complete:
@@ -246,7 +241,7 @@ func (d *drain) wait(ctx context.Context, in *inspect.Inspector, q shardq.QueueC
 		return nil // the report counts what is missing
 	}
 	start := time.Now()
-	left, err := settle(ctx, in, start.Add(q.DefaultTimeout+settleGrace))
+	left, err := settle(ctx, s, q, start.Add(q.DefaultTimeout+settleGrace))
 	d.mu.Lock()
 	d.left, d.settle = left, time.Since(start)
 	d.mu.Unlock()
@@ -272,9 +267,9 @@ const settleGrace = consumer.DefaultMaxClockSkew + time.Second
 // deliveries' leases, which deadline allows for. Without a defect the table is empty at
 // once, so the lease timeout (30 s) need not be waited out, nor shortened below the
 // drain.
-func settle(ctx context.Context, in *inspect.Inspector, deadline time.Time) ([]uuid.UUID, error) {
+func settle(ctx context.Context, s *gocql.Session, q shardq.QueueConfig, deadline time.Time) ([]uuid.UUID, error) {
 	for {
-		left, err := in.TaskIDs(ctx)
+		left, err := taskscan.TaskIDs(ctx, s, q, 8, taskscan.PageSize)
 		if err != nil {
 			return nil, fmt.Errorf("settling: %w", err)
 		}

@@ -22,6 +22,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/inspect"
 	"github.com/shardq/shardq/internal/cql"
 	"github.com/shardq/shardq/internal/cqlcluster"
 	"github.com/shardq/shardq/shard"
@@ -362,6 +363,17 @@ func (a *app) command(fn func(ctx context.Context, cmd *cobra.Command, args []st
 		}
 		return &ranError{a.explain(err)}
 	}
+}
+
+// withInspector runs fn with an inspector of a new session.
+func (a *app) withInspector(ctx context.Context, fn func(*inspect.Inspector) error) error {
+	return a.withSession(ctx, func(s *gocql.Session) error {
+		in, err := inspect.New(s, inspect.Config{})
+		if err != nil {
+			return err
+		}
+		return fn(in)
+	})
 }
 
 // withSession connects, runs fn, and closes the session.

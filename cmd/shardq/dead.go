@@ -12,7 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/shardq/shardq"
-	"github.com/shardq/shardq/internal/inspect"
+	"github.com/shardq/shardq/inspect"
 	"github.com/shardq/shardq/producer"
 )
 
@@ -54,11 +54,11 @@ With --json, each letter is one line; its payload is base64 (jq: .payload | @bas
 			if err := queueArg(args[0]); err != nil {
 				return err
 			}
-			if n < 1 || n > producer.MaxDeadLetterLimit {
-				return usagef("-n %d is not in [1, %d]", n, producer.MaxDeadLetterLimit)
+			if n < 1 || n > inspect.MaxDeadLetterLimit {
+				return usagef("-n %d is not in [1, %d]", n, inspect.MaxDeadLetterLimit)
 			}
-			q := producer.DeadLetterQuery{Limit: n + 1} // one more tells whether a next page exists
-			if n == producer.MaxDeadLetterLimit {
+			q := inspect.DeadLetterQuery{Limit: n + 1} // one more tells whether a next page exists
+			if n == inspect.MaxDeadLetterLimit {
 				q.Limit = n
 			}
 			if before != "" {
@@ -68,8 +68,8 @@ With --json, each letter is one line; its payload is base64 (jq: .payload | @bas
 				}
 				q.Before = id
 			}
-			return a.withProducer(ctx, func(p *producer.Producer) error {
-				letters, err := p.DeadLetters(ctx, args[0], q)
+			return a.withInspector(ctx, func(in *inspect.Inspector) error {
+				letters, err := in.DeadLetters(ctx, args[0], q)
 				if err != nil {
 					return err
 				}
@@ -81,17 +81,17 @@ With --json, each letter is one line; its payload is base64 (jq: .payload | @bas
 			})
 		}),
 	}
-	c.Flags().IntVarP(&n, "n", "n", 20, fmt.Sprintf("how many letters to show, at most %d", producer.MaxDeadLetterLimit))
+	c.Flags().IntVarP(&n, "n", "n", 20, fmt.Sprintf("how many letters to show, at most %d", inspect.MaxDeadLetterLimit))
 	c.Flags().StringVar(&before, "before", "", "show only letters older than this dead letter ID (the next page)")
 	return c
 }
 
-func (a *app) printDead(queue string, letters []producer.DeadLetter, more bool) error {
+func (a *app) printDead(queue string, letters []shardq.TaskInfo, more bool) error {
 	if a.json {
 		for _, d := range letters {
-			err := a.emit(map[string]any{"id": d.ID, "task_id": d.TaskID, "queue": d.Queue, "died_at": d.DiedAt.UTC(),
+			err := a.emit(map[string]any{"id": d.DeadLetterID, "task_id": d.ID, "queue": d.Queue, "died_at": d.FinishedAt.UTC(),
 				"due_at": d.DueAt.UTC(), "priority": d.Priority, "attempt": d.Attempt, "deliveries": d.Token,
-				"timeout_ms": ms(d.Timeout), "error": d.Error, "payload": d.Payload})
+				"timeout_ms": ms(d.Timeout), "error": d.LastError, "payload": d.Payload})
 			if err != nil {
 				return err
 			}
@@ -105,13 +105,13 @@ func (a *app) printDead(queue string, letters []producer.DeadLetter, more bool) 
 	w := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "DIED\tID\tTASK\tATTEMPTS\tERROR\tPAYLOAD")
 	for _, d := range letters {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\n", utc(d.DiedAt), d.ID, d.TaskID, d.Attempt, oneLine(d.Error), preview(d.Payload))
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\n", utc(d.FinishedAt), d.DeadLetterID, d.ID, d.Attempt, oneLine(d.LastError), preview(d.Payload))
 	}
 	if err := w.Flush(); err != nil {
 		return err
 	}
 	if more {
-		_, err := fmt.Fprintf(a.stdout, "more: shardq dead list %s --before %s\n", queue, letters[len(letters)-1].ID)
+		_, err := fmt.Fprintf(a.stdout, "more: shardq dead list %s --before %s\n", queue, letters[len(letters)-1].DeadLetterID)
 		return err
 	}
 	return nil
@@ -159,7 +159,7 @@ func (a *app) deadActCmd(verb, short, done, doing string,
 			if err != nil {
 				return usagef("--id %q is not a dead letter ID (see 'shardq dead list %s'): %v", id, queue, err)
 			}
-			return a.withProducer(ctx, func(p *producer.Producer) error {
+			return a.withProducer(ctx, func(p *producer.Producer, _ *inspect.Inspector) error {
 				task, err := one(ctx, p, queue, letter)
 				if err != nil {
 					return fmt.Errorf("%w; list the queue's dead letters with 'shardq dead list %s'", err, queue)
@@ -235,13 +235,9 @@ func letters(n int) string {
 
 // countDead counts a queue's dead letters, reading their IDs only.
 func countDead(ctx context.Context, s *gocql.Session, queue string) (int, error) {
-	q, err := shardq.LoadQueue(ctx, s, queue)
+	in, err := inspect.New(s, inspect.Config{})
 	if err != nil {
 		return 0, err
 	}
-	in, err := inspect.New(s, inspect.Config{Queue: q})
-	if err != nil {
-		return 0, err
-	}
-	return in.CountDeadLetters(ctx)
+	return in.CountDeadLetters(ctx, queue)
 }

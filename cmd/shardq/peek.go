@@ -9,11 +9,10 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/gocql/gocql"
 	"github.com/spf13/cobra"
 
 	"github.com/shardq/shardq"
-	"github.com/shardq/shardq/internal/inspect"
+	"github.com/shardq/shardq/inspect"
 )
 
 func (a *app) peekCmd() *cobra.Command {
@@ -39,21 +38,13 @@ No task due means no line.`,
 			if n < 1 || n > inspect.MaxPeek {
 				return usagef("-n %d is not in [1, %d]", n, inspect.MaxPeek)
 			}
-			return a.withSession(ctx, func(s *gocql.Session) error {
-				q, err := shardq.LoadQueue(ctx, s, args[0])
-				if err != nil {
-					return err
-				}
-				in, err := inspect.New(s, inspect.Config{Queue: q})
-				if err != nil {
-					return err
-				}
+			return a.withInspector(ctx, func(in *inspect.Inspector) error {
 				now := time.Now()
-				got, err := in.Peek(ctx, n)
+				got, err := in.Peek(ctx, args[0], n)
 				if err != nil {
 					return err
 				}
-				if err := a.printPeek(q, got.Tasks, now); err != nil {
+				if err := a.printPeek(args[0], got.Tasks, now); err != nil {
 					return err
 				}
 				if len(got.Failed) > 0 {
@@ -68,12 +59,12 @@ No task due means no line.`,
 	return c
 }
 
-func (a *app) printPeek(q shardq.QueueConfig, tasks []inspect.Task, now time.Time) error {
+func (a *app) printPeek(queue string, tasks []shardq.TaskInfo, now time.Time) error {
 	if a.json {
 		for _, t := range tasks {
 			err := a.emit(map[string]any{
-				"id": t.ID, "priority": t.Priority, "visible_at": t.Visible.UTC(), "due_at": t.DueAt.UTC(),
-				"attempt": t.Attempt, "timeout_ms": ms(t.Timeout), "shard_key": t.ShardKey, "payload": t.Payload,
+				"id": t.ID, "priority": t.Priority, "visible_at": t.VisibleAt.UTC(), "due_at": t.DueAt.UTC(),
+				"attempt": t.Attempt, "timeout_ms": ms(t.Timeout), "shard_key": t.PartitionKey, "payload": t.Payload,
 			})
 			if err != nil {
 				return err
@@ -82,13 +73,13 @@ func (a *app) printPeek(q shardq.QueueConfig, tasks []inspect.Task, now time.Tim
 		return nil
 	}
 	if len(tasks) == 0 {
-		_, err := fmt.Fprintf(a.stdout, "no task due in queue %s\n", q.Name)
+		_, err := fmt.Fprintf(a.stdout, "no task due in queue %s\n", queue)
 		return err
 	}
 	w := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "PRIORITY\tWAITING\tATTEMPTS\tID\tPAYLOAD")
 	for _, t := range tasks {
-		fmt.Fprintf(w, "%d\t%s\t%d\t%s\t%s\n", t.Priority, age(max(0, now.Sub(t.Visible))), t.Attempt, t.ID, preview(t.Payload))
+		fmt.Fprintf(w, "%d\t%s\t%d\t%s\t%s\n", t.Priority, age(max(0, now.Sub(t.VisibleAt))), t.Attempt, t.ID, preview(t.Payload))
 	}
 	return w.Flush()
 }

@@ -11,7 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/shardq/shardq"
-	"github.com/shardq/shardq/internal/inspect"
+	"github.com/shardq/shardq/inspect"
 )
 
 func (a *app) queueCmd() *cobra.Command {
@@ -88,8 +88,8 @@ func (a *app) queueListCmd() *cobra.Command {
 		Short: "List the queues of the keyspace with their settings",
 		Args:  args(),
 		RunE: a.command(func(ctx context.Context, _ *cobra.Command, _ []string) error {
-			return a.withSession(ctx, func(s *gocql.Session) error {
-				qs, err := inspect.Queues(ctx, s)
+			return a.withInspector(ctx, func(in *inspect.Inspector) error {
+				qs, err := in.Queues(ctx)
 				if err != nil {
 					return err
 				}
@@ -127,8 +127,8 @@ func (a *app) queueShowCmd() *cobra.Command {
 			if err := queueArg(args[0]); err != nil {
 				return err
 			}
-			return a.withSession(ctx, func(s *gocql.Session) error {
-				q, err := inspect.Queue(ctx, s, args[0])
+			return a.withInspector(ctx, func(in *inspect.Inspector) error {
+				q, err := in.Queue(ctx, args[0])
 				if err != nil {
 					return err
 				}

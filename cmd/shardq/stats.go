@@ -6,11 +6,10 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/gocql/gocql"
 	"github.com/spf13/cobra"
 
 	"github.com/shardq/shardq"
-	"github.com/shardq/shardq/internal/inspect"
+	"github.com/shardq/shardq/inspect"
 )
 
 // minInterval keeps --watch from hammering the cluster: each refresh reads every
@@ -57,15 +56,12 @@ time fails with a tombstone error.`,
 			if watch && interval < minInterval {
 				return usagef("--interval %v is too short: each refresh reads the whole lap; give %v or more", interval, minInterval)
 			}
-			return a.withSession(ctx, func(s *gocql.Session) error {
-				q, err := shardq.LoadQueue(ctx, s, args[0])
+			return a.withInspector(ctx, func(in *inspect.Inspector) error {
+				info, err := in.Queue(ctx, args[0])
 				if err != nil {
 					return err
 				}
-				in, err := inspect.New(s, inspect.Config{Queue: q})
-				if err != nil {
-					return err
-				}
+				q := info.Config
 				opts := inspect.StatsOptions{Full: full}
 				if !watch {
 					return a.statsPass(ctx, in, q, opts, false)
@@ -100,7 +96,7 @@ func (a *app) statsPass(ctx context.Context, in *inspect.Inspector, q shardq.Que
 	var erase func()
 	opts.Progress, erase = a.progress("counting")
 	t0 := time.Now()
-	st, err := in.Stats(ctx, opts)
+	st, err := in.Stats(ctx, q.Name, opts)
 	erase()
 	if err != nil {
 		return err
@@ -172,7 +168,7 @@ func statsJSON(q shardq.QueueConfig, st *inspect.Stats, elapsed time.Duration) m
 	}
 	failed := make([]map[string]string, 0, len(st.Failed))
 	for _, f := range st.Failed {
-		failed = append(failed, map[string]string{"shard_key": f.ShardKey, "error": f.Err.Error()})
+		failed = append(failed, map[string]string{"shard_key": f.PartitionKey, "error": f.Err.Error()})
 	}
 	m := map[string]any{
 		"queue": q.Name, "at": st.At.UTC(), "lap_ms": ms(st.Window), "shards": shards, "total": st.Total,

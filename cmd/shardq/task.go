@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/inspect"
 	"github.com/shardq/shardq/producer"
 )
 
@@ -68,22 +69,26 @@ func (r *taskRef) String() string {
 	return "task " + r.id.String()
 }
 
-// withProducer runs fn with a producer, and says what to do when the task is not there.
-func (a *app) withProducer(ctx context.Context, fn func(*producer.Producer) error) error {
+// withProducer runs fn with a producer, and an inspector to read tasks back.
+func (a *app) withProducer(ctx context.Context, fn func(*producer.Producer, *inspect.Inspector) error) error {
 	return a.withSession(ctx, func(s *gocql.Session) error {
 		p, err := producer.New(s, producer.Config{})
 		if err != nil {
 			return err
 		}
-		return fn(p)
+		in, err := inspect.New(s, inspect.Config{})
+		if err != nil {
+			return err
+		}
+		return fn(p, in)
 	})
 }
 
-func (r *taskRef) get(ctx context.Context, p *producer.Producer) (*shardq.TaskInfo, error) {
+func (r *taskRef) get(ctx context.Context, in *inspect.Inspector) (*shardq.TaskInfo, error) {
 	if r.key != "" {
-		return p.GetByKey(ctx, r.queue, r.key)
+		return in.TaskByKey(ctx, r.queue, r.key)
 	}
-	return p.Get(ctx, r.id)
+	return in.Task(ctx, r.id)
 }
 
 // notFound explains shardq.ErrTaskNotFound.
@@ -102,8 +107,8 @@ func (a *app) taskGetCmd() *cobra.Command {
 		Example: `  shardq task get 558d46fe-e663-11f1-af65-2746fecc3a46
   shardq task get --queue emails --key welcome-42 --json`,
 		RunE: a.command(func(ctx context.Context, _ *cobra.Command, _ []string) error {
-			return a.withProducer(ctx, func(p *producer.Producer) error {
-				info, err := ref.get(ctx, p)
+			return a.withInspector(ctx, func(in *inspect.Inspector) error {
+				info, err := ref.get(ctx, in)
 				if err != nil {
 					return notFound(err)
 				}
@@ -182,13 +187,13 @@ runs on, but it is never delivered again (its consumer's ack or retry fails).`,
 		Example: `  shardq task cancel 558d46fe-e663-11f1-af65-2746fecc3a46
   shardq task cancel --queue emails --key welcome-42 --after-lease`,
 		RunE: a.command(func(ctx context.Context, _ *cobra.Command, _ []string) error {
-			return a.withProducer(ctx, func(p *producer.Producer) error {
+			return a.withProducer(ctx, func(p *producer.Producer, in *inspect.Inspector) error {
 				opts := producer.CancelOptions{AfterLease: afterLease}
 				id := ref.id
 				var err error
 				if ref.key != "" {
 					var info *shardq.TaskInfo
-					if info, err = p.GetByKey(ctx, ref.queue, ref.key); err != nil {
+					if info, err = in.TaskByKey(ctx, ref.queue, ref.key); err != nil {
 						return notFound(err)
 					}
 					id = info.ID
@@ -249,7 +254,7 @@ cannot be rescheduled.`,
 				}
 				opts.Priority = &priority
 			}
-			return a.withProducer(ctx, func(p *producer.Producer) error {
+			return a.withProducer(ctx, func(p *producer.Producer, in *inspect.Inspector) error {
 				var err error
 				if ref.key != "" {
 					err = p.RescheduleByKey(ctx, ref.queue, ref.key, opts)
@@ -262,7 +267,7 @@ cannot be rescheduled.`,
 				if err != nil {
 					return notFound(err)
 				}
-				info, err := ref.get(ctx, p)
+				info, err := ref.get(ctx, in)
 				if err != nil {
 					return fmt.Errorf("%s was rescheduled, but reading it back failed: %w", &ref, err)
 				}

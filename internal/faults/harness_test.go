@@ -30,6 +30,7 @@ import (
 
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/consumer"
+	"github.com/shardq/shardq/inspect"
 	"github.com/shardq/shardq/internal/cassandratest"
 	"github.com/shardq/shardq/internal/cqlcluster"
 	"github.com/shardq/shardq/producer"
@@ -310,7 +311,9 @@ func (e *env) settle(within time.Duration, ids []uuid.UUID) {
 	e.t.Helper()
 	e.waitDone(len(e.rec.want), within)
 	e.waitDrained(within, ids)
-	letters, err := e.p.DeadLetters(context.Background(), e.q.Name, producer.DeadLetterQuery{Limit: 10})
+	in, err := inspect.New(e.session, inspect.Config{})
+	require.NoError(e.t, err)
+	letters, err := in.DeadLetters(context.Background(), e.q.Name, inspect.DeadLetterQuery{Limit: 10})
 	require.NoError(e.t, err)
 	require.Empty(e.t, letters, "dead-lettered tasks")
 }

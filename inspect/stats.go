@@ -15,49 +15,49 @@ import (
 	"github.com/shardq/shardq/shard"
 )
 
-// Class is what a task row counts as in Stats.
-type Class int
+// class is what a task row counts as in Stats.
+type class int
 
-// Classes of task rows.
+// Classes of task rows; Counts says what each holds.
 const (
-	// Due rows are visible now and were never delivered.
-	Due Class = iota
-	// DueAgain rows are visible now and were delivered before: a lease ran out, or a
-	// retry's delay did.
-	DueAgain
-	// Scheduled rows become visible later in this lap and were never delivered.
-	Scheduled
-	// InFlight rows are timeout markers of delivered tasks, visible again at their lease
-	// deadline.
-	InFlight
-	// Retrying rows are failed tasks waiting out their retry delay.
-	Retrying
+	due class = iota
+	dueAgain
+	scheduled
+	inFlight
+	retrying
 )
 
-// Classify tells what a task row counts as, from its delivery count, whether it is a
+// classify tells what a task row counts as, from its delivery count, whether it is a
 // retry, and the time its ID carries (when it becomes visible), at now. A row delivered
 // before and visible now is due again whether its lease ran out or a retry came due.
-func Classify(attempt int, retrying bool, visible, now time.Time) Class {
+func classify(attempt int, isRetry bool, visible, now time.Time) class {
 	switch {
 	case !visible.After(now) && attempt == 0:
-		return Due
+		return due
 	case !visible.After(now):
-		return DueAgain
+		return dueAgain
 	case attempt == 0:
-		return Scheduled
-	case retrying:
-		return Retrying
+		return scheduled
+	case isRetry:
+		return retrying
 	}
-	return InFlight
+	return inFlight
 }
 
-// Counts counts task rows by class.
+// Counts counts task rows by what they hold.
 type Counts struct {
-	Due       int `json:"due"`
-	DueAgain  int `json:"due_again"`
+	// Due rows are visible now and were never delivered.
+	Due int `json:"due"`
+	// DueAgain rows are visible now and were delivered before: a lease ran out, or a
+	// retry's delay did.
+	DueAgain int `json:"due_again"`
+	// Scheduled rows become visible later in this lap and were never delivered.
 	Scheduled int `json:"scheduled"`
-	InFlight  int `json:"in_flight"`
-	Retrying  int `json:"retrying"`
+	// InFlight rows are timeout markers of delivered tasks, visible again at their lease
+	// deadline.
+	InFlight int `json:"in_flight"`
+	// Retrying rows are failed tasks waiting out their retry delay.
+	Retrying int `json:"retrying"`
 	// BehindFloors counts the rows, among Due and DueAgain, that lie below where
 	// consumers read their partition: consumers do not deliver them. Only a StatsOptions.Full
 	// pass looks there.
@@ -73,17 +73,17 @@ func (c *Counts) add(o Counts) {
 	c.BehindFloors += o.BehindFloors
 }
 
-func (c *Counts) count(cl Class) {
+func (c *Counts) count(cl class) {
 	switch cl {
-	case Due:
+	case due:
 		c.Due++
-	case DueAgain:
+	case dueAgain:
 		c.DueAgain++
-	case Scheduled:
+	case scheduled:
 		c.Scheduled++
-	case InFlight:
+	case inFlight:
 		c.InFlight++
-	case Retrying:
+	case retrying:
 		c.Retrying++
 	}
 }
@@ -100,8 +100,8 @@ type Stats struct {
 	Total Counts
 	// OldestDue is when the earliest row that is due became visible; zero when none is.
 	OldestDue time.Time
-	// DeadLetters counts the dead letters kept for the queue (the last DeadDays
-	// days' partitions).
+	// DeadLetters counts the dead letters kept for the queue, in the partitions of the
+	// last DeadDays days.
 	DeadLetters int
 	DeadDays    int
 	// Partitions is how many partitions of tasks were read, RowsRead how many task rows.
@@ -125,22 +125,24 @@ type StatsOptions struct {
 	Progress func(done, total int)
 }
 
-// DeadDays is how many daily partitions of dead_letters Stats counts.
-const DeadDays = deadletters.Days
-
 // Stats counts the rows of the current lap's partitions: due now, due again, scheduled
 // later in the lap, in flight, by concurrency shard; when the earliest due row became
 // visible; and the dead letters kept. It reads 2 × BucketCount × ShardCount times (one
 // more for each priority whose floor lags the others', a backlog) plus DeadDays, and
-// every row pending in the lap once, in pages, so memory stays small
-// whatever the queue holds. A partition that cannot be read is listed in Failed; the
-// error returned is ctx's, or one for an invalid queue.
-func (in *Inspector) Stats(ctx context.Context, opts StatsOptions) (*Stats, error) {
+// every row pending in the lap once, in pages, so memory stays small whatever the queue
+// holds. A partition that cannot be read is listed in Failed; the
+// error returned is ctx's, or one for a queue that cannot be read (matching
+// shardq.ErrQueueNotFound when there is none of that name).
+func (in *Inspector) Stats(ctx context.Context, queue string, opts StatsOptions) (*Stats, error) {
+	q, err := in.queue(ctx, queue)
+	if err != nil {
+		return nil, err
+	}
 	now := in.cfg.Clock.Now()
-	parts := in.lap(now)
-	st := &Stats{At: now, Window: in.layout.Window(), Shards: make([]Counts, in.layout.ShardCount),
-		Partitions: len(parts), DeadDays: DeadDays}
-	total := len(parts) + DeadDays
+	parts := q.lap(now)
+	st := &Stats{At: now, Window: q.layout.Window(), Shards: make([]Counts, q.layout.ShardCount),
+		Partitions: len(parts), DeadDays: deadletters.Days}
+	total := len(parts) + st.DeadDays
 	var mu sync.Mutex
 	done := 0
 	progress := func(n int) {
@@ -156,7 +158,7 @@ func (in *Inspector) Stats(ctx context.Context, opts StatsOptions) (*Stats, erro
 		c, oldest, rows, err := in.countPartition(ctx, parts[i], now, upper, opts.Full)
 		mu.Lock()
 		if err != nil {
-			st.Failed = append(st.Failed, &PartitionError{ShardKey: parts[i].key, Err: err})
+			st.Failed = append(st.Failed, &PartitionError{PartitionKey: parts[i].key, Err: err})
 		} else {
 			st.Shards[parts[i].shard].add(c)
 			st.RowsRead += rows
@@ -171,9 +173,9 @@ func (in *Inspector) Stats(ctx context.Context, opts StatsOptions) (*Stats, erro
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	dead, err := in.deadLetters(ctx, now, func() { progress(1) })
+	dead, err := in.countDead(ctx, q, now, func() { progress(1) })
 	if err != nil {
-		st.Failed = append(st.Failed, &PartitionError{ShardKey: "dead_letters", Err: err})
+		st.Failed = append(st.Failed, &PartitionError{PartitionKey: "dead_letters", Err: err})
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -211,13 +213,13 @@ func (in *Inspector) countPartition(ctx context.Context, pt partition, now time.
 		var prio int8
 		var id gocql.UUID
 		var attempt int
-		var retrying bool
-		for iter.Scan(&prio, &id, &attempt, &retrying) {
+		var isRetry bool
+		for iter.Scan(&prio, &id, &attempt, &isRetry) {
 			rows++
 			at := shard.IDTime(uuid.UUID(id))
-			cl := Classify(attempt, retrying, at, now)
+			cl := classify(attempt, isRetry, at, now)
 			c.count(cl)
-			if cl != Due && cl != DueAgain {
+			if cl != due && cl != dueAgain {
 				continue
 			}
 			if oldest.IsZero() || at.Before(oldest) {
@@ -232,15 +234,4 @@ func (in *Inspector) countPartition(ctx context.Context, pt partition, now time.
 		}
 	}
 	return c, oldest, rows, nil
-}
-
-// CountDeadLetters counts the dead letters kept for the queue, reading their IDs only.
-func (in *Inspector) CountDeadLetters(ctx context.Context) (int, error) {
-	return in.deadLetters(ctx, in.cfg.Clock.Now(), func() {})
-}
-
-// deadLetters counts the dead letters of the last DeadDays days, calling done after each
-// day's partition.
-func (in *Inspector) deadLetters(ctx context.Context, now time.Time, done func()) (int, error) {
-	return deadletters.Count(ctx, in.session, in.layout.Queue, now, in.cfg.PageSize, done)
 }

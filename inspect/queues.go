@@ -21,13 +21,13 @@ type QueueInfo struct {
 }
 
 // Queue reads one queue's settings, or returns an error matching shardq.ErrQueueNotFound.
-func Queue(ctx context.Context, session *gocql.Session, name string) (QueueInfo, error) {
-	q, err := shardq.LoadQueue(ctx, session, name)
+func (in *Inspector) Queue(ctx context.Context, name string) (QueueInfo, error) {
+	q, err := in.queue(ctx, name)
 	if err != nil {
 		return QueueInfo{}, err
 	}
-	info := QueueInfo{Config: q}
-	err = cql.Query(session, `SELECT created_at FROM queues WHERE name = ?`, name).WithContext(ctx).Scan(&info.CreatedAt)
+	info := QueueInfo{Config: q.cfg}
+	err = cql.Query(in.session, `SELECT created_at FROM queues WHERE name = ?`, name).WithContext(ctx).Scan(&info.CreatedAt)
 	if err != nil && !errors.Is(err, gocql.ErrNotFound) {
 		return QueueInfo{}, fmt.Errorf("inspect: reading when queue %q was created: %w", name, err)
 	}
@@ -35,10 +35,9 @@ func Queue(ctx context.Context, session *gocql.Session, name string) (QueueInfo,
 }
 
 // Queues reads every stored queue, by name. The queues table is small (one row a
-// queue): it is read whole, in pages, and each queue's settings through
-// shardq.LoadQueue.
-func Queues(ctx context.Context, session *gocql.Session) ([]QueueInfo, error) {
-	iter := cql.Query(session, `SELECT name, created_at FROM queues`).WithContext(ctx).Iter()
+// queue): it is read whole, in pages, and each queue's settings as Queue reads them.
+func (in *Inspector) Queues(ctx context.Context) ([]QueueInfo, error) {
+	iter := cql.Query(in.session, `SELECT name, created_at FROM queues`).WithContext(ctx).Iter()
 	created := map[string]time.Time{}
 	var name string
 	var at time.Time
@@ -50,11 +49,11 @@ func Queues(ctx context.Context, session *gocql.Session) ([]QueueInfo, error) {
 	}
 	out := make([]QueueInfo, 0, len(created))
 	for name, at := range created {
-		q, err := shardq.LoadQueue(ctx, session, name)
+		q, err := in.queue(ctx, name)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, QueueInfo{Config: q, CreatedAt: at})
+		out = append(out, QueueInfo{Config: q.cfg, CreatedAt: at})
 	}
 	slices.SortFunc(out, func(a, b QueueInfo) int { return strings.Compare(a.Config.Name, b.Config.Name) })
 	return out, nil

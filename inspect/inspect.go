@@ -1,7 +1,11 @@
-// Package inspect reads a queue's tables without changing them, for operators: what the
-// partitions of the current lap hold (Stats), the tasks due next in delivery order (Peek),
-// and the queues stored (Queues). It never takes a shard's lock and never writes, so it
-// cannot disturb consumers; what it reports may be a moment old by the time it returns.
+// Package inspect reads a queue's tables without changing them, for operators and
+// dashboards: what the partitions of the current lap hold (Stats), the tasks due next in
+// delivery order (Peek), one task by ID or unique key (Task, TaskByKey), the dead letters
+// kept (DeadLetters, DeadLetter, CountDeadLetters), and the queues stored (Queues,
+// Queue). It never takes a partition's lock and never writes, so it cannot disturb
+// consumers; what it reports may be a moment old by the time it returns. Tasks and dead
+// letters come back as shardq.TaskInfo, the one task row type of the library; acting on
+// them (Cancel, Reschedule, ReplayDeadLetter, PurgeDeadLetter) is the producer's.
 //
 // Reads stay bounded: one lap's partitions (BucketCount × ShardCount), each read from
 // where consumers read it (the read floors its last swap recorded in the lock row, or the
@@ -13,7 +17,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"time"
 
 	"github.com/gocql/gocql"
@@ -22,7 +25,9 @@ import (
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/internal/cql"
 	"github.com/shardq/shardq/internal/defaults"
+	"github.com/shardq/shardq/internal/sessionstate"
 	"github.com/shardq/shardq/internal/taskrow"
+	"github.com/shardq/shardq/producer"
 	"github.com/shardq/shardq/shard"
 )
 
@@ -41,32 +46,28 @@ const groupSpan = 2 * time.Second
 
 // Config configures an Inspector.
 type Config struct {
-	// Queue is the settings of the queue to read, as shardq.LoadQueue returns them.
-	// Required.
-	Queue shardq.QueueConfig
 	// PartitionsInFlight is how many partitions are read at once.
 	// Defaults to DefaultPartitionsInFlight.
 	PartitionsInFlight int
 	// PageSize is how many rows one page of a read holds. Defaults to DefaultPageSize.
 	PageSize int
-	// Clock tells what is due now. Defaults to shardq.SystemClock.
+	// Clock tells what is due now. Defaults to the cluster's time: this host's clock
+	// corrected by its measured offset from the coordinators', as every part's.
 	Clock shardq.Clock
 }
 
-// Inspector reads one queue. It is safe for concurrent use.
+// Inspector reads the queues of one session's keyspace. It is safe for concurrent use.
 type Inspector struct {
 	session *gocql.Session
 	cfg     Config
-	layout  shard.Layout
+	state   *sessionstate.State // the session's cache of queue settings
+	tasks   *producer.Producer  // finds tasks by ID and key, as the producer's writes do
 }
 
-// New returns an Inspector of cfg.Queue reading through session.
+// New returns an Inspector reading through session, whose keyspace holds shardq's tables.
 func New(session *gocql.Session, cfg Config) (*Inspector, error) {
 	if session == nil {
 		return nil, shardq.Invalid("session", "is nil")
-	}
-	if err := cfg.Queue.Validate(); err != nil {
-		return nil, err
 	}
 	for _, err := range []error{
 		defaults.NonNegative(&cfg.PartitionsInFlight, DefaultPartitionsInFlight, "Config.PartitionsInFlight"),
@@ -76,10 +77,30 @@ func New(session *gocql.Session, cfg Config) (*Inspector, error) {
 			return nil, err
 		}
 	}
+	st := sessionstate.For(session, nil)
 	if cfg.Clock == nil {
-		cfg.Clock = shardq.SystemClock{}
+		cfg.Clock = st.Cluster
 	}
-	return &Inspector{session: session, cfg: cfg, layout: cfg.Queue.Layout()}, nil
+	p, err := producer.New(session, producer.Config{Clock: cfg.Clock})
+	if err != nil {
+		return nil, err
+	}
+	return &Inspector{session: session, cfg: cfg, state: st, tasks: p}, nil
+}
+
+// queueRead is one queue being read: its settings and partition layout.
+type queueRead struct {
+	cfg    shardq.QueueConfig
+	layout shard.Layout
+}
+
+// queue reads name's settings, or returns an error matching shardq.ErrQueueNotFound.
+func (in *Inspector) queue(ctx context.Context, name string) (queueRead, error) {
+	q, err := in.state.Queue(ctx, name)
+	if err != nil {
+		return queueRead{}, err
+	}
+	return queueRead{cfg: q, layout: q.Layout()}, nil
 }
 
 // partition is one partition of the current lap: its concurrency shard and the bucket of
@@ -92,13 +113,13 @@ type partition struct {
 
 // lap lists the partitions of the lap ending with the bucket of now, concurrency shard
 // by concurrency shard.
-func (in *Inspector) lap(now time.Time) []partition {
-	bNow := in.layout.Bucket(now)
-	n := int64(in.layout.BucketCount)
+func (q queueRead) lap(now time.Time) []partition {
+	bNow := q.layout.Bucket(now)
+	n := int64(q.layout.BucketCount)
 	var out []partition
-	for s := range in.layout.ShardCount {
+	for s := range q.layout.ShardCount {
 		for b := bNow - n + 1; b <= bNow; b++ {
-			out = append(out, partition{key: in.layout.Key(b, s), shard: s, bucket: b})
+			out = append(out, partition{key: q.layout.Key(b, s), shard: s, bucket: b})
 		}
 	}
 	return out
@@ -176,25 +197,12 @@ var allPriorities = func() []int8 {
 
 // PartitionError is a partition that could not be read; what it holds is not counted.
 type PartitionError struct {
-	ShardKey string
-	Err      error
+	PartitionKey string
+	Err          error
 }
 
 func (e *PartitionError) Error() string {
-	return fmt.Sprintf("inspect: reading %s: %v", e.ShardKey, e.Err)
+	return fmt.Sprintf("inspect: reading %s: %v", e.PartitionKey, e.Err)
 }
 
 func (e *PartitionError) Unwrap() error { return e.Err }
-
-// sortTasks orders tasks as consumers deliver them: highest priority first, then the
-// earliest visible.
-func sortTasks(ts []Task) {
-	sort.SliceStable(ts, func(i, j int) bool { return before(ts[i], ts[j]) })
-}
-
-func before(a, b Task) bool {
-	if a.Priority != b.Priority {
-		return a.Priority > b.Priority
-	}
-	return shard.CompareIDs(uuid.UUID(a.row), uuid.UUID(b.row)) < 0
-}

@@ -1,0 +1,56 @@
+// Package taskscan lists every task row a queue still holds, whatever its time: what the
+// bench drains, the demo and shardqtest wait on to know a queue is empty. It reads the
+// tasks table and writes nothing.
+package taskscan
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/gocql/gocql"
+	"github.com/google/uuid"
+
+	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/internal/cql"
+	"github.com/shardq/shardq/internal/fanout"
+)
+
+// PageSize is the page size of TaskIDs outside tests: a few hundred kilobytes of IDs.
+const PageSize = 5000
+
+const taskIDsStmt = `SELECT task_id FROM tasks WHERE shard_key = ? AND kind = 1`
+
+// TaskIDs returns the task ID of every task row (kind 1: a pending task, or the
+// timeout marker of a task in flight or retrying) in any partition of q, whatever its
+// time: what the queue could still deliver. A task twice in the table is listed twice.
+// It reads inFlight partitions at once, each from its start in pages of pageSize rows,
+// walking the tombstones of every task consumed since they were last purged (and fails
+// on a partition drained of more than tombstone_failure_threshold in that time); a
+// partition that cannot be read fails the call, since what it holds is unknown.
+func TaskIDs(ctx context.Context, session *gocql.Session, q shardq.QueueConfig, inFlight, pageSize int) ([]uuid.UUID, error) {
+	lay := q.Layout()
+	var keys []string // one lap of buckets holds every partition key once
+	for s := range lay.ShardCount {
+		for b := range int64(lay.BucketCount) {
+			keys = append(keys, lay.Key(b, s))
+		}
+	}
+	var mu sync.Mutex
+	var ids []uuid.UUID
+	err := fanout.Each(len(keys), inFlight, func(i int) error {
+		iter := cql.Query(session, taskIDsStmt, keys[i]).WithContext(ctx).PageSize(pageSize).Iter()
+		var found []uuid.UUID
+		for id := (gocql.UUID{}); iter.Scan(&id); {
+			found = append(found, uuid.UUID(id))
+		}
+		if err := iter.Close(); err != nil {
+			return fmt.Errorf("taskscan: reading the task IDs of %s: %w", keys[i], err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		ids = append(ids, found...)
+		return nil
+	})
+	return ids, err
+}
