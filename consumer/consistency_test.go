@@ -14,6 +14,7 @@ import (
 
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/consumer"
+	"github.com/shardq/shardq/inspect"
 	"github.com/shardq/shardq/internal/cassandratest"
 	"github.com/shardq/shardq/lock"
 	"github.com/shardq/shardq/producer"
@@ -134,14 +135,16 @@ func TestConsistencyPinned(t *testing.T) {
 	step("Retry", func() { require.NoError(t, c.Retry(ctx, got[0], 9*time.Second)) })
 	step("DeadLetter", func() { require.NoError(t, c.DeadLetter(ctx, got[1], errors.New("failed"))) })
 	step("AckTasks", func() { require.NoError(t, c.AckTasks(ctx, got[2:]...)) })
-	var letters []producer.DeadLetter
+	in, err := inspect.New(s, inspect.Config{})
+	require.NoError(t, err)
+	var letters []shardq.TaskInfo
 	step("DeadLetters", func() {
-		letters, err = p.DeadLetters(ctx, q.Name, producer.DeadLetterQuery{})
+		letters, err = in.DeadLetters(ctx, q.Name, inspect.DeadLetterQuery{})
 		require.NoError(t, err)
 		require.Len(t, letters, 1)
 	})
 	step("ReplayDeadLetter", func() {
-		_, err := p.ReplayDeadLetter(ctx, q.Name, letters[0].ID)
+		_, err := p.ReplayDeadLetter(ctx, q.Name, letters[0].DeadLetterID)
 		require.NoError(t, err)
 	})
 

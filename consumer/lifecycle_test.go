@@ -13,6 +13,7 @@ import (
 
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/consumer"
+	"github.com/shardq/shardq/inspect"
 	"github.com/shardq/shardq/internal/lwt"
 	"github.com/shardq/shardq/internal/taskrow"
 	"github.com/shardq/shardq/lock"
@@ -764,38 +765,40 @@ func TestDeadLettersPageReplayPurge(t *testing.T) {
 		require.NoError(t, c.DeadLetter(ctx, task, errors.New(string(rune('a'+i)))))
 	}
 
+	in, err := inspect.New(e.s, inspect.Config{Clock: e.clock})
+	require.NoError(t, err)
 	var listed []uuid.UUID
 	var before uuid.UUID
 	for {
-		page, err := e.p.DeadLetters(ctx, e.q.Name, producer.DeadLetterQuery{Limit: 2, Before: before})
+		page, err := in.DeadLetters(ctx, e.q.Name, inspect.DeadLetterQuery{Limit: 2, Before: before})
 		require.NoError(t, err)
 		if len(page) == 0 {
 			break
 		}
 		require.LessOrEqual(t, len(page), 2)
 		for _, d := range page {
-			listed = append(listed, d.TaskID)
+			listed = append(listed, d.ID)
 		}
-		before = page[len(page)-1].ID
+		before = page[len(page)-1].DeadLetterID
 	}
 	require.Equal(t, []uuid.UUID{taskIDs[4], taskIDs[3], taskIDs[2], taskIDs[1], taskIDs[0]}, listed, "newest first")
 
-	letters, err := e.p.DeadLetters(ctx, e.q.Name, producer.DeadLetterQuery{})
+	letters, err := in.DeadLetters(ctx, e.q.Name, inspect.DeadLetterQuery{})
 	require.NoError(t, err)
-	require.Equal(t, "e", letters[0].Error)
-	_, err = e.p.ReplayDeadLetter(ctx, e.q.Name, letters[0].ID)
+	require.Equal(t, "e", letters[0].LastError)
+	_, err = e.p.ReplayDeadLetter(ctx, e.q.Name, letters[0].DeadLetterID)
 	require.NoError(t, err)
 	require.Equal(t, shardq.TaskScheduled, e.state(taskIDs[4]).State)
-	require.NoError(t, e.p.PurgeDeadLetter(ctx, e.q.Name, letters[1].ID))
+	require.NoError(t, e.p.PurgeDeadLetter(ctx, e.q.Name, letters[1].DeadLetterID))
 	e.notFound(taskIDs[3])
-	require.ErrorIs(t, e.p.PurgeDeadLetter(ctx, e.q.Name, letters[1].ID), producer.ErrDeadLetterNotFound)
+	require.ErrorIs(t, e.p.PurgeDeadLetter(ctx, e.q.Name, letters[1].DeadLetterID), producer.ErrDeadLetterNotFound)
 
 	var progress []int
 	n, err := e.p.PurgeAllDeadLetters(ctx, e.q.Name, producer.BulkOptions{Progress: func(done int) { progress = append(progress, done) }})
 	require.NoError(t, err)
 	require.Equal(t, 3, n)
 	require.Equal(t, []int{1, 2, 3}, progress)
-	letters, err = e.p.DeadLetters(ctx, e.q.Name, producer.DeadLetterQuery{})
+	letters, err = in.DeadLetters(ctx, e.q.Name, inspect.DeadLetterQuery{})
 	require.NoError(t, err)
 	require.Empty(t, letters)
 	got = e.acquire(c, 5)

@@ -17,86 +17,22 @@ import (
 	"github.com/shardq/shardq/shard"
 )
 
-// Limits of DeadLetterQuery.
-const (
-	DefaultDeadLetterLimit = 100
-	MaxDeadLetterLimit     = 1000
-)
-
 // ErrDeadLetterNotFound means no dead letter of that ID is kept in the queue.
 var ErrDeadLetterNotFound = errors.New("producer: dead letter not found")
 
-// DeadLetter is a task that ran out of attempts.
-type DeadLetter struct {
-	// ID identifies the dead letter; its time is when the task died.
-	ID       uuid.UUID
-	TaskID   uuid.UUID
-	Queue    string
-	Payload  []byte
-	Priority int
-	DueAt    time.Time
-	Timeout  time.Duration
-	Attempt  int
-	Token    int64
-	Error    string
-	DiedAt   time.Time
-}
-
-// DeadLetterQuery selects a page of dead letters.
-type DeadLetterQuery struct {
-	// Limit is the most letters returned, at most MaxDeadLetterLimit.
-	// Defaults to DefaultDeadLetterLimit.
-	Limit int
-	// Before returns only letters older than this one: pass the last ID of the previous
-	// page. Defaults to the newest (uuid.Nil).
-	Before uuid.UUID
-}
-
-func letterOf(l deadletters.Letter) DeadLetter {
-	return DeadLetter{ID: l.ID, TaskID: l.TaskID, Queue: l.Queue, Payload: l.Payload, Priority: l.Priority,
-		DueAt: l.DueAt, Timeout: l.Timeout, Attempt: l.Attempt, Token: l.Deliveries, Error: l.Error, DiedAt: l.DiedAt}
-}
-
-// DeadLetters returns a page of queue's dead letters, newest first. Pass the last ID of
-// a page as q.Before to get the next; an empty page is the end.
-func (p *Producer) DeadLetters(ctx context.Context, queue string, q DeadLetterQuery) ([]DeadLetter, error) {
-	if q.Limit == 0 {
-		q.Limit = DefaultDeadLetterLimit
-	}
-	if q.Limit < 0 || q.Limit > MaxDeadLetterLimit {
-		return nil, shardq.Invalid("q.Limit", "%d is not in [1, %d]", q.Limit, MaxDeadLetterLimit)
-	}
-	if q.Before != uuid.Nil {
-		if err := checkID("q.Before", q.Before); err != nil {
-			return nil, err
-		}
-	}
-	if _, err := p.queue(ctx, queue); err != nil {
-		return nil, err
-	}
-	letters, err := p.store.DeadLetters().Page(ctx, queue, p.cfg.Clock.Now(), q.Before, q.Limit)
-	if err != nil {
-		return nil, fmt.Errorf("producer: %w", err)
-	}
-	out := make([]DeadLetter, len(letters))
-	for i, l := range letters {
-		out[i] = letterOf(l)
-	}
-	return out, nil
-}
-
-func (p *Producer) deadLetter(ctx context.Context, queue string, id uuid.UUID) (DeadLetter, error) {
+// deadLetter reads queue's letter id, which ReplayDeadLetter and PurgeDeadLetter act on.
+func (p *Producer) deadLetter(ctx context.Context, queue string, id uuid.UUID) (deadletters.Letter, error) {
 	if err := checkID("id", id); err != nil {
-		return DeadLetter{}, err
+		return deadletters.Letter{}, err
 	}
 	l, ok, err := p.store.DeadLetters().Get(ctx, queue, id)
 	switch {
 	case err != nil:
-		return DeadLetter{}, fmt.Errorf("producer: %w", err)
+		return deadletters.Letter{}, fmt.Errorf("producer: %w", err)
 	case !ok:
-		return DeadLetter{}, fmt.Errorf("%w: %s in queue %q", ErrDeadLetterNotFound, id, queue)
+		return deadletters.Letter{}, fmt.Errorf("%w: %s in queue %q", ErrDeadLetterNotFound, id, queue)
 	}
-	return letterOf(l), nil
+	return l, nil
 }
 
 // ReplayDeadLetter puts a dead task back into its queue, due now with its attempts reset
@@ -147,11 +83,11 @@ func (p *Producer) ReplayDeadLetter(ctx context.Context, queue string, id uuid.U
 }
 
 // replayRow is the row that puts dead letter d back into q, due at now.
-func replayRow(q shardq.QueueConfig, d DeadLetter, t Task, now time.Time) taskrow.Row {
+func replayRow(q shardq.QueueConfig, d deadletters.Letter, t Task, now time.Time) taskrow.Row {
 	lay := q.Layout()
 	return taskrow.Row{Key: lay.Key(lay.Bucket(now), lay.ShardFor(d.TaskID)), Priority: int8(d.Priority),
 		ID: gocql.UUID(shard.NewID(now)), TaskID: gocql.UUID(d.TaskID), Payload: d.Payload, DueAt: now,
-		Timeout: d.Timeout, Token: d.Token + 1, // the index entry of its death was written at d.Token
+		Timeout: d.Timeout, Token: d.Deliveries + 1, // the index entry of its death was written at d.Token
 		Keyed: t.Key != ""}
 }
 
@@ -167,14 +103,14 @@ func (p *Producer) PurgeDeadLetter(ctx context.Context, queue string, id uuid.UU
 	// Removed at the timestamp of its death's entry: a tie goes to the deletion, and a
 	// replay (written later) is untouched.
 	gone := taskindex.Write{Entry: taskindex.Entry{TaskID: d.TaskID}, Delete: true,
-		Stamp: taskindex.Stamp(d.TaskID, d.Token, taskindex.Final)}
+		Stamp: taskindex.Stamp(d.TaskID, d.Deliveries, taskindex.Final)}
 	if _, err := p.store.Index().Write(ctx, []taskindex.Write{gone}, 1); err != nil {
 		return fmt.Errorf("producer: purging %s: %w", id, err)
 	}
 	return nil
 }
 
-func (p *Producer) dropDead(ctx context.Context, d DeadLetter) error {
+func (p *Producer) dropDead(ctx context.Context, d deadletters.Letter) error {
 	if err := p.store.DeadLetters().Delete(ctx, d.Queue, d.ID); err != nil {
 		return fmt.Errorf("producer: %w", err)
 	}
@@ -191,7 +127,7 @@ type BulkOptions struct {
 // ReplayAllDeadLetters replays every dead letter of queue, newest first, as
 // ReplayDeadLetter does, and returns how many it replayed. It stops at the first error.
 func (p *Producer) ReplayAllDeadLetters(ctx context.Context, queue string, opts BulkOptions) (int, error) {
-	return p.eachDeadLetter(ctx, queue, opts, func(d DeadLetter) error {
+	return p.eachDeadLetter(ctx, queue, opts, func(d deadletters.Letter) error {
 		_, err := p.ReplayDeadLetter(ctx, queue, d.ID)
 		return err
 	})
@@ -199,16 +135,25 @@ func (p *Producer) ReplayAllDeadLetters(ctx context.Context, queue string, opts 
 
 // PurgeAllDeadLetters deletes every dead letter of queue for good and returns how many.
 func (p *Producer) PurgeAllDeadLetters(ctx context.Context, queue string, opts BulkOptions) (int, error) {
-	return p.eachDeadLetter(ctx, queue, opts, func(d DeadLetter) error { return p.PurgeDeadLetter(ctx, queue, d.ID) })
+	return p.eachDeadLetter(ctx, queue, opts, func(d deadletters.Letter) error { return p.PurgeDeadLetter(ctx, queue, d.ID) })
 }
 
-func (p *Producer) eachDeadLetter(ctx context.Context, queue string, opts BulkOptions, do func(DeadLetter) error) (int, error) {
+// bulkPage is how many letters the bulk operations read at once.
+const bulkPage = 100
+
+func (p *Producer) eachDeadLetter(ctx context.Context, queue string, opts BulkOptions, do func(deadletters.Letter) error) (int, error) {
+	if _, err := p.queue(ctx, queue); err != nil {
+		return 0, err
+	}
 	done := 0
 	var before uuid.UUID
 	for {
-		page, err := p.DeadLetters(ctx, queue, DeadLetterQuery{Limit: DefaultDeadLetterLimit, Before: before})
-		if err != nil || len(page) == 0 {
-			return done, err
+		page, err := p.store.DeadLetters().Page(ctx, queue, p.cfg.Clock.Now(), before, bulkPage)
+		if err != nil {
+			return done, fmt.Errorf("producer: %w", err)
+		}
+		if len(page) == 0 {
+			return done, nil
 		}
 		for _, d := range page {
 			if err := do(d); err != nil {
