@@ -24,18 +24,18 @@ func (f ObserverFunc) Observe(ctx context.Context, e Event) { f(ctx, e) }
 type Event interface{ isEvent() }
 
 // BatchAcquired: a consumer leased Size tasks from one partition, after waiting LockWait
-// for the shard's lock.
+// for the partition's lock.
 type BatchAcquired struct {
-	Queue    string
-	ShardKey string
-	Size     int
-	LockWait time.Duration
+	Queue        string
+	PartitionKey string
+	Size         int
+	LockWait     time.Duration
 }
 
-// LockContended: a consumer found a shard's lock held by another and skipped the shard.
+// LockContended: a consumer found a partition's lock held by another and skipped the partition.
 type LockContended struct {
-	Queue    string
-	ShardKey string
+	Queue        string
+	PartitionKey string
 }
 
 // Acked: a consumer acked Count tasks in one call.
@@ -105,10 +105,10 @@ func (NopObserver) Observe(context.Context, Event) {}
 // "take" or "markers"). The call went on with the other partitions; this one is tried
 // again on the next call.
 type PartitionFailed struct {
-	Queue    string
-	ShardKey string
-	Op       string
-	Err      error
+	Queue        string
+	PartitionKey string
+	Op           string
+	Err          error
 }
 
 func (PartitionFailed) isEvent() {}

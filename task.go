@@ -15,7 +15,7 @@ const (
 	// TaskScheduled: waiting for its due time, never delivered since it was scheduled
 	// or replayed.
 	TaskScheduled TaskState = iota + 1
-	// TaskInFlight: delivered and leased until TaskInfo.LeaseUntil.
+	// TaskInFlight: delivered and leased until TaskInfo.Deadline.
 	TaskInFlight
 	// TaskRetrying: delivered before and due again at TaskInfo.DueAt, after a retry or
 	// an expired lease.
@@ -61,8 +61,8 @@ type TaskInfo struct {
 	// Timeout is how long each delivery's lease lasts. Like the row fields below, it is
 	// zero for a finished task, unless read from the dead letters.
 	Timeout time.Duration
-	// LeaseUntil is when the lease of a task in flight ends.
-	LeaseUntil time.Time
+	// Deadline is when the lease of a task in flight ends.
+	Deadline time.Time
 	// VisibleAt is when the row of a pending, in-flight or retrying task becomes (or
 	// became) visible to consumers: its place among due tasks of its priority.
 	VisibleAt time.Time
@@ -91,13 +91,13 @@ var (
 // TaskInFlightError is returned by Cancel and Reschedule for a task that a consumer holds
 // right now. It matches ErrTaskInFlight.
 type TaskInFlightError struct {
-	ID         uuid.UUID
-	Token      int64
-	LeaseUntil time.Time
+	ID       uuid.UUID
+	Token    int64
+	Deadline time.Time
 }
 
 func (e *TaskInFlightError) Error() string {
-	return fmt.Sprintf("shardq: task %s is in flight (delivery %d, leased until %s)", e.ID, e.Token, e.LeaseUntil.UTC().Format(time.RFC3339Nano))
+	return fmt.Sprintf("shardq: task %s is in flight (delivery %d, leased until %s)", e.ID, e.Token, e.Deadline.UTC().Format(time.RFC3339Nano))
 }
 
 func (e *TaskInFlightError) Unwrap() error { return ErrTaskInFlight }

@@ -111,7 +111,7 @@ func (c *Consumer) ackGroup(ctx context.Context, tasks []*Task) (lost []uuid.UUI
 				tasks = left
 			} else {
 				c.log.WarnContext(ctx, "reading back the markers of an ack batch; acking one by one",
-					"shard_key", tasks[0].marker.Key, "error", rerr)
+					"partition_key", tasks[0].marker.Key, "error", rerr)
 			}
 		}
 	}

@@ -133,7 +133,7 @@ func TestFailingPartitionIsolated(t *testing.T) {
 	c, err := consumer.New(e.s, consumer.Config{Queue: e.q.Name, Clock: e.clock,
 		Observer: shardq.ObserverFunc(func(_ context.Context, ev shardq.Event) {
 			if f, ok := ev.(shardq.PartitionFailed); ok {
-				failures.Store(f.ShardKey, f.Op)
+				failures.Store(f.PartitionKey, f.Op)
 			}
 		})})
 	require.NoError(t, err)
@@ -251,7 +251,7 @@ func TestBacklogInOnePartition(t *testing.T) {
 	c, err := consumer.New(s, consumer.Config{Queue: q.Name, Observer: shardq.ObserverFunc(func(_ context.Context, ev shardq.Event) {
 		if f, ok := ev.(shardq.PartitionFailed); ok {
 			failed.Add(1)
-			t.Errorf("partition %s failed (%s): %v", f.ShardKey, f.Op, f.Err)
+			t.Errorf("partition %s failed (%s): %v", f.PartitionKey, f.Op, f.Err)
 		}
 	})})
 	require.NoError(t, err)

@@ -178,7 +178,7 @@ func TestConsistencyPinned(t *testing.T) {
 
 	locker, err := lock.New(s, lock.Config{})
 	require.NoError(t, err)
-	var lease *lock.Lease
+	var lease *lock.Lock
 	step("lock Acquire", func() {
 		lease, err = locker.Acquire(ctx, "pinned-lock")
 		require.NoError(t, err)

@@ -296,8 +296,8 @@ func (c *Consumer) NextDue() time.Time {
 
 // observeFailure reports one partition's failure and goes on.
 func (c *Consumer) observeFailure(ctx context.Context, key, op string, err error) {
-	c.log.WarnContext(ctx, "partition failed; going on with the others", "queue", c.q.Name, "shard_key", key, "op", op, "error", err)
-	c.cfg.Observer.Observe(ctx, shardq.PartitionFailed{Queue: c.q.Name, ShardKey: key, Op: op, Err: err})
+	c.log.WarnContext(ctx, "partition failed; going on with the others", "queue", c.q.Name, "partition_key", key, "op", op, "error", err)
+	c.cfg.Observer.Observe(ctx, shardq.PartitionFailed{Queue: c.q.Name, PartitionKey: key, Op: op, Err: err})
 }
 
 func wrapErr(what, key string, err error) error {
@@ -377,7 +377,7 @@ func (c *Consumer) sweep(ctx context.Context, now time.Time) {
 	c.plan.Late(late)
 	for cell, at := range late {
 		c.log.DebugContext(ctx, "a write since the last sweep may lie below the floors; reading its partition again",
-			"queue", c.q.Name, "shard_key", c.layout.Key(cell.Bucket, cell.Shard), "from", at)
+			"queue", c.q.Name, "partition_key", c.layout.Key(cell.Bucket, cell.Shard), "from", at)
 	}
 }
 

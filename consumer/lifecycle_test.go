@@ -59,14 +59,14 @@ func TestStatusAcrossTransitions(t *testing.T) {
 	require.Equal(t, shardq.TaskInFlight, info.State)
 	require.Equal(t, 1, info.Attempt)
 	require.Equal(t, int64(1), info.Token)
-	require.True(t, info.LeaseUntil.Equal(got[0].Deadline), "%v != %v", info.LeaseUntil, got[0].Deadline)
+	require.True(t, info.Deadline.Equal(got[0].Deadline), "%v != %v", info.Deadline, got[0].Deadline)
 
 	// An extension inside the same bucket and one into another.
 	for _, d := range []time.Duration{5*time.Second + 100*time.Millisecond, 8 * time.Second} {
 		require.NoError(t, c.Extend(ctx, got[0], d))
 		info = e.state(id)
 		require.Equal(t, shardq.TaskInFlight, info.State)
-		require.True(t, info.LeaseUntil.Equal(e.clock.Now().Add(d)))
+		require.True(t, info.Deadline.Equal(e.clock.Now().Add(d)))
 	}
 
 	require.NoError(t, c.Retry(ctx, got[0], 4*time.Second))
@@ -389,7 +389,7 @@ func TestCancelAfterLease(t *testing.T) {
 	var inFlight *shardq.TaskInFlightError
 	require.ErrorAs(t, err, &inFlight)
 	require.Equal(t, int64(1), inFlight.Token)
-	require.True(t, inFlight.LeaseUntil.Equal(got[0].Deadline))
+	require.True(t, inFlight.Deadline.Equal(got[0].Deadline))
 
 	require.NoError(t, e.p.Cancel(ctx, id, producer.CancelOptions{AfterLease: true}))
 	e.notFound(id)

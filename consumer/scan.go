@@ -80,7 +80,7 @@ func (c *Consumer) lateRow(ctx context.Context, pt *scanplan.Part, now time.Time
 	}
 	c.plan.LateRow(pt, at)
 	c.log.WarnContext(ctx, "a row was written later than MaxClockSkew; reading it", "queue", c.q.Name,
-		"shard_key", pt.Key, "row_time", at)
+		"partition_key", pt.Key, "row_time", at)
 }
 
 // firstVisible reads the earliest row of pt's bucket visible at now, whatever the floors:
@@ -89,7 +89,7 @@ func (c *Consumer) firstVisible(ctx context.Context, pt *scanplan.Part, now time
 	refs, err := c.leasing.IDs(ctx, pt.Key, scanplan.AllPriorities, shard.MinID(c.layout.BucketStart(pt.Bucket)), shard.MaxID(now), 1)
 	switch {
 	case err != nil:
-		c.log.WarnContext(ctx, "reading a partition for late rows", "queue", c.q.Name, "shard_key", pt.Key, "error", err)
+		c.log.WarnContext(ctx, "reading a partition for late rows", "queue", c.q.Name, "partition_key", pt.Key, "error", err)
 		return time.Time{}, false
 	case len(refs) == 0:
 		return time.Time{}, false

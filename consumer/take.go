@@ -74,9 +74,9 @@ func (c *Consumer) take(ctx context.Context, pt *scanplan.Part, want int, now ti
 		return nil, false, err
 	}
 	t0 := time.Now()
-	lease, err := c.locker.Acquire(ctx, pt.Key)
+	lk, err := c.locker.Acquire(ctx, pt.Key)
 	if errors.Is(err, locking.ErrLockHeld) {
-		c.cfg.Observer.Observe(ctx, shardq.LockContended{Queue: c.q.Name, ShardKey: pt.Key})
+		c.cfg.Observer.Observe(ctx, shardq.LockContended{Queue: c.q.Name, PartitionKey: pt.Key})
 	}
 	if err != nil {
 		return nil, false, err
@@ -89,14 +89,14 @@ func (c *Consumer) take(ctx context.Context, pt *scanplan.Part, want int, now ti
 		if err == nil {
 			c.plan.Read(pt, s)
 		}
-		return nil, false, errors.Join(err, c.release(ctx, lease))
+		return nil, false, errors.Join(err, c.release(ctx, lk))
 	}
 	if c.beforeSwap != nil {
 		c.beforeSwap()
 	}
-	tasks, err := c.swap(ctx, pt, lease, rows, s, now)
+	tasks, err := c.swap(ctx, pt, lk, rows, s, now)
 	if len(tasks) > 0 {
-		c.cfg.Observer.Observe(ctx, shardq.BatchAcquired{Queue: c.q.Name, ShardKey: pt.Key, Size: len(tasks), LockWait: lockWait})
+		c.cfg.Observer.Observe(ctx, shardq.BatchAcquired{Queue: c.q.Name, PartitionKey: pt.Key, Size: len(tasks), LockWait: lockWait})
 	}
 	return tasks, full, err
 }
@@ -136,11 +136,11 @@ func (c *Consumer) lockedRead(ctx context.Context, pt *scanplan.Part, want int, 
 
 // swap leases rows: it writes a timeout marker per task into the partition of its
 // deadline, then deletes the rows and releases the lock in one conditional batch that
-// applies only while lease holds the lock and every expired marker among rows still
+// applies only while lk still has the lock and every expired marker among rows still
 // exists (its holder may be acking it right now). The batch also records the partition's
-// new floors and leaves the lease's receipt, which settles an unknown outcome. Markers of
+// new floors and leaves lk's receipt, which settles an unknown outcome. Markers of
 // a swap that did not apply are deleted.
-func (c *Consumer) swap(ctx context.Context, pt *scanplan.Part, lease *locking.Lease, rows []taskrow.Row, s scanplan.Span, now time.Time) ([]*Task, error) {
+func (c *Consumer) swap(ctx context.Context, pt *scanplan.Part, lk *locking.Lock, rows []taskrow.Row, s scanplan.Span, now time.Time) ([]*Task, error) {
 	tasks := make([]*Task, len(rows))
 	markers := make([]taskrow.Row, len(rows))
 	for i, r := range rows {
@@ -169,7 +169,7 @@ func (c *Consumer) swap(ctx context.Context, pt *scanplan.Part, lease *locking.L
 	<-indexed
 	if err = errors.Join(err, indexErr); err != nil {
 		c.dropMarkers(ctx, markers)
-		return nil, errors.Join(wrapErr("writing markers for", pt.Key, err), c.release(ctx, lease))
+		return nil, errors.Join(wrapErr("writing markers for", pt.Key, err), c.release(ctx, lk))
 	}
 	if c.crashed("swap") {
 		return nil, errCrashed
@@ -177,16 +177,16 @@ func (c *Consumer) swap(ctx context.Context, pt *scanplan.Part, lease *locking.L
 
 	floors := c.plan.SwapFloors(pt, s)
 	applied, err := lwt.Apply(ctx, func(ctx context.Context) (bool, error) {
-		applied, err := c.leasing.Swap(ctx, lease, pt.Bucket, floors, rows)
+		applied, err := c.leasing.Swap(ctx, lk, pt.Bucket, floors, rows)
 		if c.afterSwap != nil {
 			err = c.afterSwap(err)
 		}
 		return applied, err
-	}, func(rctx context.Context, cause error) (bool, error) { return c.settleSwap(rctx, lease, cause) })
+	}, func(rctx context.Context, cause error) (bool, error) { return c.settleSwap(rctx, lk, cause) })
 	switch {
 	case err != nil && lwt.Definite(err):
 		c.dropMarkers(ctx, markers)
-		return nil, errors.Join(wrapErr("swapping in", pt.Key, err), c.release(ctx, lease))
+		return nil, errors.Join(wrapErr("swapping in", pt.Key, err), c.release(ctx, lk))
 	case err != nil:
 		// Unsettled: the markers stay, so the tasks come back at their deadline if the
 		// swap applied; if it did not, they are also still pending. A duplicate, never a
@@ -196,13 +196,13 @@ func (c *Consumer) swap(ctx context.Context, pt *scanplan.Part, lease *locking.L
 	if !applied {
 		// The lock expired under us, or a marker we meant to redeliver was acked first.
 		// Nothing changed; the partition is read afresh next time.
-		c.log.DebugContext(ctx, "swap not applied", "shard_key", pt.Key)
+		c.log.DebugContext(ctx, "swap not applied", "partition_key", pt.Key)
 		c.dropMarkers(ctx, markers)
-		return nil, c.release(ctx, lease)
+		return nil, c.release(ctx, lk)
 	}
 	c.plan.Swapped(pt, s)
 	c.advanceSeries(ctx, tasks, true)
-	c.log.DebugContext(ctx, "leased tasks", "shard_key", pt.Key, "tasks", len(tasks), "fencing_token", lease.Token())
+	c.log.DebugContext(ctx, "leased tasks", "partition_key", pt.Key, "tasks", len(tasks), "lock_token", lk.Token())
 	return tasks, nil
 }
 
@@ -235,19 +235,19 @@ func (c *Consumer) dropMarkers(ctx context.Context, rows []taskrow.Row) {
 	}
 }
 
-func (c *Consumer) release(ctx context.Context, lease *locking.Lease) error {
-	if err := lease.Release(ctx); err != nil && !errors.Is(err, locking.ErrLockLost) {
-		return wrapErr("releasing", lease.Key(), err)
+func (c *Consumer) release(ctx context.Context, lk *locking.Lock) error {
+	if err := lk.Release(ctx); err != nil && !errors.Is(err, locking.ErrLockLost) {
+		return wrapErr("releasing", lk.Key(), err)
 	}
 	return nil
 }
 
-// settleSwap decides a swap whose outcome is unknown by its receipt (locking.Lease.Settle).
-func (c *Consumer) settleSwap(rctx context.Context, lease *locking.Lease, cause error) (bool, error) {
-	c.log.WarnContext(rctx, "swap outcome unknown, settling", "shard_key", lease.Key(), "error", cause)
-	applied, err := lease.Settle(rctx)
+// settleSwap decides a swap whose outcome is unknown by its receipt (locking.Lock.Settle).
+func (c *Consumer) settleSwap(rctx context.Context, lk *locking.Lock, cause error) (bool, error) {
+	c.log.WarnContext(rctx, "swap outcome unknown, settling", "partition_key", lk.Key(), "error", cause)
+	applied, err := lk.Settle(rctx)
 	if err != nil {
-		return false, fmt.Errorf("swap in %s: %w: %w", lease.Key(), cause, err)
+		return false, fmt.Errorf("swap in %s: %w: %w", lk.Key(), cause, err)
 	}
 	return applied, nil
 }

@@ -322,7 +322,7 @@ func TestTask(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, shardq.TaskInFlight, leased.State)
 	require.Equal(t, 1, leased.Attempt)
-	require.Equal(t, leased.LeaseUntil, leased.VisibleAt, "an in-flight task's marker is visible at its lease deadline")
+	require.Equal(t, leased.Deadline, leased.VisibleAt, "an in-flight task's marker is visible at its lease deadline")
 
 	dead, err := in.Task(ctx, w.dead)
 	require.NoError(t, err)

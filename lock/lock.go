@@ -25,19 +25,19 @@ const DefaultTTL = locking.DefaultTTL
 var (
 	// ErrLockHeld means another holder has the lock.
 	ErrLockHeld = locking.ErrLockHeld
-	// ErrLockLost means the lease is no longer the lock's holder: it expired, and perhaps
+	// ErrLockLost means this holding is no longer the lock's holder: it expired, and perhaps
 	// another holder took the lock since.
 	ErrLockLost = locking.ErrLockLost
 	// ErrOutcomeUnknown means an LWT failed and reading the lock back failed too: the
-	// lock may or may not be held by this lease. If it is, its TTL ends it.
+	// lock may or may not be held by this holding. If it is, its TTL ends it.
 	// consumer.ErrOutcomeUnknown matches it too.
 	ErrOutcomeUnknown = locking.ErrOutcomeUnknown
 )
 
 // Config configures a Locker.
 type Config struct {
-	// TTL is how long a lease lasts unless renewed: whole seconds, as Cassandra TTLs are,
-	// and at least shardq.MinLockTTL, because they expire on whole seconds: a 1 s lease
+	// TTL is how long a lock is held unless renewed: whole seconds, as Cassandra TTLs are,
+	// and at least shardq.MinLockTTL, because they expire on whole seconds: a 1 s lock
 	// could last next to nothing. Defaults to DefaultTTL.
 	TTL time.Duration
 	// Logger receives unknown-outcome events. Defaults to a logger that discards.
@@ -58,29 +58,29 @@ func New(session *gocql.Session, cfg Config) (*Locker, error) {
 
 // Acquire takes the lock of the partition key, or returns ErrLockHeld when another
 // holder has it.
-func (l *Locker) Acquire(ctx context.Context, key string) (*Lease, error) {
-	le, err := l.l.Acquire(ctx, key)
+func (l *Locker) Acquire(ctx context.Context, key string) (*Lock, error) {
+	lk, err := l.l.Acquire(ctx, key)
 	if err != nil {
 		return nil, err
 	}
-	return &Lease{le: le}, nil
+	return &Lock{lk: lk}, nil
 }
 
-// Lease is one holding of a lock.
-type Lease struct{ le *locking.Lease }
+// Lock is one holding of a partition's lock, from Acquire until it is released or lost.
+type Lock struct{ lk *locking.Lock }
 
 // Key is the locked partition's key.
-func (le *Lease) Key() string { return le.le.Key() }
+func (lk *Lock) Key() string { return lk.lk.Key() }
 
-// Token is the lease's fencing token: greater than every earlier holder's.
-func (le *Lease) Token() int64 { return le.le.Token() }
+// Token is the lock's fencing token: greater than every earlier holder's.
+func (lk *Lock) Token() int64 { return lk.lk.Token() }
 
-// Renew restarts the lease's TTL, or returns ErrLockLost if it is no longer the holder.
-func (le *Lease) Renew(ctx context.Context) error { return le.le.Renew(ctx) }
+// Renew restarts the lock's TTL, or returns ErrLockLost if it is no longer the holder.
+func (lk *Lock) Renew(ctx context.Context) error { return lk.lk.Renew(ctx) }
 
 // Release frees the lock. It returns nil when the lock is free afterwards and nobody held
-// it since this lease, and ErrLockLost when another holder took the lock since.
-func (le *Lease) Release(ctx context.Context) error { return le.le.Release(ctx) }
+// it since this holding, and ErrLockLost when another holder took the lock since.
+func (lk *Lock) Release(ctx context.Context) error { return lk.lk.Release(ctx) }
 
-// Held reads at SERIAL whether the lease still holds the lock.
-func (le *Lease) Held(ctx context.Context) (bool, error) { return le.le.Held(ctx) }
+// Held reads at SERIAL whether this holding still has the lock.
+func (lk *Lock) Held(ctx context.Context) (bool, error) { return lk.lk.Held(ctx) }

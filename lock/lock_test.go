@@ -220,7 +220,7 @@ func TestReleaseAfterExpiry(t *testing.T) {
 }
 
 // waitExpired waits for the server-side TTL to end le: it polls the lock, never sleeps blindly.
-func waitExpired(t *testing.T, le *lock.Lease) {
+func waitExpired(t *testing.T, le *lock.Lock) {
 	t.Helper()
 	require.Eventually(t, func() bool {
 		held, err := le.Held(context.Background())

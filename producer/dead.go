@@ -75,7 +75,7 @@ func (p *Producer) ReplayDeadLetter(ctx context.Context, queue string, id uuid.U
 	if err := p.store.Tasks().Write(wctx, []store.Mutation{ins}); err != nil {
 		return uuid.Nil, fmt.Errorf("producer: replaying %s: %w", id, err)
 	}
-	p.notify(ctx, []Task{task}, []taskrow.Row{row}, []shardq.QueueConfig{q})
+	p.wake(ctx, []Task{task}, []taskrow.Row{row}, []shardq.QueueConfig{q})
 	if err := p.dropDead(ctx, d); err != nil {
 		return d.TaskID, fmt.Errorf("producer: task %s is replayed, but its dead letter stays: %w", d.TaskID, err)
 	}

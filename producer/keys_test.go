@@ -247,7 +247,7 @@ func lockHolder(t *testing.T, s *gocql.Session, key string) gocql.UUID {
 // lockedMove schedules a task due at base+5s and starts rescheduling it to now (base)
 // while a lease of a test locker (30 s TTL) holds the task's partition. It returns once
 // the producer holds the destination's lock (the lower key, so it takes it first).
-func lockedMove(t *testing.T, q shardq.QueueConfig, s *gocql.Session, p *producer.Producer) (id uuid.UUID, src *lock.Lease, dst string, done <-chan error) {
+func lockedMove(t *testing.T, q shardq.QueueConfig, s *gocql.Session, p *producer.Producer) (id uuid.UUID, src *lock.Lock, dst string, done <-chan error) {
 	t.Helper()
 	ctx := context.Background()
 	id, err := p.ScheduleTask(ctx, producer.Task{Queue: q.Name, Payload: []byte("x"), DueAt: base.Add(5 * time.Second)})
@@ -318,7 +318,7 @@ func TestRescheduleHoldsNoExpiredLock(t *testing.T) {
 	// A consumer takes the destination as soon as the producer's lease on it ends.
 	locker, err := lock.New(s, lock.Config{TTL: 30 * time.Second})
 	require.NoError(t, err)
-	var taken *lock.Lease
+	var taken *lock.Lock
 	require.Eventually(t, func() bool {
 		taken, err = locker.Acquire(ctx, dst)
 		return !errors.Is(err, lock.ErrLockHeld)

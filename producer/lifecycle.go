@@ -217,7 +217,7 @@ func (p *Producer) info(l located) *shardq.TaskInfo {
 	case l.state == taskindex.Scheduled:
 		info.State = shardq.TaskScheduled
 	case l.state == taskindex.InFlight && visible.After(p.cfg.Clock.Now()):
-		info.State, info.LeaseUntil = shardq.TaskInFlight, visible
+		info.State, info.Deadline = shardq.TaskInFlight, visible
 	default:
 		// Retried, or its lease ran out: due again when its row becomes visible.
 		info.State, info.DueAt = shardq.TaskRetrying, visible
@@ -261,7 +261,7 @@ func (p *Producer) Cancel(ctx context.Context, id uuid.UUID, opts CancelOptions)
 			return fmt.Errorf("%w: %s is done", shardq.ErrTaskNotFound, id)
 		}
 		if info := p.info(l); info.State == shardq.TaskInFlight && !opts.AfterLease {
-			return &shardq.TaskInFlightError{ID: id, Token: info.Token, LeaseUntil: info.LeaseUntil}
+			return &shardq.TaskInFlightError{ID: id, Token: info.Token, Deadline: info.Deadline}
 		}
 		q, err := p.queue(ctx, l.entry.Queue)
 		if err != nil {
@@ -340,7 +340,7 @@ func (p *Producer) Reschedule(ctx context.Context, id uuid.UUID, opts Reschedule
 		}
 		info := p.info(l)
 		if info.State == shardq.TaskInFlight {
-			return &shardq.TaskInFlightError{ID: id, Token: info.Token, LeaseUntil: info.LeaseUntil}
+			return &shardq.TaskInFlightError{ID: id, Token: info.Token, Deadline: info.Deadline}
 		}
 		q, err := p.queue(ctx, l.entry.Queue)
 		if err != nil {
@@ -460,7 +460,7 @@ func (p *Producer) reschedule(ctx context.Context, q shardq.QueueConfig, l locat
 	if err := p.signals.Touch(ctx, &touches); err != nil {
 		p.cfg.Logger.WarnContext(ctx, "touching wake-up signals", "error", err)
 	}
-	p.state.Bus.Notify(q.Name, place) // after the touch, as producer.notify explains
+	p.state.Bus.Wake(q.Name, place) // after the touch, as producer.wake explains
 	return true, nil
 }
 
@@ -487,8 +487,8 @@ func (p *Producer) remove(ctx context.Context, q shardq.QueueConfig, from taskro
 // moveLocks is what a move holds: its turns at the partitions it touches and their locks.
 type moveLocks struct {
 	p      *Producer
-	src    *locking.Lease   // the source partition's; nil once a batch released it
-	others []*locking.Lease // those of the destination and the stray's partition, when other ones
+	src    *locking.Lock   // the source partition's; nil once a batch released it
+	others []*locking.Lock // those of the destination and the stray's partition, when other ones
 	turns  []func()
 }
 
@@ -511,16 +511,16 @@ func (p *Producer) lockMove(ctx context.Context, q shardq.QueueConfig, from, to 
 		}
 		m.turns = append(m.turns, done)
 	}
-	leases, err := p.lockKeys(ctx, q, keys)
+	locks, err := p.lockKeys(ctx, q, keys)
 	if err != nil {
 		m.release(ctx)
 		return nil, err
 	}
 	for i, k := range keys {
 		if k == from {
-			m.src = leases[i]
+			m.src = locks[i]
 		} else {
-			m.others = append(m.others, leases[i])
+			m.others = append(m.others, locks[i])
 		}
 	}
 	return m, nil
@@ -528,9 +528,9 @@ func (p *Producer) lockMove(ctx context.Context, q shardq.QueueConfig, from, to 
 
 // release frees the locks still held, then the turns.
 func (m *moveLocks) release(ctx context.Context) {
-	for _, le := range append([]*locking.Lease{m.src}, m.others...) {
-		if le != nil {
-			m.p.releaseLease(ctx, le)
+	for _, lk := range append([]*locking.Lock{m.src}, m.others...) {
+		if lk != nil {
+			m.p.releaseLock(ctx, lk)
 		}
 	}
 	m.src, m.others = nil, nil
@@ -540,9 +540,9 @@ func (m *moveLocks) release(ctx context.Context) {
 	m.turns = nil
 }
 
-func (p *Producer) releaseLease(ctx context.Context, le *locking.Lease) {
-	if err := le.Release(ctx); err != nil && !errors.Is(err, locking.ErrLockLost) {
-		p.cfg.Logger.WarnContext(ctx, "releasing a lock", "shard_key", le.Key(), "error", err)
+func (p *Producer) releaseLock(ctx context.Context, lk *locking.Lock) {
+	if err := lk.Release(ctx); err != nil && !errors.Is(err, locking.ErrLockLost) {
+		p.cfg.Logger.WarnContext(ctx, "releasing a lock", "partition_key", lk.Key(), "error", err)
 	}
 }
 
@@ -581,7 +581,7 @@ func (p *Producer) swap(ctx context.Context, m *moveLocks, from taskrow.Row, to,
 		ins := store.Mutation{Op: store.Insert, Row: *to, Stamp: p.cluster.Stamp(p.cfg.Clock.Now())}
 		if err := tasks.Write(ctx, []store.Mutation{ins}); err != nil {
 			p.dropRow(ctx, *to)
-			p.releaseLease(ctx, src)
+			p.releaseLock(ctx, src)
 			return false, fmt.Errorf("writing %s: %w", to.Key, err)
 		}
 	case to != nil:
@@ -599,7 +599,7 @@ func (p *Producer) swap(ctx context.Context, m *moveLocks, from taskrow.Row, to,
 		p.dropRow(ctx, *to)
 	}
 	if err != nil || !applied {
-		p.releaseLease(ctx, src)
+		p.releaseLock(ctx, src)
 	}
 	if err == nil && applied && stray != nil {
 		if err := p.deleteStray(ctx, *stray); err != nil {
@@ -618,7 +618,7 @@ func (p *Producer) dropRow(ctx context.Context, r taskrow.Row) {
 	defer cancel()
 	if err := p.store.Tasks().Write(rctx, []store.Mutation{{Op: store.Delete, Row: r}}); err != nil {
 		p.cfg.Logger.WarnContext(ctx, "deleting the row of a move that did not happen; the task may run twice",
-			"shard_key", r.Key, "task_id", uuid.UUID(r.TaskID), "error", err)
+			"partition_key", r.Key, "task_id", uuid.UUID(r.TaskID), "error", err)
 	}
 }
 
@@ -628,11 +628,11 @@ const lockWait = 3
 
 // lockKeys takes the locks of keys (one to three, in order), waiting up to lockWait lock
 // TTLs while consumers hold them. Holding some, it waits for the next only while those
-// surely still hold (a lease lasts more than its TTL less a second: TTLs expire on whole
+// surely still hold (a lock is held more than its TTL less a second: TTLs expire on whole
 // seconds), and renews them when half that time has passed: a lock that expired while its
 // holder waited would let a consumer take the partition in the middle of the move. When
 // the next stays held, it lets them go and starts again.
-func (p *Producer) lockKeys(ctx context.Context, q shardq.QueueConfig, keys []string) ([]*locking.Lease, error) {
+func (p *Producer) lockKeys(ctx context.Context, q shardq.QueueConfig, keys []string) ([]*locking.Lock, error) {
 	locker, err := p.locker(q)
 	if err != nil {
 		return nil, err
@@ -640,10 +640,10 @@ func (p *Producer) lockKeys(ctx context.Context, q shardq.QueueConfig, keys []st
 	give := time.Now().Add(lockWait * q.LockTTL)
 	backoff := newBackoff()
 	for {
-		leases, err := p.lockEach(ctx, q, locker, keys, give)
+		locks, err := p.lockEach(ctx, q, locker, keys, give)
 		switch {
 		case err == nil:
-			return leases, nil
+			return locks, nil
 		case !errors.Is(err, locking.ErrLockHeld) && !errors.Is(err, locking.ErrLockLost):
 			return nil, err
 		case time.Now().After(give):
@@ -656,37 +656,37 @@ func (p *Producer) lockKeys(ctx context.Context, q shardq.QueueConfig, keys []st
 }
 
 // lockEach is one try of lockKeys: it holds all of keys' locks, or none.
-func (p *Producer) lockEach(ctx context.Context, q shardq.QueueConfig, locker *locking.Locker, keys []string, give time.Time) ([]*locking.Lease, error) {
-	var leases []*locking.Lease
-	var since time.Time // when the try that took, or renewed, the oldest of leases started
+func (p *Producer) lockEach(ctx context.Context, q shardq.QueueConfig, locker *locking.Locker, keys []string, give time.Time) ([]*locking.Lock, error) {
+	var locks []*locking.Lock
+	var since time.Time // when the try that took, or renewed, the oldest of locks started
 	for _, k := range keys {
 		until := give
-		half := since.Add((q.LockTTL - time.Second) / 2) // half the time leases surely hold
-		if leases != nil && half.Before(until) {
+		half := since.Add((q.LockTTL - time.Second) / 2) // half the time the locks surely hold
+		if locks != nil && half.Before(until) {
 			until = half
 		}
-		le, at, err := p.lock(ctx, locker, k, until)
-		if err == nil && leases != nil && time.Now().After(half) {
-			for _, held := range leases {
+		lk, at, err := p.lock(ctx, locker, k, until)
+		if err == nil && locks != nil && time.Now().After(half) {
+			for _, held := range locks {
 				if err = held.Renew(ctx); err != nil {
-					p.releaseLease(ctx, le)
+					p.releaseLock(ctx, lk)
 					break
 				}
 			}
 			since = at // before the renewals
 		}
 		if err != nil {
-			for _, held := range leases {
-				p.releaseLease(ctx, held)
+			for _, held := range locks {
+				p.releaseLock(ctx, held)
 			}
 			return nil, err
 		}
-		if leases == nil {
+		if locks == nil {
 			since = at
 		}
-		leases = append(leases, le)
+		locks = append(locks, lk)
 	}
-	return leases, nil
+	return locks, nil
 }
 
 func (p *Producer) locker(q shardq.QueueConfig) (*locking.Locker, error) {
@@ -702,15 +702,15 @@ func (p *Producer) locker(q shardq.QueueConfig) (*locking.Locker, error) {
 }
 
 // lock takes key's lock, waiting while consumers hold it until until. It also returns
-// when the try that took it started, from which the lease lasts more than its TTL less a
+// when the try that took it started, from which the lock is held more than its TTL less a
 // second.
-func (p *Producer) lock(ctx context.Context, locker *locking.Locker, key string, until time.Time) (*locking.Lease, time.Time, error) {
+func (p *Producer) lock(ctx context.Context, locker *locking.Locker, key string, until time.Time) (*locking.Lock, time.Time, error) {
 	backoff := newBackoff()
 	for {
 		at := time.Now()
-		le, err := locker.Acquire(ctx, key)
+		lk, err := locker.Acquire(ctx, key)
 		if !errors.Is(err, locking.ErrLockHeld) || time.Now().After(until) {
-			return le, at, err
+			return lk, at, err
 		}
 		if err := backoff.wait(ctx); err != nil {
 			return nil, at, err

@@ -235,7 +235,7 @@ func (p *Producer) ScheduleTasks(ctx context.Context, tasks []Task) ([]uuid.UUID
 	// Every row is announced whatever the outcome: rows reported written, and rows whose
 	// write failed, which may have applied all the same. A row that lands with no touch of
 	// its cell is read only when the ring comes back to it, or never once floors pass it.
-	p.notify(ctx, tasks, rows, queues)
+	p.wake(ctx, tasks, rows, queues)
 	if err = errors.Join(err, indexErr); err != nil {
 		// A task whose index entry failed is written but could not be found by Get:
 		// reported like one whose write failed.
@@ -276,12 +276,12 @@ func (p *Producer) placeKeyedAgain(queues []shardq.QueueConfig, tasks []Task, ro
 	return now
 }
 
-// notify wakes idle workers: those of other processes through the signal cells of the
+// wake wakes idle workers: those of other processes through the signal cells of the
 // partitions written, then those of this process through the in-process bus, which must
 // come second: an idle consumer passes a partition whose cell shows no touch in its lap.
 // It outlives ctx, whose end may be what failed the write: the rows may have applied all
 // the same.
-func (p *Producer) notify(ctx context.Context, tasks []Task, rows []taskrow.Row, queues []shardq.QueueConfig) {
+func (p *Producer) wake(ctx context.Context, tasks []Task, rows []taskrow.Row, queues []shardq.QueueConfig) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), signal.TouchTimeout)
 	defer cancel()
 	earliest := map[string]time.Time{}
@@ -297,7 +297,7 @@ func (p *Producer) notify(ctx context.Context, tasks []Task, rows []taskrow.Row,
 		p.cfg.Logger.WarnContext(ctx, "touching wake-up signals", "error", err)
 	}
 	for q, due := range earliest {
-		p.state.Bus.Notify(q, due)
+		p.state.Bus.Wake(q, due)
 	}
 }
 

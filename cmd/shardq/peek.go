@@ -64,7 +64,7 @@ func (a *app) printPeek(queue string, tasks []shardq.TaskInfo, now time.Time) er
 		for _, t := range tasks {
 			err := a.emit(map[string]any{
 				"id": t.ID, "priority": t.Priority, "visible_at": t.VisibleAt.UTC(), "due_at": t.DueAt.UTC(),
-				"attempt": t.Attempt, "timeout_ms": ms(t.Timeout), "shard_key": t.PartitionKey, "payload": t.Payload,
+				"attempt": t.Attempt, "timeout_ms": ms(t.Timeout), "partition_key": t.PartitionKey, "payload": t.Payload,
 			})
 			if err != nil {
 				return err

@@ -168,7 +168,7 @@ func statsJSON(q shardq.QueueConfig, st *inspect.Stats, elapsed time.Duration) m
 	}
 	failed := make([]map[string]string, 0, len(st.Failed))
 	for _, f := range st.Failed {
-		failed = append(failed, map[string]string{"shard_key": f.PartitionKey, "error": f.Err.Error()})
+		failed = append(failed, map[string]string{"partition_key": f.PartitionKey, "error": f.Err.Error()})
 	}
 	m := map[string]any{
 		"queue": q.Name, "at": st.At.UTC(), "lap_ms": ms(st.Window), "shards": shards, "total": st.Total,

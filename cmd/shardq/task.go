@@ -135,7 +135,7 @@ func (a *app) printTask(t *shardq.TaskInfo) error {
 	case shardq.TaskScheduled, shardq.TaskRetrying:
 		fmt.Fprintf(w, "due\t%s\n", utc(t.DueAt))
 	case shardq.TaskInFlight:
-		fmt.Fprintf(w, "leased until\t%s\n", utc(t.LeaseUntil))
+		fmt.Fprintf(w, "lease deadline\t%s\n", utc(t.Deadline))
 	case shardq.TaskDead, shardq.TaskCompleted:
 		fmt.Fprintf(w, "finished\t%s\n", utc(t.FinishedAt))
 	}
@@ -158,7 +158,7 @@ func taskJSON(t *shardq.TaskInfo) map[string]any {
 	if t.Key != "" {
 		m["key"] = t.Key
 	}
-	for name, at := range map[string]time.Time{"due_at": t.DueAt, "lease_until": t.LeaseUntil, "finished_at": t.FinishedAt} {
+	for name, at := range map[string]time.Time{"due_at": t.DueAt, "deadline": t.Deadline, "finished_at": t.FinishedAt} {
 		if !at.IsZero() {
 			m[name] = at.UTC()
 		}

@@ -298,7 +298,7 @@ func (e *env) wait(n int, done bool, within time.Duration) {
 			continue
 		}
 		e.t.Logf("task %s: %s, due %s, attempt %d, lease until %s", id, info.State,
-			info.DueAt.Format(time.StampMilli), info.Attempt, info.LeaseUntil.Format(time.StampMilli))
+			info.DueAt.Format(time.StampMilli), info.Attempt, info.Deadline.Format(time.StampMilli))
 	}
 	what := map[bool]string{false: "started", true: "finished"}[done]
 	require.FailNow(e.t, "tasks not "+what+" in time", "%d of %d %s within %v (keyspace %s)", reached, n, what, within, e.ks)

@@ -35,19 +35,19 @@ const DefaultTTL = 3 * time.Second
 var (
 	// ErrLockHeld means another holder has the lock.
 	ErrLockHeld = errors.New("lock: held by another holder")
-	// ErrLockLost means the lease is no longer the lock's holder: it expired, and perhaps
+	// ErrLockLost means this holding is no longer the lock's holder: it expired, and perhaps
 	// another holder took the lock since.
-	ErrLockLost = errors.New("lock: lease lost")
+	ErrLockLost = errors.New("lock: lock lost")
 	// ErrOutcomeUnknown means an LWT failed and reading the lock back failed too: the
-	// lock may or may not be held by this lease. If it is, its TTL ends it. It is
+	// lock may or may not be held by this holding. If it is, its TTL ends it. It is
 	// lwt.ErrOutcomeUnknown, so consumer.ErrOutcomeUnknown matches it too.
 	ErrOutcomeUnknown = lwt.ErrOutcomeUnknown
 )
 
 // Config configures a Locker.
 type Config struct {
-	// TTL is how long a lease lasts unless renewed: whole seconds, as Cassandra TTLs are,
-	// and at least shardq.MinLockTTL, because they expire on whole seconds: a 1 s lease
+	// TTL is how long a holding lasts unless renewed: whole seconds, as Cassandra TTLs are,
+	// and at least shardq.MinLockTTL, because they expire on whole seconds: a 1 s lock
 	// could last next to nothing. Defaults to DefaultTTL.
 	TTL time.Duration
 	// Logger receives unknown-outcome events. Defaults to a logger that discards.
@@ -91,8 +91,8 @@ const (
 	readStmt    = `SELECT lock_holder, lock_token FROM tasks` + where
 )
 
-// Lease is one holding of a lock.
-type Lease struct {
+// Lock is one holding of a lock.
+type Lock struct {
 	l      *Locker
 	key    string
 	holder gocql.UUID
@@ -100,13 +100,13 @@ type Lease struct {
 }
 
 // Key is the locked shard's partition key.
-func (le *Lease) Key() string { return le.key }
+func (lk *Lock) Key() string { return lk.key }
 
 // Token is the fencing token: greater than that of every earlier holder of this key.
-func (le *Lease) Token() int64 { return le.token }
+func (lk *Lock) Token() int64 { return lk.token }
 
 // Acquire takes the lock of key, or returns ErrLockHeld without waiting.
-func (l *Locker) Acquire(ctx context.Context, key string) (*Lease, error) {
+func (l *Locker) Acquire(ctx context.Context, key string) (*Lock, error) {
 	if key == "" {
 		return nil, shardq.Invalid("key", "is empty")
 	}
@@ -114,12 +114,12 @@ func (l *Locker) Acquire(ctx context.Context, key string) (*Lease, error) {
 	// The token moves under us only when others acquire in between; a few tries cover a
 	// stale cache, and persistent movement means the lock is busy.
 	for range 3 {
-		le, st, err := l.try(ctx, key, expected)
+		lk, st, err := l.try(ctx, key, expected)
 		switch {
 		case err != nil:
 			return nil, fmt.Errorf("lock: acquiring %s: %w", key, err)
-		case le != nil:
-			return le, nil
+		case lk != nil:
+			return lk, nil
 		case st.holder != (gocql.UUID{}):
 			return nil, ErrLockHeld
 		case ctx.Err() != nil:
@@ -132,18 +132,18 @@ func (l *Locker) Acquire(ctx context.Context, key string) (*Lease, error) {
 }
 
 // try makes one attempt to take key's lock, conditioned on token expected being stored.
-// It returns the lease if the attempt took the lock, else the lock's state as it stands.
-func (l *Locker) try(ctx context.Context, key string, expected *int64) (*Lease, state, error) {
-	le := &Lease{l: l, key: key, holder: gocql.TimeUUID(), token: nextToken(expected)}
+// It returns the lock if the attempt took the lock, else the lock's state as it stands.
+func (l *Locker) try(ctx context.Context, key string, expected *int64) (*Lock, state, error) {
+	lk := &Lock{l: l, key: key, holder: gocql.TimeUUID(), token: nextToken(expected)}
 	var st state
 	taken, err := lwt.Apply(ctx, func(ctx context.Context) (bool, error) {
 		var err error
-		st, err = l.take(ctx, le, expected)
-		return st.holder == le.holder, err
+		st, err = l.take(ctx, lk, expected)
+		return st.holder == lk.holder, err
 	}, func(rctx context.Context, cause error) (bool, error) {
 		var err error
 		st, err = l.settle(rctx, key, expected, cause)
-		return st.holder == le.holder, err
+		return st.holder == lk.holder, err
 	})
 	if err != nil {
 		return nil, state{}, err
@@ -154,7 +154,7 @@ func (l *Locker) try(ctx context.Context, key string, expected *int64) (*Lease, 
 	if !taken {
 		return nil, st, nil
 	}
-	return le, st, nil
+	return lk, st, nil
 }
 
 // cachedToken is the token we believe is stored for key; nil when none is.
@@ -167,13 +167,13 @@ func (l *Locker) cachedToken(key string) *int64 {
 	return &v
 }
 
-// take sends the conditional batch that makes le the holder if token expected is
-// stored. It returns the lock's state: le's own when the batch applied, the stored one
+// take sends the conditional batch that makes lk the holder if token expected is
+// stored. It returns the lock's state: lk's own when the batch applied, the stored one
 // (which the batch returns) when it did not.
-func (l *Locker) take(ctx context.Context, le *Lease, expected *int64) (state, error) {
+func (l *Locker) take(ctx context.Context, lk *Lock, expected *int64) (state, error) {
 	b := cql.Batch(l.session, gocql.LoggedBatch).WithContext(ctx)
-	b.Query(takeStmt, l.ttl, le.holder, le.key, taskrow.LockID, expected)
-	b.Query(tokenStmt, le.token, le.key, taskrow.LockID)
+	b.Query(takeStmt, l.ttl, lk.holder, lk.key, taskrow.LockID, expected)
+	b.Query(tokenStmt, lk.token, lk.key, taskrow.LockID)
 	b.RetryPolicy(lwt.NoRetry)
 	// Not lwt.Batch: a batch that did not apply returns the stored row, which we keep.
 	row := map[string]any{}
@@ -185,7 +185,7 @@ func (l *Locker) take(ctx context.Context, le *Lease, expected *int64) (state, e
 	case err != nil:
 		return state{}, err
 	case applied:
-		return state{holder: le.holder, token: &le.token}, nil
+		return state{holder: lk.holder, token: &lk.token}, nil
 	}
 	return stateOf(row), nil
 }
@@ -251,60 +251,60 @@ func (l *Locker) resolve(ctx context.Context, key string, cause error) (state, e
 	return stateOf(row), nil
 }
 
-// Renew restarts the lease's TTL, or returns ErrLockLost if it is no longer the holder:
+// Renew restarts the lock's TTL, or returns ErrLockLost if it is no longer the holder:
 // it expired, whether or not another holder took the lock since.
-func (le *Lease) Renew(ctx context.Context) error {
-	return le.change(ctx, "renew", renewStmt, le.l.ttl, le.holder, le.key, taskrow.LockID, le.holder, le.token)
+func (lk *Lock) Renew(ctx context.Context) error {
+	return lk.change(ctx, "renew", renewStmt, lk.l.ttl, lk.holder, lk.key, taskrow.LockID, lk.holder, lk.token)
 }
 
 // Release frees the lock. It returns nil when the lock is free afterwards and nobody held
-// it since this lease: the release freed it, or the lease expired and nobody took the lock
-// since (the two cannot be told apart once an outcome is unknown, and mean the same to
+// it since this holding: the release freed it, or this holding expired and nobody took
+// the lock since (the two cannot be told apart once an outcome is unknown, and mean the same to
 // the caller: nothing ran under another holder). It returns ErrLockLost when another
 // holder took the lock since.
-func (le *Lease) Release(ctx context.Context) error {
-	return le.change(ctx, "release", releaseStmt, le.key, taskrow.LockID, le.holder, le.token)
+func (lk *Lock) Release(ctx context.Context) error {
+	return lk.change(ctx, "release", releaseStmt, lk.key, taskrow.LockID, lk.holder, lk.token)
 }
 
-// change runs a renew or release conditioned on the lease still holding the lock, and
+// change runs a renew or release conditioned on this holding still having the lock, and
 // decides it from the lock's state: the row a refused LWT returns, or the row read back
 // when its outcome is unknown.
-func (le *Lease) change(ctx context.Context, what, stmt string, args ...any) error {
+func (lk *Lock) change(ctx context.Context, what, stmt string, args ...any) error {
 	for range 2 {
 		var st state
 		applied, err := lwt.Apply(ctx, func(ctx context.Context) (bool, error) {
 			row := map[string]any{}
-			applied, err := cql.Query(le.l.session, stmt, args...).WithContext(ctx).RetryPolicy(lwt.NoRetry).MapScanCAS(row)
+			applied, err := cql.Query(lk.l.session, stmt, args...).WithContext(ctx).RetryPolicy(lwt.NoRetry).MapScanCAS(row)
 			st = stateOf(row)
 			return applied, err
 		}, func(rctx context.Context, cause error) (bool, error) {
-			// Nothing to void: both statements are conditioned on the lease holding, so a
+			// Nothing to void: both statements are conditioned on this holding still having the lock, so a
 			// straggler can apply only while the read still shows it holding.
 			var err error
-			st, err = le.l.resolve(rctx, le.key, cause)
+			st, err = lk.l.resolve(rctx, lk.key, cause)
 			return false, err
 		})
 		switch {
 		case err != nil:
-			return fmt.Errorf("lock: %s of %s: %w", what, le.key, err)
+			return fmt.Errorf("lock: %s of %s: %w", what, lk.key, err)
 		case applied:
 			return nil
-		case what == "release" && st.holder == (gocql.UUID{}) && sameToken(st.token, &le.token):
+		case what == "release" && st.holder == (gocql.UUID{}) && sameToken(st.token, &lk.token):
 			return nil
-		case st.holder != le.holder:
+		case st.holder != lk.holder:
 			return ErrLockLost
 		}
 		// Still ours after the read settled the round: the change did not apply, and
 		// trying it once more is a fresh decision, not a blind retry.
 	}
-	return fmt.Errorf("lock: %s of %s failed twice while the lease still held it", what, le.key)
+	return fmt.Errorf("lock: %s of %s failed twice while this holding still had the lock", what, lk.key)
 }
 
 // ReleaseStatement returns a conditional statement that frees the lock only while this
-// lease holds it. Put it in a conditional batch on the same partition to fence the
-// batch's other writes: the batch applies only if the lease still holds.
-func (le *Lease) ReleaseStatement() (string, []any) {
-	return releaseStmt, []any{le.key, taskrow.LockID, le.holder, le.token}
+// holding has it. Put it in a conditional batch on the same partition to fence the
+// batch's other writes: the batch applies only if this holding still has the lock.
+func (lk *Lock) ReleaseStatement() (string, []any) {
+	return releaseStmt, []any{lk.key, taskrow.LockID, lk.holder, lk.token}
 }
 
 // receiptTTL is how long a fenced batch's receipt lasts: far longer than settling takes
@@ -317,29 +317,29 @@ const (
 	readReceiptStmt = `SELECT id FROM tasks WHERE shard_key = ? AND kind = 2 AND priority = 0 AND id = ?`
 )
 
-// ReceiptStatement returns a plain statement that leaves this lease's receipt in its
+// ReceiptStatement returns a plain statement that leaves this holding's receipt in its
 // partition. Put it in the batch that ReleaseStatement fences: the receipt then exists
 // exactly when that batch applied, which Settle reads.
-func (le *Lease) ReceiptStatement() (string, []any) {
-	return receiptStmt, []any{le.key, le.holder, int(receiptTTL / time.Second)}
+func (lk *Lock) ReceiptStatement() (string, []any) {
+	return receiptStmt, []any{lk.key, lk.holder, int(receiptTTL / time.Second)}
 }
 
-// Settle decides whether a batch fenced by this lease (ReleaseStatement and
+// Settle decides whether a batch fenced by this holding (ReleaseStatement and
 // ReceiptStatement) applied after its outcome came back unknown. Releasing the lock
-// first, a new LWT, voids a straggling batch: it is conditioned on the lease holding.
+// first, a new LWT, voids a straggling batch: it is conditioned on this holding still having the lock.
 // After that, the receipt read at SERIAL tells, whatever other holders did since. An error
 // wraps ErrOutcomeUnknown: the outcome stays unknown.
-func (le *Lease) Settle(ctx context.Context) (bool, error) {
-	if err := le.Release(ctx); err != nil && !errors.Is(err, ErrLockLost) {
-		return false, fmt.Errorf("%w: settling a batch in %s: %w", ErrOutcomeUnknown, le.key, err)
+func (lk *Lock) Settle(ctx context.Context) (bool, error) {
+	if err := lk.Release(ctx); err != nil && !errors.Is(err, ErrLockLost) {
+		return false, fmt.Errorf("%w: settling a batch in %s: %w", ErrOutcomeUnknown, lk.key, err)
 	}
-	err := cql.Query(le.l.session, readReceiptStmt, le.key, le.holder).WithContext(ctx).
+	err := cql.Query(lk.l.session, readReceiptStmt, lk.key, lk.holder).WithContext(ctx).
 		Consistency(lwt.Serial).Scan(new(gocql.UUID))
 	switch {
 	case errors.Is(err, gocql.ErrNotFound):
 		return false, nil
 	case err != nil:
-		return false, fmt.Errorf("%w: reading the receipt of a batch in %s: %w", ErrOutcomeUnknown, le.key, err)
+		return false, fmt.Errorf("%w: reading the receipt of a batch in %s: %w", ErrOutcomeUnknown, lk.key, err)
 	}
 	return true, nil
 }
@@ -347,21 +347,21 @@ func (le *Lease) Settle(ctx context.Context) (bool, error) {
 // ReleaseStatementSetting is ReleaseStatement that also sets other columns of the lock
 // row (assignments such as "a = ?, b = b + ?", bound to args), so what a fenced batch
 // leaves behind is recorded by the same lightweight transaction.
-func (le *Lease) ReleaseStatementSetting(assignments string, args ...any) (string, []any) {
+func (lk *Lock) ReleaseStatementSetting(assignments string, args ...any) (string, []any) {
 	stmt := `UPDATE tasks SET lock_holder = null, ` + assignments + where + ` IF lock_holder = ? AND lock_token = ?`
-	return stmt, append(args, le.key, taskrow.LockID, le.holder, le.token)
+	return stmt, append(args, lk.key, taskrow.LockID, lk.holder, lk.token)
 }
 
-// Held reads at SERIAL whether the lease still holds the lock.
-func (le *Lease) Held(ctx context.Context) (bool, error) {
+// Held reads at SERIAL whether this holding still has the lock.
+func (lk *Lock) Held(ctx context.Context) (bool, error) {
 	row := map[string]any{}
-	err := cql.Query(le.l.session, readStmt, le.key, taskrow.LockID).WithContext(ctx).Consistency(lwt.Serial).MapScan(row)
+	err := cql.Query(lk.l.session, readStmt, lk.key, taskrow.LockID).WithContext(ctx).Consistency(lwt.Serial).MapScan(row)
 	if errors.Is(err, gocql.ErrNotFound) {
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("lock: reading %s: %w", le.key, err)
+		return false, fmt.Errorf("lock: reading %s: %w", lk.key, err)
 	}
 	st := stateOf(row)
-	return st.holder == le.holder && st.token != nil && *st.token == le.token, nil
+	return st.holder == lk.holder && st.token != nil && *st.token == lk.token, nil
 }

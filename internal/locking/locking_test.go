@@ -24,7 +24,7 @@ func TestSettleReadsTheReceipt(t *testing.T) {
 	l, err := locking.New(s, locking.Config{})
 	require.NoError(t, err)
 	const key = "q:0:0"
-	fenced := func(le *locking.Lease) bool {
+	fenced := func(le *locking.Lock) bool {
 		b := cql.Batch(s, gocql.LoggedBatch).WithContext(ctx)
 		stmt, args := le.ReleaseStatement()
 		b.Query(stmt, args...)
@@ -51,7 +51,7 @@ func TestSettleReadsTheReceipt(t *testing.T) {
 
 	for _, c := range []struct {
 		name string
-		le   *locking.Lease
+		le   *locking.Lock
 		want bool
 	}{{"applied", applied, true}, {"never ran", never, false}, {"expired", late, false}, {"last", other, true}} {
 		got, err := c.le.Settle(ctx)
@@ -64,7 +64,7 @@ func TestSettleReadsTheReceipt(t *testing.T) {
 }
 
 // waitExpired waits for the server-side TTL to end le: it polls the lock, never sleeps blindly.
-func waitExpired(t *testing.T, le *locking.Lease) {
+func waitExpired(t *testing.T, le *locking.Lock) {
 	t.Helper()
 	require.Eventually(t, func() bool {
 		held, err := le.Held(context.Background())

@@ -296,6 +296,6 @@ func (e *Env) Write(ctx context.Context, q shardq.QueueConfig, st State) error {
 		e.Log.WarnContext(ctx, "touching wake-up signals", "queue", q.Name, "error", err)
 	}
 	// After the touch: an idle consumer passes a partition whose cell shows no touch.
-	e.Bus.Notify(q.Name, place)
+	e.Bus.Wake(q.Name, place)
 	return e.markWritten(ctx, st)
 }

@@ -16,7 +16,7 @@ import (
 // Its errors are the driver's (wrapped with %w at most), so lwt.Definite and lwt.Apply
 // tell a refusal from an unknown outcome: the methods reporting whether a conditional
 // write applied never settle one themselves, and a caller whose write came back unknown
-// settles it by a SERIAL read (MarkersThere, or the lease's receipt for Swap).
+// settles it by a SERIAL read (MarkersThere, or the lock's receipt for Swap).
 type Leasing interface {
 	// Floors returns the floors the last swap of partition key recorded, per priority;
 	// nil when it recorded none.
@@ -34,12 +34,12 @@ type Leasing interface {
 	// DropMarkers deletes rows, which no one else can have written (their IDs are new),
 	// in plain batches as WriteMarkers writes them.
 	DropMarkers(ctx context.Context, rows []taskrow.Row, inFlight int) error
-	// Swap deletes rows, all of lease's partition, and releases lease recording floors
-	// for the lap of bucket and leaving the lease's receipt, in one conditional batch: it
-	// applies only while lease holds the lock and every row delivered before (Attempt >
-	// 0) still exists. An unknown outcome is settled by the lease's receipt
-	// (locking.Lease.Settle).
-	Swap(ctx context.Context, lease Fence, bucket int64, floors map[int8]uuid.UUID, rows []taskrow.Row) (applied bool, err error)
+	// Swap deletes rows, all of lk's partition, and releases lk recording floors for
+	// the lap of bucket and leaving lk's receipt, in one conditional batch: it applies
+	// only while lk holds the lock and every row delivered before (Attempt > 0) still
+	// exists. An unknown outcome is settled by lk's receipt
+	// (locking.Lock.Settle).
+	Swap(ctx context.Context, lk Fence, bucket int64, floors map[int8]uuid.UUID, rows []taskrow.Row) (applied bool, err error)
 	// DeleteMarker deletes a marker if it exists, reporting whether it did.
 	DeleteMarker(ctx context.Context, marker taskrow.Row) (applied bool, err error)
 	// DeleteMarkers deletes markers, all of one partition, in one conditional batch that

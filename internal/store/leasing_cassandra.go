@@ -19,7 +19,7 @@ type leasing cassandra
 const (
 	selectFloors = `SELECT floor_bucket, floors FROM tasks WHERE shard_key = ? AND kind = 0 AND priority = 0 AND id = ?`
 	// floorAssignments records a swap's new floors in the lock row; see
-	// locking.Lease.ReleaseStatementSetting.
+	// locking.Lock.ReleaseStatementSetting.
 	floorAssignments = `floor_bucket = ?, floors = floors + ?`
 )
 
@@ -83,15 +83,15 @@ func (s leasing) DropMarkers(ctx context.Context, rows []taskrow.Row, inFlight i
 	})
 }
 
-func (s leasing) Swap(ctx context.Context, lease Fence, bucket int64, floors map[int8]uuid.UUID, rows []taskrow.Row) (bool, error) {
+func (s leasing) Swap(ctx context.Context, lk Fence, bucket int64, floors map[int8]uuid.UUID, rows []taskrow.Row) (bool, error) {
 	stored := make(map[int8]gocql.UUID, len(floors))
 	for p, id := range floors {
 		stored[p] = gocql.UUID(id)
 	}
 	b := cql.Batch(s.session, gocql.LoggedBatch).WithContext(ctx)
-	stmt, args := lease.ReleaseStatementSetting(floorAssignments, bucket, stored)
+	stmt, args := lk.ReleaseStatementSetting(floorAssignments, bucket, stored)
 	b.Query(stmt, args...)
-	stmt, args = lease.ReceiptStatement()
+	stmt, args = lk.ReceiptStatement()
 	b.Query(stmt, args...)
 	for _, r := range rows {
 		if r.Attempt == 0 {

@@ -50,7 +50,7 @@ const (
 	// DeleteIfExists deletes Row and conditions the batch on its being there.
 	DeleteIfExists
 	// Release frees Lock and leaves its receipt, conditioning the batch on Lock still
-	// holding its partition (see locking.Lease.Settle).
+	// holding its partition (see locking.Lock.Settle).
 	Release
 )
 
@@ -62,7 +62,7 @@ type Mutation struct {
 	Lock  Fence
 }
 
-// Fence is a held partition lock (a *locking.Lease) that a conditional batch releases.
+// Fence is a held partition lock (a *locking.Lock) that a conditional batch releases.
 type Fence interface {
 	ReleaseStatement() (string, []any)
 	// ReleaseStatementSetting is ReleaseStatement that also sets other columns of the

@@ -51,7 +51,7 @@ func (s *Sub) Cancel() {
 	}
 }
 
-// Take returns the earliest due time notified since the last Take, or zero.
+// Take returns the earliest due time woken for since the last Take, or zero.
 func (s *Sub) Take() time.Time {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -60,8 +60,8 @@ func (s *Sub) Take() time.Time {
 	return t
 }
 
-// Notify tells queue's subscribers that a task due at due was scheduled.
-func (b *Bus) Notify(queue string, due time.Time) {
+// Wake tells queue's subscribers that a task due at due was scheduled.
+func (b *Bus) Wake(queue string, due time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for s := range b.subs[queue] {

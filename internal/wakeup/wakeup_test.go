@@ -21,28 +21,28 @@ func pending(s *wakeup.Sub) bool {
 	}
 }
 
-func TestNotifyTakeEarliest(t *testing.T) {
+func TestWakeTakeEarliest(t *testing.T) {
 	t.Parallel()
 	var bus wakeup.Bus
 	s := bus.Subscribe("q")
 	defer s.Cancel()
 	require.False(t, pending(s))
-	require.True(t, s.Take().IsZero(), "nothing notified yet")
+	require.True(t, s.Take().IsZero(), "nothing woken yet")
 
 	for _, due := range []time.Time{t0.Add(2 * time.Second), t0, t0.Add(time.Second)} {
-		bus.Notify("q", due)
+		bus.Wake("q", due)
 	}
 	require.True(t, pending(s))
-	require.False(t, pending(s), "three notifies leave one signal")
+	require.False(t, pending(s), "three wake-ups leave one signal")
 	require.Equal(t, t0, s.Take(), "the earliest of the three")
 	require.True(t, s.Take().IsZero(), "Take clears what it returned")
 
-	bus.Notify("q", t0.Add(time.Hour))
+	bus.Wake("q", t0.Add(time.Hour))
 	require.True(t, pending(s))
 	require.Equal(t, t0.Add(time.Hour), s.Take(), "after a Take, a later time is not held back by the earlier one")
 }
 
-func TestNotifyReachesEverySubscriberOfItsQueueOnly(t *testing.T) {
+func TestWakeReachesEverySubscriberOfItsQueueOnly(t *testing.T) {
 	t.Parallel()
 	var bus wakeup.Bus
 	a, b := bus.Subscribe("q"), bus.Subscribe("q")
@@ -51,7 +51,7 @@ func TestNotifyReachesEverySubscriberOfItsQueueOnly(t *testing.T) {
 	defer b.Cancel()
 	defer other.Cancel()
 
-	bus.Notify("q", t0)
+	bus.Wake("q", t0)
 	for _, s := range []*wakeup.Sub{a, b} {
 		require.True(t, pending(s))
 		require.Equal(t, t0, s.Take())
@@ -67,19 +67,19 @@ func TestCancelStopsDelivery(t *testing.T) {
 	defer stays.Cancel()
 	gone.Cancel()
 
-	bus.Notify("q", t0)
+	bus.Wake("q", t0)
 	require.False(t, pending(gone))
 	require.True(t, gone.Take().IsZero())
 	require.True(t, pending(stays), "cancelling one subscription leaves the others")
 
 	stays.Cancel()
-	bus.Notify("q", t0) // no subscriber left: a no-op
+	bus.Wake("q", t0) // no subscriber left: a no-op
 	require.False(t, pending(stays))
 }
 
-// TestNotifyDoesNotBlock notifies a subscriber that never reads its channel: Notify must
+// TestWakeDoesNotBlock wakes a subscriber that never reads its channel: Wake must
 // return every time, the producer calling it being on its write path.
-func TestNotifyDoesNotBlock(t *testing.T) {
+func TestWakeDoesNotBlock(t *testing.T) {
 	t.Parallel()
 	var bus wakeup.Bus
 	s := bus.Subscribe("q")
@@ -88,13 +88,13 @@ func TestNotifyDoesNotBlock(t *testing.T) {
 	go func() {
 		defer close(done)
 		for i := range 100 {
-			bus.Notify("q", t0.Add(-time.Duration(i)*time.Second))
+			bus.Wake("q", t0.Add(-time.Duration(i)*time.Second))
 		}
 	}()
 	select {
 	case <-done:
 	case <-time.After(10 * time.Second):
-		t.Fatal("Notify blocked on a subscriber with a signal pending")
+		t.Fatal("Wake blocked on a subscriber with a signal pending")
 	}
 	require.True(t, pending(s))
 	require.Equal(t, t0.Add(-99*time.Second), s.Take())
@@ -107,7 +107,7 @@ func TestBusesDoNotShareQueues(t *testing.T) {
 	sa, sb := a.Subscribe("q"), b.Subscribe("q")
 	defer sa.Cancel()
 	defer sb.Cancel()
-	a.Notify("q", t0)
+	a.Wake("q", t0)
 	require.True(t, pending(sa))
 	require.False(t, pending(sb))
 	require.True(t, sb.Take().IsZero())
