@@ -26,8 +26,8 @@ func TestApplySchemaTwice(t *testing.T) {
 // A keyspace whose queue_signals predates its slots column gets it from ApplySchema.
 func TestApplySchemaAddsSignalSlots(t *testing.T) {
 	t.Parallel()
-	ks := cassandratest.Keyspace(t)
-	s := cassandratest.SessionFor(t, ks)
+	s := cassandratest.DDLSession(t)
+	ks := s.Query("").Keyspace()
 	ctx := context.Background()
 	require.NoError(t, shardq.ApplySchema(ctx, s))
 	require.NoError(t, s.Query(`ALTER TABLE queue_signals DROP slots`).Exec())

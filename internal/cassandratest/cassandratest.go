@@ -169,6 +169,14 @@ func Session(t testing.TB) *gocql.Session {
 	return SessionFor(t, Keyspace(t))
 }
 
+// DDLSession is Session with the driver timeout of admin sessions, for tests that change
+// the schema themselves: a busy node can take longer over a schema change than
+// shardq.RecommendedTimeout, which the other sessions use.
+func DDLSession(t testing.TB) *gocql.Session {
+	t.Helper()
+	return SessionFor(t, Keyspace(t), func(c *gocql.ClusterConfig) { c.Timeout = cqlcluster.AdminTimeout })
+}
+
 // SchemaSession is Session with shardq's schema applied, on a SchemaKeyspace.
 func SchemaSession(t testing.TB) *gocql.Session {
 	t.Helper()

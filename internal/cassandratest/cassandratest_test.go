@@ -13,7 +13,7 @@ import (
 // reads, a conditional insert that applies once, and a conditional batch on one partition.
 func TestSmoke(t *testing.T) {
 	t.Parallel()
-	s := cassandratest.Session(t)
+	s := cassandratest.DDLSession(t)
 	require.NoError(t, s.Query(`CREATE TABLE kv (p text, c int, v text, PRIMARY KEY (p, c))`).Exec())
 
 	for i := 0; i < 3; i++ {

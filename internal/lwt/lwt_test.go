@@ -19,7 +19,7 @@ import (
 // swap that lost its lock went down the unknown-outcome path.
 func TestBatchNotApplied(t *testing.T) {
 	t.Parallel()
-	s := cassandratest.Session(t)
+	s := cassandratest.DDLSession(t)
 	require.NoError(t, s.Query(`CREATE TABLE kv (k text, c int, v int, PRIMARY KEY (k, c))`).Exec())
 	require.NoError(t, s.Query(`INSERT INTO kv (k, c, v) VALUES ('a', 1, 1)`).Exec())
 	batch := func(want int) *gocql.Batch {
