@@ -47,7 +47,7 @@ func (in *Inspector) DeadLetters(ctx context.Context, queue string, q DeadLetter
 	if _, err := in.queue(ctx, queue); err != nil {
 		return nil, err
 	}
-	letters, err := deadletters.Page(ctx, in.session, queue, in.cfg.Clock.Now(), q.Before, q.Limit)
+	letters, err := in.state.Store.DeadLetters().Page(ctx, queue, in.cfg.Clock.Now(), q.Before, q.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("inspect: %w", err)
 	}
@@ -64,7 +64,7 @@ func (in *Inspector) DeadLetter(ctx context.Context, queue string, id uuid.UUID)
 	if err := checkID("id", id); err != nil {
 		return nil, err
 	}
-	l, ok, err := deadletters.Get(ctx, in.session, queue, id)
+	l, ok, err := in.state.Store.DeadLetters().Get(ctx, queue, id)
 	switch {
 	case err != nil:
 		return nil, fmt.Errorf("inspect: %w", err)
@@ -86,7 +86,7 @@ func (in *Inspector) CountDeadLetters(ctx context.Context, queue string) (int, e
 
 // countDead counts q's dead letters kept at now, calling done after each day's partition.
 func (in *Inspector) countDead(ctx context.Context, q queueRead, now time.Time, done func()) (int, error) {
-	return deadletters.Count(ctx, in.session, q.cfg.Name, now, in.cfg.PageSize, done)
+	return in.state.Store.DeadLetters().Count(ctx, q.cfg.Name, now, in.cfg.PageSize, done)
 }
 
 // deadInfo is dead letter l as a task read back.

@@ -15,7 +15,6 @@ package inspect
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -23,10 +22,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/shardq/shardq"
-	"github.com/shardq/shardq/internal/cql"
 	"github.com/shardq/shardq/internal/defaults"
 	"github.com/shardq/shardq/internal/sessionstate"
-	"github.com/shardq/shardq/internal/taskrow"
 	"github.com/shardq/shardq/producer"
 	"github.com/shardq/shardq/shard"
 )
@@ -58,10 +55,9 @@ type Config struct {
 
 // Inspector reads the queues of one session's keyspace. It is safe for concurrent use.
 type Inspector struct {
-	session *gocql.Session
-	cfg     Config
-	state   *sessionstate.State // the session's cache of queue settings
-	tasks   *producer.Producer  // finds tasks by ID and key, as the producer's writes do
+	cfg   Config
+	state *sessionstate.State // the session's store and cache of queue settings
+	tasks *producer.Producer  // finds tasks by ID and key, as the producer's writes do
 }
 
 // New returns an Inspector reading through session, whose keyspace holds shardq's tables.
@@ -85,7 +81,7 @@ func New(session *gocql.Session, cfg Config) (*Inspector, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Inspector{session: session, cfg: cfg, state: st, tasks: p}, nil
+	return &Inspector{cfg: cfg, state: st, tasks: p}, nil
 }
 
 // queueRead is one queue being read: its settings and partition layout.
@@ -128,23 +124,20 @@ func (q queueRead) lap(now time.Time) []partition {
 const nPriorities = shardq.MaxPriority - shardq.MinPriority + 1
 
 // starts holds, per priority, the exclusive lower bound of the IDs consumers read.
-type starts [nPriorities]gocql.UUID
-
-const selectFloors = `SELECT floors FROM tasks WHERE shard_key = ? AND kind = 0 AND priority = 0 AND id = ?`
+type starts [nPriorities]uuid.UUID
 
 // readStarts returns where consumers read pt from, priority by priority, as a consumer
 // starts a partition (see package consumer): the floors the last swap recorded in the
 // lock row, in whatever lap (rows are never written below a floor), else the beginning
 // of time, so a task that waited through laps without consumers is counted.
 func (in *Inspector) readStarts(ctx context.Context, pt partition) (starts, error) {
-	var stored map[int8]gocql.UUID
-	err := cql.Query(in.session, selectFloors, pt.key, taskrow.LockID).WithContext(ctx).Scan(&stored)
-	if err != nil && !errors.Is(err, gocql.ErrNotFound) {
+	stored, err := in.state.Store.Leasing().Floors(ctx, pt.key)
+	if err != nil {
 		return starts{}, fmt.Errorf("reading the floors of %s: %w", pt.key, err)
 	}
 	var s starts
 	for p := range s {
-		s[p] = gocql.UUID(shard.MinID(shard.MinIDTime))
+		s[p] = shard.MinID(shard.MinIDTime)
 		if v, ok := stored[int8(p)]; ok {
 			s[p] = v
 		}
@@ -155,7 +148,7 @@ func (in *Inspector) readStarts(ctx context.Context, pt partition) (starts, erro
 // group is a run of priorities, highest first, read by one query from one bound.
 type group struct {
 	prios []int8
-	from  gocql.UUID
+	from  uuid.UUID
 }
 
 // plan splits the priorities into runs whose starts lie within groupSpan of each other,
@@ -165,11 +158,11 @@ func plan(s *starts) []group {
 	var groups []group
 	var lo, hi time.Time
 	for p := shardq.MaxPriority; p >= shardq.MinPriority; p-- {
-		t := shard.IDTime(uuid.UUID(s[p]))
+		t := shard.IDTime(s[p])
 		if n := len(groups); n > 0 && t.Sub(lo) <= groupSpan && hi.Sub(t) <= groupSpan {
 			g := &groups[n-1]
 			g.prios = append(g.prios, int8(p))
-			if shard.CompareIDs(uuid.UUID(s[p]), uuid.UUID(g.from)) < 0 {
+			if shard.CompareIDs(s[p], g.from) < 0 {
 				g.from = s[p]
 			}
 			if t.Before(lo) {

@@ -2,17 +2,14 @@ package inspect
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"sync"
-	"time"
 
 	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 
 	"github.com/shardq/shardq"
-	"github.com/shardq/shardq/internal/cql"
 	"github.com/shardq/shardq/internal/fanout"
 	"github.com/shardq/shardq/shard"
 )
@@ -33,7 +30,7 @@ type Peeked struct {
 // which orders rows of one priority and names the row whose payload is read.
 type dueRow struct {
 	task shardq.TaskInfo
-	id   gocql.UUID
+	id   uuid.UUID
 }
 
 // sortDue orders rows as consumers deliver them: highest priority first, then the
@@ -44,15 +41,9 @@ func sortDue(rs []dueRow) {
 		if a.task.Priority != b.task.Priority {
 			return a.task.Priority > b.task.Priority
 		}
-		return shard.CompareIDs(uuid.UUID(a.id), uuid.UUID(b.id)) < 0
+		return shard.CompareIDs(a.id, b.id) < 0
 	})
 }
-
-const (
-	peekStmt = `SELECT priority, id, task_id, due_at, timeout_ms, attempt, deliveries FROM tasks
-		WHERE shard_key = ? AND kind = 1 AND priority IN ? AND id > ? AND id <= ? LIMIT ?`
-	payloadStmt = `SELECT payload FROM tasks WHERE shard_key = ? AND kind = 1 AND priority = ? AND id = ?`
-)
 
 // Peek returns up to n tasks of queue due now in the order consumers deliver them:
 // highest priority first, then the earliest visible (consumers keep that order within a
@@ -71,7 +62,7 @@ func (in *Inspector) Peek(ctx context.Context, queue string, n int) (*Peeked, er
 	}
 	now := in.cfg.Clock.Now()
 	parts := q.lap(now)
-	upper := gocql.UUID(shard.MaxID(now))
+	upper := shard.MaxID(now)
 	out := &Peeked{}
 	var rows []dueRow
 	var mu sync.Mutex
@@ -94,16 +85,18 @@ func (in *Inspector) Peek(ctx context.Context, queue string, n int) (*Peeked, er
 	gone := make([]bool, len(rows))
 	_ = fanout.Each(len(rows), in.cfg.PartitionsInFlight, func(i int) error {
 		r := &rows[i]
-		err := cql.Query(in.session, payloadStmt, r.task.PartitionKey, int8(r.task.Priority), r.id).WithContext(ctx).Scan(&r.task.Payload)
+		row, ok, err := in.state.Store.Tasks().Read(ctx, r.task.PartitionKey, int8(r.task.Priority), gocql.UUID(r.id))
 		switch {
-		case errors.Is(err, gocql.ErrNotFound):
-			gone[i] = true
 		case err != nil:
 			gone[i] = true
 			mu.Lock()
 			out.Failed = append(out.Failed, &PartitionError{PartitionKey: r.task.PartitionKey,
 				Err: fmt.Errorf("reading the payload of %s: %w", r.task.ID, err)})
 			mu.Unlock()
+		case !ok:
+			gone[i] = true
+		default:
+			r.task.Payload = row.Payload
 		}
 		return nil
 	})
@@ -120,31 +113,27 @@ func (in *Inspector) Peek(ctx context.Context, queue string, n int) (*Peeked, er
 
 // peekPartition reads up to n due rows of each priority group of pt, from where
 // consumers read it, without payloads.
-func (in *Inspector) peekPartition(ctx context.Context, q queueRead, pt partition, upper gocql.UUID, n int) ([]dueRow, error) {
+func (in *Inspector) peekPartition(ctx context.Context, q queueRead, pt partition, upper uuid.UUID, n int) ([]dueRow, error) {
 	s, err := in.readStarts(ctx, pt)
 	if err != nil {
 		return nil, err
 	}
 	var out []dueRow
 	for _, g := range plan(&s) {
-		iter := cql.Query(in.session, peekStmt, pt.key, g.prios, g.from, upper, n).WithContext(ctx).Iter()
-		var prio int8
-		var id, taskID gocql.UUID
-		var dueAt time.Time
-		var timeoutMs, token int64
-		var attempt int
-		for iter.Scan(&prio, &id, &taskID, &dueAt, &timeoutMs, &attempt, &token) {
-			t := shardq.TaskInfo{ID: uuid.UUID(taskID), Queue: q.cfg.Name, State: shardq.TaskScheduled, DueAt: dueAt,
-				Priority: int(prio), Attempt: attempt, Token: token, Timeout: time.Duration(timeoutMs) * time.Millisecond,
-				VisibleAt: shard.IDTime(uuid.UUID(id)), PartitionKey: pt.key}
-			if attempt > 0 {
+		heads, err := in.state.Store.Scans().Heads(ctx, pt.key, g.prios, g.from, upper, n)
+		if err != nil {
+			return nil, fmt.Errorf("reading the due rows of %s: %w", pt.key, err)
+		}
+		for _, r := range heads {
+			id := uuid.UUID(r.ID)
+			t := shardq.TaskInfo{ID: uuid.UUID(r.TaskID), Queue: q.cfg.Name, State: shardq.TaskScheduled, DueAt: r.DueAt,
+				Priority: int(r.Priority), Attempt: r.Attempt, Token: r.Token, Timeout: r.Timeout,
+				VisibleAt: shard.IDTime(id), PartitionKey: pt.key}
+			if r.Attempt > 0 {
 				// Due again, as Task reports it: at the time its row became visible.
 				t.State, t.DueAt = shardq.TaskRetrying, t.VisibleAt
 			}
 			out = append(out, dueRow{task: t, id: id})
-		}
-		if err := iter.Close(); err != nil {
-			return nil, fmt.Errorf("reading the due rows of %s: %w", pt.key, err)
 		}
 	}
 	return out, nil

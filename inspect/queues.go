@@ -8,10 +8,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gocql/gocql"
-
 	"github.com/shardq/shardq"
-	"github.com/shardq/shardq/internal/cql"
+	"github.com/shardq/shardq/internal/store"
 )
 
 // QueueInfo is a stored queue: its settings and when it was created.
@@ -26,25 +24,18 @@ func (in *Inspector) Queue(ctx context.Context, name string) (QueueInfo, error) 
 	if err != nil {
 		return QueueInfo{}, err
 	}
-	info := QueueInfo{Config: q.cfg}
-	err = cql.Query(in.session, `SELECT created_at FROM queues WHERE name = ?`, name).WithContext(ctx).Scan(&info.CreatedAt)
-	if err != nil && !errors.Is(err, gocql.ErrNotFound) {
+	at, err := in.state.Store.Queues().CreatedAt(ctx, name)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return QueueInfo{}, fmt.Errorf("inspect: reading when queue %q was created: %w", name, err)
 	}
-	return info, nil
+	return QueueInfo{Config: q.cfg, CreatedAt: at}, nil
 }
 
 // Queues reads every stored queue, by name. The queues table is small (one row a
 // queue): it is read whole, in pages, and each queue's settings as Queue reads them.
 func (in *Inspector) Queues(ctx context.Context) ([]QueueInfo, error) {
-	iter := cql.Query(in.session, `SELECT name, created_at FROM queues`).WithContext(ctx).Iter()
-	created := map[string]time.Time{}
-	var name string
-	var at time.Time
-	for iter.Scan(&name, &at) {
-		created[name] = at
-	}
-	if err := iter.Close(); err != nil {
+	created, err := in.state.Store.Queues().Created(ctx)
+	if err != nil {
 		return nil, fmt.Errorf("inspect: listing queues: %w", err)
 	}
 	out := make([]QueueInfo, 0, len(created))

@@ -6,12 +6,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 
-	"github.com/shardq/shardq/internal/cql"
 	"github.com/shardq/shardq/internal/deadletters"
 	"github.com/shardq/shardq/internal/fanout"
+	"github.com/shardq/shardq/internal/taskrow"
 	"github.com/shardq/shardq/shard"
 )
 
@@ -153,7 +152,7 @@ func (in *Inspector) Stats(ctx context.Context, queue string, opts StatsOptions)
 			opts.Progress(done, total)
 		}
 	}
-	upper := gocql.UUID(shard.MaxID(now.Add(st.Window)))
+	upper := shard.MaxID(now.Add(st.Window))
 	_ = fanout.Each(len(parts), in.cfg.PartitionsInFlight, func(i int) error {
 		c, oldest, rows, err := in.countPartition(ctx, parts[i], now, upper, opts.Full)
 		mu.Lock()
@@ -187,12 +186,9 @@ func (in *Inspector) Stats(ctx context.Context, queue string, opts StatsOptions)
 	return st, nil
 }
 
-const countStmt = `SELECT priority, id, attempt, retrying FROM tasks
-	WHERE shard_key = ? AND kind = 1 AND priority IN ? AND id > ? AND id <= ?`
-
 // countPartition counts the rows of pt up to upper, from where consumers read it, or
 // from its start when full.
-func (in *Inspector) countPartition(ctx context.Context, pt partition, now time.Time, upper gocql.UUID, full bool) (c Counts, oldest time.Time, rows int, err error) {
+func (in *Inspector) countPartition(ctx context.Context, pt partition, now time.Time, upper uuid.UUID, full bool) (c Counts, oldest time.Time, rows int, err error) {
 	s, err := in.readStarts(ctx, pt)
 	if err != nil {
 		return c, oldest, 0, err
@@ -205,31 +201,26 @@ func (in *Inspector) countPartition(ctx context.Context, pt partition, now time.
 		}
 	}
 	if full {
-		groups = []group{{prios: allPriorities, from: gocql.UUID(shard.MinID(shard.MinIDTime))}}
+		groups = []group{{prios: allPriorities, from: shard.MinID(shard.MinIDTime)}}
 	}
 	for _, g := range groups {
-		iter := cql.Query(in.session, countStmt, pt.key, g.prios, g.from, upper).
-			WithContext(ctx).PageSize(in.cfg.PageSize).Iter()
-		var prio int8
-		var id gocql.UUID
-		var attempt int
-		var isRetry bool
-		for iter.Scan(&prio, &id, &attempt, &isRetry) {
+		err = in.state.Store.Scans().Tally(ctx, pt.key, g.prios, g.from, upper, in.cfg.PageSize, func(r taskrow.Row) {
 			rows++
-			at := shard.IDTime(uuid.UUID(id))
-			cl := classify(attempt, isRetry, at, now)
+			id := uuid.UUID(r.ID)
+			at := shard.IDTime(id)
+			cl := classify(r.Attempt, r.Retrying, at, now)
 			c.count(cl)
 			if cl != due && cl != dueAgain {
-				continue
+				return
 			}
 			if oldest.IsZero() || at.Before(oldest) {
 				oldest = at
 			}
-			if shard.CompareIDs(uuid.UUID(id), uuid.UUID(from[prio])) <= 0 {
+			if shard.CompareIDs(id, from[r.Priority]) <= 0 {
 				c.BehindFloors++
 			}
-		}
-		if err := iter.Close(); err != nil {
+		})
+		if err != nil {
 			return Counts{}, time.Time{}, 0, fmt.Errorf("counting the rows of %s: %w", pt.key, err)
 		}
 	}

@@ -25,9 +25,10 @@ func (c cassandra) Index() Index             { return index(c) }
 func (c cassandra) DeadLetters() DeadLetters { return letters(c) }
 func (c cassandra) Signals() Signals         { return signals(c) }
 func (c cassandra) Series() Series           { return series(c) }
+func (c cassandra) Scans() Scans             { return scans(c) }
 
 // The task index, dead letters and signal cells keep their statements in their own
-// packages, which the consumer and the inspector still call directly.
+// packages; the store wraps them.
 
 type index struct{ session *gocql.Session }
 

@@ -61,3 +61,26 @@ func (s queues) Names(ctx context.Context) ([]string, error) {
 	}
 	return names, nil
 }
+
+func (s queues) CreatedAt(ctx context.Context, name string) (time.Time, error) {
+	var at time.Time
+	err := cql.Query(s.session, `SELECT created_at FROM queues WHERE name = ?`, name).WithContext(ctx).Scan(&at)
+	if errors.Is(err, gocql.ErrNotFound) {
+		return time.Time{}, fmt.Errorf("%w: queue %q", ErrNotFound, name)
+	}
+	return at, err
+}
+
+func (s queues) Created(ctx context.Context) (map[string]time.Time, error) {
+	iter := cql.Query(s.session, `SELECT name, created_at FROM queues`).WithContext(ctx).Iter()
+	created := map[string]time.Time{}
+	var name string
+	var at time.Time
+	for iter.Scan(&name, &at) {
+		created[name] = at
+	}
+	if err := iter.Close(); err != nil {
+		return nil, err
+	}
+	return created, nil
+}

@@ -36,6 +36,7 @@ type Store interface {
 	DeadLetters() DeadLetters
 	Signals() Signals
 	Series() Series
+	Scans() Scans
 }
 
 // Op is what a Mutation does.
@@ -91,6 +92,21 @@ type Tasks interface {
 	Find(ctx context.Context, key string, priorities []int8, id gocql.UUID) (taskrow.Row, bool, error)
 }
 
+// Scans reads task rows for those that look at a queue without taking part in it (the
+// inspector, tools and tests): by range like Leasing, but without payloads, and handing
+// rows over page by page as they come, so a pass over a backlog holds one page.
+type Scans interface {
+	// Tally calls fn with every task row of partition key in prios (highest first) whose
+	// ID lies in (from, to], in clustering order, reading pages of pageRows. The rows
+	// hold only Key, Priority, ID, Attempt and Retrying.
+	Tally(ctx context.Context, key string, prios []int8, from, to uuid.UUID, pageRows int, fn func(taskrow.Row)) error
+	// Heads reads up to limit task rows as Tally does, all but Payload, Keyed and Series.
+	Heads(ctx context.Context, key string, prios []int8, from, to uuid.UUID, limit int) ([]taskrow.Row, error)
+	// TaskIDs calls fn with the task ID of every task row of partition key, whatever its
+	// priority and time, reading pages of pageRows.
+	TaskIDs(ctx context.Context, key string, pageRows int, fn func(uuid.UUID)) error
+}
+
 // Claim is a unique key's row: the task that holds it and when it claimed it. A zero
 // Holder means nobody holds the key.
 type Claim struct {
@@ -133,6 +149,10 @@ type Queues interface {
 	Get(ctx context.Context, name string) (Queue, error)
 	// Names lists every queue.
 	Names(ctx context.Context) ([]string, error)
+	// CreatedAt reads when queue name was created, or returns ErrNotFound.
+	CreatedAt(ctx context.Context, name string) (time.Time, error)
+	// Created reads when every queue was created, by name.
+	Created(ctx context.Context) (map[string]time.Time, error)
 }
 
 // Index is the task_index table (see package taskindex).

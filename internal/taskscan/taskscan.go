@@ -12,14 +12,12 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/shardq/shardq"
-	"github.com/shardq/shardq/internal/cql"
 	"github.com/shardq/shardq/internal/fanout"
+	"github.com/shardq/shardq/internal/sessionstate"
 )
 
 // PageSize is the page size of TaskIDs outside tests: a few hundred kilobytes of IDs.
 const PageSize = 5000
-
-const taskIDsStmt = `SELECT task_id FROM tasks WHERE shard_key = ? AND kind = 1`
 
 // TaskIDs returns the task ID of every task row (kind 1: a pending task, or the
 // timeout marker of a task in flight or retrying) in any partition of q, whatever its
@@ -36,15 +34,13 @@ func TaskIDs(ctx context.Context, session *gocql.Session, q shardq.QueueConfig, 
 			keys = append(keys, lay.Key(b, s))
 		}
 	}
+	scans := sessionstate.For(session, nil).Store.Scans()
 	var mu sync.Mutex
 	var ids []uuid.UUID
 	err := fanout.Each(len(keys), inFlight, func(i int) error {
-		iter := cql.Query(session, taskIDsStmt, keys[i]).WithContext(ctx).PageSize(pageSize).Iter()
 		var found []uuid.UUID
-		for id := (gocql.UUID{}); iter.Scan(&id); {
-			found = append(found, uuid.UUID(id))
-		}
-		if err := iter.Close(); err != nil {
+		err := scans.TaskIDs(ctx, keys[i], pageSize, func(id uuid.UUID) { found = append(found, id) })
+		if err != nil {
 			return fmt.Errorf("taskscan: reading the task IDs of %s: %w", keys[i], err)
 		}
 		mu.Lock()
