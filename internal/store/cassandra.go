@@ -27,8 +27,9 @@ func (c cassandra) Signals() Signals         { return signals(c) }
 func (c cassandra) Series() Series           { return series(c) }
 func (c cassandra) Scans() Scans             { return scans(c) }
 
-// The task index, dead letters and signal cells keep their statements in their own
-// packages; the store wraps them.
+// The task rows, task index, dead letters and signal cells keep their statement text and
+// row codecs in their own packages (taskrow, taskindex, deadletters, signal); outside
+// tests and the bench's raw ceiling, only the store runs them.
 
 type index struct{ session *gocql.Session }
 
