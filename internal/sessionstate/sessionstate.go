@@ -1,6 +1,7 @@
-// Package sessionstate owns what every producer, consumer, worker and series client on
-// one gocql session shares: the store of its keyspace's tables, the cluster's clock, the toucher of wake-up signals, the
-// in-process wake-up bus and the cache of queue settings. A session is bound to one
+// Package sessionstate owns what every producer, consumer, worker, series client and
+// inspector on one gocql session shares: the store of its keyspace's tables, the cluster's
+// clock, the toucher of wake-up signals, the in-process wake-up bus and the cache of queue
+// settings. A session is bound to one
 // keyspace, so sharing per session keeps two keyspaces apart; parts made on the same
 // session share one measure of the clock, one coalescing of touches and one read of each
 // queue's settings.
