@@ -70,7 +70,7 @@ type QueueConfig struct {
 	// LockTTL is how long a shard lock lasts if its holder dies holding it; whole seconds,
 	// because Cassandra's TTLs are, and at least MinLockTTL. Defaults to DefaultLockTTL.
 	LockTTL time.Duration
-	// CompletedRetention is how long Get still reports an acked task as completed; whole
+	// CompletedRetention is how long inspect's Task still reports an acked task as completed; whole
 	// seconds, at most MaxCompletedRetention. Zero keeps nothing: an acked task is not
 	// found. Defaults to 0.
 	CompletedRetention time.Duration

@@ -42,9 +42,8 @@ func (s TaskState) String() string {
 	return fmt.Sprintf("TaskState(%d)", int(s))
 }
 
-// TaskInfo is a task as read back: the one row type of package inspect's Task, Peek and
-// DeadLetters, and of producer.Get. A field a reader cannot know is left zero, as said
-// below.
+// TaskInfo is a task as read back: the one row type of package inspect's Task, TaskByKey,
+// Peek and DeadLetters. A field a reader cannot know is left zero, as said below.
 type TaskInfo struct {
 	ID    uuid.UUID
 	Queue string

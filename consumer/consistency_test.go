@@ -62,7 +62,7 @@ func (p *recordingPolicy) count() int {
 // one carries SERIAL as its serial consistency, whatever the session's defaults: a locked
 // read at ONE on a cluster with RF > 1 could return rows the previous lock holder already
 // swapped away, and deliver them a second time; an LWT at LOCAL_SERIAL decides in one data
-// centre only. Each path is exercised: scheduling, keys, Get, Reschedule, Cancel, the
+// centre only. Each path is exercised: scheduling, keys, lookups, Reschedule, Cancel, the
 // consumer's take, extension, retry, dead-lettering and ack, dead letters, series and
 // their advance and keeper, and a lock's renewal.
 func TestConsistencyPinned(t *testing.T) {
@@ -105,14 +105,16 @@ func TestConsistencyPinned(t *testing.T) {
 		_, err := p.ScheduleTask(ctx, producer.Task{Queue: q.Name, Key: "k"})
 		require.ErrorIs(t, err, producer.ErrDuplicate)
 	})
-	step("GetByKey", func() {
-		_, err := p.GetByKey(ctx, q.Name, "k")
+	in, err := inspect.New(s, inspect.Config{})
+	require.NoError(t, err)
+	step("TaskByKey", func() {
+		_, err := in.TaskByKey(ctx, q.Name, "k")
 		require.NoError(t, err)
 	})
 	later, err := p.ScheduleTask(ctx, producer.Task{Queue: q.Name, DueAt: time.Now().Add(time.Hour)})
 	require.NoError(t, err)
-	step("Get", func() {
-		_, err := p.Get(ctx, later)
+	step("Task", func() {
+		_, err := in.Task(ctx, later)
 		require.NoError(t, err)
 	})
 	step("Reschedule", func() {
@@ -135,8 +137,6 @@ func TestConsistencyPinned(t *testing.T) {
 	step("Retry", func() { require.NoError(t, c.Retry(ctx, got[0], 9*time.Second)) })
 	step("DeadLetter", func() { require.NoError(t, c.DeadLetter(ctx, got[1], errors.New("failed"))) })
 	step("AckTasks", func() { require.NoError(t, c.AckTasks(ctx, got[2:]...)) })
-	in, err := inspect.New(s, inspect.Config{})
-	require.NoError(t, err)
 	var letters []shardq.TaskInfo
 	step("DeadLetters", func() {
 		letters, err = in.DeadLetters(ctx, q.Name, inspect.DeadLetterQuery{})

@@ -14,6 +14,7 @@ import (
 
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/consumer"
+	"github.com/shardq/shardq/inspect"
 	"github.com/shardq/shardq/internal/cassandratest"
 	"github.com/shardq/shardq/internal/testclock"
 	"github.com/shardq/shardq/lock"
@@ -29,6 +30,7 @@ type env struct {
 	q     shardq.QueueConfig
 	clock *testclock.Clock
 	p     *producer.Producer
+	in    *inspect.Inspector // looks tasks up
 }
 
 func newEnv(t *testing.T, q shardq.QueueConfig) *env {
@@ -45,7 +47,9 @@ func newEnv(t *testing.T, q shardq.QueueConfig) *env {
 	clock := testclock.New(base)
 	p, err := producer.New(s, producer.Config{Clock: clock})
 	require.NoError(t, err)
-	return &env{t: t, s: s, q: q, clock: clock, p: p}
+	in, err := inspect.New(s, inspect.Config{Clock: clock})
+	require.NoError(t, err)
+	return &env{t: t, s: s, q: q, clock: clock, p: p, in: in}
 }
 
 func (e *env) consumer() *consumer.Consumer {

@@ -23,19 +23,19 @@ import (
 
 func (e *env) state(id uuid.UUID) *shardq.TaskInfo {
 	e.t.Helper()
-	info, err := e.p.Get(context.Background(), id)
+	info, err := e.in.Task(context.Background(), id)
 	require.NoError(e.t, err)
 	return info
 }
 
 func (e *env) notFound(id uuid.UUID) {
 	e.t.Helper()
-	_, err := e.p.Get(context.Background(), id)
+	_, err := e.in.Task(context.Background(), id)
 	require.ErrorIs(e.t, err, shardq.ErrTaskNotFound)
 }
 
-// TestStatusAcrossTransitions follows one task through every move and checks what Get
-// reports after each, then a dead task and an expired lease.
+// TestStatusAcrossTransitions follows one task through every move and checks what the
+// inspector reports after each, then a dead task and an expired lease.
 func TestStatusAcrossTransitions(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 60, BucketDuration: time.Second, CompletedRetention: time.Hour})
@@ -106,7 +106,7 @@ func TestStatusAcrossTransitions(t *testing.T) {
 }
 
 // TestStatusAfterCrashes stops a consumer between the two writes of a move: the state
-// Get reports lags by that one step and is never wrong about where the task is.
+// the inspector reports lags by that one step and is never wrong about where the task is.
 func TestStatusAfterCrashes(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 60, BucketDuration: time.Second, CompletedRetention: time.Hour})
@@ -191,7 +191,7 @@ func TestUniqueKeyRace(t *testing.T) {
 	for _, d := range losers {
 		require.Equal(t, winner, d.ExistingID)
 	}
-	info, err := e.p.GetByKey(ctx, e.q.Name, "k")
+	info, err := e.in.TaskByKey(ctx, e.q.Name, "k")
 	require.NoError(t, err)
 	require.Equal(t, winner, info.ID)
 	require.Equal(t, "k", info.Key)
@@ -203,7 +203,7 @@ func TestUniqueKeyRace(t *testing.T) {
 	// In flight still holds the key.
 	got := e.acquire(c, 1)
 	require.Equal(t, []uuid.UUID{winner}, ids(got))
-	info, err = e.p.GetByKey(ctx, e.q.Name, "k")
+	info, err = e.in.TaskByKey(ctx, e.q.Name, "k")
 	require.NoError(t, err)
 	require.Equal(t, shardq.TaskInFlight, info.State)
 	require.Equal(t, "k", info.Key, "the key outlives the move")
@@ -215,7 +215,7 @@ func TestUniqueKeyRace(t *testing.T) {
 	require.NoError(t, err)
 	// Cancelled frees it.
 	require.NoError(t, e.p.CancelByKey(ctx, e.q.Name, "k", producer.CancelOptions{}))
-	_, err = e.p.GetByKey(ctx, e.q.Name, "k")
+	_, err = e.in.TaskByKey(ctx, e.q.Name, "k")
 	require.ErrorIs(t, err, shardq.ErrTaskNotFound)
 	third, err := schedule()
 	require.NoError(t, err)
@@ -250,7 +250,7 @@ func TestAbandonedKeyClaim(t *testing.T) {
 	e.clock.Add(producer.KeyClaimGrace)
 	id, err := e.p.ScheduleTask(ctx, task)
 	require.NoError(t, err)
-	info, err := e.p.GetByKey(ctx, e.q.Name, "k")
+	info, err := e.in.TaskByKey(ctx, e.q.Name, "k")
 	require.NoError(t, err)
 	require.Equal(t, id, info.ID)
 }
@@ -739,9 +739,9 @@ func TestRescheduleMovesWithinAPartition(t *testing.T) {
 	require.Equal(t, []uuid.UUID{low, high}, ids(e.acquire(c, 10)), "the raised task goes first")
 	bad := 10
 	require.ErrorIs(t, e.p.Reschedule(ctx, high, producer.RescheduleOptions{Priority: &bad}), shardq.ErrInvalid)
-	_, err := e.p.Get(ctx, uuid.New())
+	_, err := e.in.Task(ctx, uuid.New())
 	require.ErrorIs(t, err, shardq.ErrInvalid, "not a task ID")
-	_, err = e.p.Get(ctx, shard.NewID(base))
+	_, err = e.in.Task(ctx, shard.NewID(base))
 	require.ErrorIs(t, err, shardq.ErrTaskNotFound)
 }
 

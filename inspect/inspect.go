@@ -24,7 +24,7 @@ import (
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/internal/defaults"
 	"github.com/shardq/shardq/internal/sessionstate"
-	"github.com/shardq/shardq/producer"
+	"github.com/shardq/shardq/internal/tasklookup"
 	"github.com/shardq/shardq/shard"
 )
 
@@ -57,7 +57,7 @@ type Config struct {
 type Inspector struct {
 	cfg   Config
 	state *sessionstate.State // the session's store and cache of queue settings
-	tasks *producer.Producer  // finds tasks by ID and key, as the producer's writes do
+	tasks *tasklookup.Finder  // finds tasks by ID and key, as the producer's moves do
 }
 
 // New returns an Inspector reading through session, whose keyspace holds shardq's tables.
@@ -77,11 +77,7 @@ func New(session *gocql.Session, cfg Config) (*Inspector, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = st.Cluster
 	}
-	p, err := producer.New(session, producer.Config{Clock: cfg.Clock})
-	if err != nil {
-		return nil, err
-	}
-	return &Inspector{cfg: cfg, state: st, tasks: p}, nil
+	return &Inspector{cfg: cfg, state: st, tasks: tasklookup.New(st.Store, cfg.Clock, st.Queue)}, nil
 }
 
 // queueRead is one queue being read: its settings and partition layout.

@@ -13,6 +13,7 @@ import (
 	"github.com/shardq/shardq/internal/deadletters"
 	"github.com/shardq/shardq/internal/store"
 	"github.com/shardq/shardq/internal/taskindex"
+	"github.com/shardq/shardq/internal/tasklookup"
 	"github.com/shardq/shardq/internal/taskrow"
 	"github.com/shardq/shardq/shard"
 )
@@ -22,7 +23,7 @@ var ErrDeadLetterNotFound = errors.New("producer: dead letter not found")
 
 // deadLetter reads queue's letter id, which ReplayDeadLetter and PurgeDeadLetter act on.
 func (p *Producer) deadLetter(ctx context.Context, queue string, id uuid.UUID) (deadletters.Letter, error) {
-	if err := checkID("id", id); err != nil {
+	if err := tasklookup.CheckID("id", id); err != nil {
 		return deadletters.Letter{}, err
 	}
 	l, ok, err := p.store.DeadLetters().Get(ctx, queue, id)
@@ -91,7 +92,7 @@ func replayRow(q shardq.QueueConfig, d deadletters.Letter, t Task, now time.Time
 		Keyed: t.Key != ""}
 }
 
-// PurgeDeadLetter deletes a dead letter for good; Get no longer finds its task.
+// PurgeDeadLetter deletes a dead letter for good; inspect's Task no longer finds its task.
 func (p *Producer) PurgeDeadLetter(ctx context.Context, queue string, id uuid.UUID) error {
 	d, err := p.deadLetter(ctx, queue, id)
 	if err != nil {

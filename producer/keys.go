@@ -175,7 +175,7 @@ func (p *Producer) keepClaim(ctx context.Context, queue, key string, id uuid.UUI
 
 // holds reports whether task id, which holds a key claimed at claimedAt, still keeps it.
 func (p *Producer) holds(ctx context.Context, id uuid.UUID, claimedAt, now time.Time) (bool, error) {
-	l, err := p.locate(ctx, id)
+	l, err := p.tasks.Locate(ctx, id)
 	switch {
 	case errors.Is(err, shardq.ErrTaskNotFound):
 		// Never written yet, or written and finished so long ago that its entry is gone
@@ -184,7 +184,7 @@ func (p *Producer) holds(ctx context.Context, id uuid.UUID, claimedAt, now time.
 	case err != nil:
 		return false, err
 	}
-	return l.state == taskindex.Scheduled || l.state == taskindex.InFlight || l.state == taskindex.Retrying, nil
+	return l.State == taskindex.Scheduled || l.State == taskindex.InFlight || l.State == taskindex.Retrying, nil
 }
 
 // unclaim gives back a key claimed by a call that then failed before writing anything.
@@ -195,19 +195,4 @@ func (p *Producer) unclaim(ctx context.Context, queue, key string, id uuid.UUID)
 	if err := p.store.Keys().Release(rctx, queue, key, id); err != nil {
 		p.cfg.Logger.WarnContext(ctx, "giving back a key claim", "queue", queue, "key", key, "error", err)
 	}
-}
-
-// keyHolder returns the task that last claimed key.
-func (p *Producer) keyHolder(ctx context.Context, queue, key string) (uuid.UUID, error) {
-	c, err := p.store.Keys().Get(ctx, queue, key, false)
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		return uuid.Nil, fmt.Errorf("%w: no task holds key %q of queue %q", shardq.ErrTaskNotFound, key, queue)
-	case err != nil:
-		return uuid.Nil, fmt.Errorf("producer: %w", err)
-	case c.Holder == uuid.Nil:
-		// A row whose cells expired before its marker (left by claims of earlier versions).
-		return uuid.Nil, fmt.Errorf("%w: no task holds key %q of queue %q", shardq.ErrTaskNotFound, key, queue)
-	}
-	return c.Holder, nil
 }

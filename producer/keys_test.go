@@ -48,18 +48,26 @@ func claimTTL(t *testing.T, s *gocql.Session, key string) (holder, claimedAt tim
 	return time.Duration(h) * time.Second, time.Duration(c) * time.Second
 }
 
+// inspector reads tasks back on clock.
+func inspector(t *testing.T, s *gocql.Session, clock shardq.Clock) *inspect.Inspector {
+	t.Helper()
+	in, err := inspect.New(s, inspect.Config{Clock: clock})
+	require.NoError(t, err)
+	return in
+}
+
 // keyFree checks that nothing holds key: it is looked up as not found, and a task can
 // take it.
-func keyFree(t *testing.T, p *producer.Producer, key string) uuid.UUID {
+func keyFree(t *testing.T, p *producer.Producer, in *inspect.Inspector, key string) uuid.UUID {
 	t.Helper()
 	ctx := context.Background()
-	_, err := p.GetByKey(ctx, "q", key)
+	_, err := in.TaskByKey(ctx, "q", key)
 	require.ErrorIs(t, err, shardq.ErrTaskNotFound)
 	require.ErrorIs(t, p.CancelByKey(ctx, "q", key, producer.CancelOptions{}), shardq.ErrTaskNotFound)
 	require.ErrorIs(t, p.RescheduleByKey(ctx, "q", key, producer.RescheduleOptions{}), shardq.ErrTaskNotFound)
 	id, err := p.ScheduleTask(ctx, producer.Task{Queue: "q", Key: key, Payload: []byte("x")})
 	require.NoError(t, err)
-	info, err := p.GetByKey(ctx, "q", key)
+	info, err := in.TaskByKey(ctx, "q", key)
 	require.NoError(t, err)
 	require.Equal(t, id, info.ID)
 	_, err = p.ScheduleTask(ctx, producer.Task{Queue: "q", Key: key, Payload: []byte("y")})
@@ -75,7 +83,8 @@ func keyFree(t *testing.T, p *producer.Producer, key string) uuid.UUID {
 func TestKeyFreeOnceItsClaimExpires(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
-	p, err := producer.New(s, producer.Config{Clock: newClock()})
+	clock := newClock()
+	p, err := producer.New(s, producer.Config{Clock: clock})
 	require.NoError(t, err)
 	ctx := context.Background()
 
@@ -86,7 +95,7 @@ func TestKeyFreeOnceItsClaimExpires(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, p.Cancel(ctx, second, producer.CancelOptions{}))
 	expireClaim(t, s, "k", second)
-	third := keyFree(t, p, "k")
+	third := keyFree(t, p, inspector(t, s, clock), "k")
 
 	require.NoError(t, p.Cancel(ctx, third, producer.CancelOptions{}))
 	expireClaim(t, s, "k", third)
@@ -98,10 +107,11 @@ func TestKeyFreeOnceItsClaimExpires(t *testing.T) {
 func TestLeftoverKeyRowBlocksNothing(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
-	p, err := producer.New(s, producer.Config{Clock: newClock()})
+	clock := newClock()
+	p, err := producer.New(s, producer.Config{Clock: clock})
 	require.NoError(t, err)
 	require.NoError(t, s.Query(`INSERT INTO task_keys (queue, key) VALUES ('q', 'k') USING TTL 86400`).Exec())
-	keyFree(t, p, "k")
+	keyFree(t, p, inspector(t, s, clock), "k")
 }
 
 // TestRescheduleKeepsTheKeyClaimed: a keyed task moved 60 days out keeps its key claimed
@@ -126,7 +136,7 @@ func TestRescheduleKeepsTheKeyClaimed(t *testing.T) {
 	var dup *producer.DuplicateError
 	require.ErrorAs(t, err, &dup)
 	require.Equal(t, id, dup.ExistingID)
-	info, err := p.GetByKey(ctx, "q", "k")
+	info, err := inspector(t, s, clock).TaskByKey(ctx, "q", "k")
 	require.NoError(t, err)
 	require.True(t, info.DueAt.Equal(due))
 }
@@ -167,9 +177,7 @@ func deadLetterOf(t *testing.T, s *gocql.Session, p *producer.Producer, clock sh
 	require.NoError(t, err)
 	require.Equal(t, id, got[0].ID)
 	require.NoError(t, c.DeadLetter(ctx, got[0], errors.New("boom")))
-	in, err := inspect.New(s, inspect.Config{Clock: clock})
-	require.NoError(t, err)
-	letters, err := in.DeadLetters(ctx, "q", inspect.DeadLetterQuery{})
+	letters, err := inspector(t, s, clock).DeadLetters(ctx, "q", inspect.DeadLetterQuery{})
 	require.NoError(t, err)
 	require.Len(t, letters, 1)
 	return id, letters[0]
@@ -194,7 +202,7 @@ func TestReplayRenewsTheKeyClaim(t *testing.T) {
 	clock.Add(29 * 24 * time.Hour)
 	_, err = p.ReplayDeadLetter(ctx, "q", letter.DeadLetterID)
 	require.NoError(t, err)
-	info, err := p.Get(ctx, id)
+	info, err := inspector(t, s, clock).Task(ctx, id)
 	require.NoError(t, err)
 	require.Equal(t, "k", info.Key, "the task lost its key when it died")
 	holder, claimedAt := claimTTL(t, s, "k")
@@ -310,7 +318,8 @@ func TestRescheduleHoldsNoExpiredLock(t *testing.T) {
 	q, err := shardq.CreateQueue(context.Background(), s, shardq.QueueConfig{Name: "locks", ShardCount: 4,
 		BucketCount: 10, BucketDuration: time.Second, DefaultTimeout: 5 * time.Second, LockTTL: shardq.MinLockTTL})
 	require.NoError(t, err)
-	p, err := producer.New(s, producer.Config{Clock: newClock()})
+	clock := newClock()
+	p, err := producer.New(s, producer.Config{Clock: clock})
 	require.NoError(t, err)
 	ctx := context.Background()
 	id, src, dst, done := lockedMove(t, q, s, p)
@@ -333,7 +342,7 @@ func TestRescheduleHoldsNoExpiredLock(t *testing.T) {
 	var n int
 	require.NoError(t, s.Query(`SELECT count(*) FROM tasks WHERE shard_key = ? AND kind = 1`, dst).Scan(&n))
 	require.Zero(t, n, "a row was written into the locked partition")
-	info, err := p.Get(ctx, id)
+	info, err := inspector(t, s, clock).Task(ctx, id)
 	require.NoError(t, err)
 	require.True(t, info.DueAt.Equal(base.Add(5*time.Second)), "the task did not stay where it was")
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/shardq/shardq/internal/signal"
 	"github.com/shardq/shardq/internal/store"
 	"github.com/shardq/shardq/internal/taskindex"
+	"github.com/shardq/shardq/internal/tasklookup"
 	"github.com/shardq/shardq/internal/taskrow"
 	"github.com/shardq/shardq/shard"
 )
@@ -40,200 +41,6 @@ func loc(r taskrow.Row) taskindex.Loc {
 	return taskindex.Loc{Key: r.Key, Priority: r.Priority, ID: r.ID}
 }
 
-// located is where a task is: its index entry, confirmed against the tasks table.
-type located struct {
-	entry taskindex.Entry
-	stamp int64           // the entry's write timestamp
-	state taskindex.State // the state of the row found, or the entry's final state
-	row   taskrow.Row     // the task's row, for the pending and in-flight states
-	// stray is the row the entry names as the task's next place, found beside row: a
-	// consumer's swap or a Reschedule wrote it ahead of a move out of row that never
-	// applied (see dropStray), or a holder's lease move ahead of its delete of row, which
-	// may still apply (see leaseMove).
-	stray *taskrow.Row
-}
-
-// leaseMove reports whether l.stray is the new marker of a lease move (Extend or Retry):
-// its holder deletes l.row with a lightweight transaction that no lock fences, so the
-// move may still apply, and l.stray must outlive l.row (see swap).
-func (l located) leaseMove() bool { return l.stray != nil && l.entry.PrevState == taskindex.InFlight }
-
-// locate finds task id: the row its index entry names now, or, when that move has not
-// happened (or a crash cut it short), the row it names as the previous place.
-func (p *Producer) locate(ctx context.Context, id uuid.UUID) (located, error) {
-	if err := checkID("id", id); err != nil {
-		return located{}, err
-	}
-	e, stamp, err := p.store.Index().Read(ctx, id)
-	switch {
-	case errors.Is(err, taskindex.ErrNotFound):
-		return p.home(ctx, id)
-	case err != nil:
-		return located{}, fmt.Errorf("producer: %w", err)
-	case e.State == taskindex.Dead || e.State == taskindex.Completed || e.State == taskindex.Cancelled:
-		return located{entry: e, stamp: stamp, state: e.State}, nil
-	}
-	// The previous place first: if it is still there, the move the entry announces has
-	// not happened (or its process died before finishing it), and the state is the one
-	// before.
-	for i, c := range []struct {
-		state taskindex.State
-		at    taskindex.Loc
-	}{{e.PrevState, e.Prev}, {e.State, e.Row}} {
-		if c.at.Key == "" {
-			continue
-		}
-		r, ok, err := p.readRow(ctx, c.at)
-		if err != nil {
-			return located{}, err
-		}
-		if !ok {
-			continue
-		}
-		l := located{entry: e, stamp: stamp, state: c.state, row: r}
-		if i == 0 && e.Row.Key != "" {
-			stray, ok, err := p.readRow(ctx, e.Row)
-			if err != nil {
-				return located{}, err
-			}
-			if ok {
-				l.stray = &stray
-			}
-		}
-		return l, nil
-	}
-	return located{}, fmt.Errorf("%w: %s", shardq.ErrTaskNotFound, id)
-}
-
-// home finds a task that has not moved since it was scheduled without a key, and so has
-// no index entry: its row is where its ID puts it, in a queue whose hint the ID carries.
-func (p *Producer) home(ctx context.Context, id uuid.UUID) (located, error) {
-	names, err := p.queuesHinted(ctx, shard.QueueHint(id))
-	if err != nil {
-		return located{}, err
-	}
-	for _, name := range names {
-		q, err := p.queue(ctx, name)
-		if err != nil {
-			return located{}, err
-		}
-		lay := q.Layout()
-		key := lay.Key(lay.Bucket(shard.IDTime(id)), lay.ShardFor(id))
-		r, ok, err := p.store.Tasks().Find(ctx, key, allPriorities, gocql.UUID(id))
-		if err != nil {
-			return located{}, fmt.Errorf("producer: reading %s: %w", key, err)
-		}
-		if ok && r.TaskID == gocql.UUID(id) {
-			e := taskindex.Entry{TaskID: id, Queue: name, State: taskindex.Scheduled, Row: loc(r), DueAt: r.DueAt}
-			return located{entry: e, stamp: taskindex.Stamp(id, 0, 0), state: taskindex.Scheduled, row: r}, nil
-		}
-	}
-	return located{}, fmt.Errorf("%w: %s", shardq.ErrTaskNotFound, id)
-}
-
-var allPriorities = func() []int8 {
-	var ps []int8
-	for p := shardq.MinPriority; p <= shardq.MaxPriority; p++ {
-		ps = append(ps, int8(p))
-	}
-	return ps
-}()
-
-// queuesHinted returns the queues whose task IDs carry hint, reading the queue names
-// again when none does (a queue made since).
-func (p *Producer) queuesHinted(ctx context.Context, hint uint16) ([]string, error) {
-	p.hintsMu.Lock()
-	defer p.hintsMu.Unlock()
-	if names, ok := p.hints[hint]; ok {
-		return names, nil
-	}
-	names, err := p.store.Queues().Names(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("producer: listing queues: %w", err)
-	}
-	hints := map[uint16][]string{}
-	for _, name := range names {
-		h := shard.HintOf(name)
-		hints[h] = append(hints[h], name)
-	}
-	p.hints = hints
-	return hints[hint], nil
-}
-
-func (p *Producer) readRow(ctx context.Context, at taskindex.Loc) (taskrow.Row, bool, error) {
-	r, ok, err := p.store.Tasks().Read(ctx, at.Key, at.Priority, at.ID)
-	if err != nil {
-		return taskrow.Row{}, false, fmt.Errorf("producer: reading %s: %w", at.Key, err)
-	}
-	return r, ok, nil
-}
-
-// Get reports the state of task id, or returns shardq.ErrTaskNotFound. A task scheduled
-// by a call that returned reports TaskScheduled (or a later state); an acked one reports
-// TaskCompleted within its queue's CompletedRetention, else it is not found.
-//
-// The state may lag a crash by one step: a consumer that dies between leasing a task and
-// recording the lease leaves the task reported as pending until its lease would have
-// ended, and one that dies between acking and recording the ack leaves it not found
-// rather than completed.
-func (p *Producer) Get(ctx context.Context, id uuid.UUID) (*shardq.TaskInfo, error) {
-	l, err := p.locate(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	switch l.state {
-	case taskindex.Cancelled:
-		return nil, fmt.Errorf("%w: %s was cancelled", shardq.ErrTaskNotFound, id)
-	case taskindex.Completed:
-		// Kept at least taskindex.Finished for key claims; reported for the retention.
-		q, err := p.queue(ctx, l.entry.Queue)
-		if err != nil {
-			return nil, err
-		}
-		if !p.cfg.Clock.Now().Before(l.entry.DoneAt.Add(q.CompletedRetention)) {
-			return nil, fmt.Errorf("%w: %s completed", shardq.ErrTaskNotFound, id)
-		}
-	}
-	return p.info(l), nil
-}
-
-func (p *Producer) info(l located) *shardq.TaskInfo {
-	e := l.entry
-	info := &shardq.TaskInfo{ID: e.TaskID, Queue: e.Queue, Key: e.Key, DueAt: e.DueAt, Attempt: e.Attempt, Token: e.Token}
-	switch l.state {
-	case taskindex.Dead, taskindex.Completed, taskindex.Cancelled:
-		info.State = shardq.TaskDead
-		if l.state != taskindex.Dead {
-			info.State = shardq.TaskCompleted
-		}
-		info.LastError, info.FinishedAt = e.Error, e.DoneAt
-		return info
-	}
-	r := l.row
-	info.Priority, info.Attempt, info.Token, info.Payload, info.DueAt = int(r.Priority), r.Attempt, r.Token, r.Payload, r.DueAt
-	visible := shard.IDTime(uuid.UUID(r.ID))
-	info.Timeout, info.VisibleAt, info.PartitionKey = r.Timeout, visible, r.Key
-	switch {
-	case l.state == taskindex.Scheduled:
-		info.State = shardq.TaskScheduled
-	case l.state == taskindex.InFlight && visible.After(p.cfg.Clock.Now()):
-		info.State, info.Deadline = shardq.TaskInFlight, visible
-	default:
-		// Retried, or its lease ran out: due again when its row becomes visible.
-		info.State, info.DueAt = shardq.TaskRetrying, visible
-	}
-	return info
-}
-
-// GetByKey reports the state of the task that holds key in queue, as Get.
-func (p *Producer) GetByKey(ctx context.Context, queue, key string) (*shardq.TaskInfo, error) {
-	id, err := p.keyHolder(ctx, queue, key)
-	if err != nil {
-		return nil, err
-	}
-	return p.Get(ctx, id)
-}
-
 // CancelOptions tunes Cancel.
 type CancelOptions struct {
 	// AfterLease cancels a task in flight too: its current delivery runs on, but it is
@@ -251,29 +58,29 @@ type CancelOptions struct {
 func (p *Producer) Cancel(ctx context.Context, id uuid.UUID, opts CancelOptions) error {
 	var unsettled error
 	for range maxMoves {
-		l, err := p.locate(ctx, id)
+		l, err := p.tasks.Locate(ctx, id)
 		switch {
 		case errors.Is(err, shardq.ErrTaskNotFound) && unsettled != nil:
 			return nil // our removal applied after all, or the task's holder acked it meanwhile
 		case err != nil:
 			return err
-		case l.state == taskindex.Dead || l.state == taskindex.Completed || l.state == taskindex.Cancelled:
+		case l.State == taskindex.Dead || l.State == taskindex.Completed || l.State == taskindex.Cancelled:
 			return fmt.Errorf("%w: %s is done", shardq.ErrTaskNotFound, id)
 		}
-		if info := p.info(l); info.State == shardq.TaskInFlight && !opts.AfterLease {
+		if info := p.tasks.Info(l); info.State == shardq.TaskInFlight && !opts.AfterLease {
 			return &shardq.TaskInFlightError{ID: id, Token: info.Token, Deadline: info.Deadline}
 		}
-		q, err := p.queue(ctx, l.entry.Queue)
+		q, err := p.queue(ctx, l.Entry.Queue)
 		if err != nil {
 			return err
 		}
-		if l.stray != nil && !l.leaseMove() {
+		if l.Stray != nil && !l.LeaseMove() {
 			if err := p.dropStray(ctx, q, l); err != nil {
 				return fmt.Errorf("producer: cancelling %s: %w", id, err)
 			}
 			continue // look again, without it
 		}
-		removed, err := p.remove(ctx, q, l.row, l.stray)
+		removed, err := p.remove(ctx, q, l.Row, l.Stray)
 		switch {
 		case errors.Is(err, lwt.ErrOutcomeUnknown):
 			unsettled = err
@@ -284,10 +91,10 @@ func (p *Producer) Cancel(ctx context.Context, id uuid.UUID, opts CancelOptions)
 			continue // it moved under us: look again
 		}
 		// A cancelled task is not found; only its key's next claimer needs to see it ended.
-		done := taskindex.Write{Entry: taskindex.Entry{TaskID: id, Queue: l.entry.Queue, State: taskindex.Cancelled,
-			DueAt: l.row.DueAt, Attempt: l.row.Attempt, Token: l.row.Token, DoneAt: p.cfg.Clock.Now()},
-			Stamp: taskindex.Stamp(id, l.row.Token, taskindex.Final), TTL: taskindex.Finished,
-			Replace: l.row.Keyed, Delete: !l.row.Keyed}
+		done := taskindex.Write{Entry: taskindex.Entry{TaskID: id, Queue: l.Entry.Queue, State: taskindex.Cancelled,
+			DueAt: l.Row.DueAt, Attempt: l.Row.Attempt, Token: l.Row.Token, DoneAt: p.cfg.Clock.Now()},
+			Stamp: taskindex.Stamp(id, l.Row.Token, taskindex.Final), TTL: taskindex.Finished,
+			Replace: l.Row.Keyed, Delete: !l.Row.Keyed}
 		if _, err := p.store.Index().Write(ctx, []taskindex.Write{done}, 1); err != nil {
 			// The row is gone, so readers find the entry's rows gone: not found.
 			p.cfg.Logger.WarnContext(ctx, "recording a cancel in the index", "task_id", id, "error", err)
@@ -302,7 +109,7 @@ func (p *Producer) Cancel(ctx context.Context, id uuid.UUID, opts CancelOptions)
 
 // CancelByKey cancels the task that holds key in queue, as Cancel.
 func (p *Producer) CancelByKey(ctx context.Context, queue, key string, opts CancelOptions) error {
-	id, err := p.keyHolder(ctx, queue, key)
+	id, err := p.tasks.KeyHolder(ctx, queue, key)
 	if err != nil {
 		return err
 	}
@@ -331,24 +138,24 @@ func (p *Producer) Reschedule(ctx context.Context, id uuid.UUID, opts Reschedule
 		return shardq.Invalid("opts.DueAt", "%v is outside [%v, %v]", opts.DueAt, shard.MinIDTime.UTC(), shard.MaxIDTime)
 	}
 	for range maxMoves {
-		l, err := p.locate(ctx, id)
+		l, err := p.tasks.Locate(ctx, id)
 		if err != nil {
 			return err
 		}
-		if l.state == taskindex.Dead || l.state == taskindex.Completed || l.state == taskindex.Cancelled {
+		if l.State == taskindex.Dead || l.State == taskindex.Completed || l.State == taskindex.Cancelled {
 			return fmt.Errorf("%w: %s is done", shardq.ErrTaskNotFound, id)
 		}
-		info := p.info(l)
+		info := p.tasks.Info(l)
 		if info.State == shardq.TaskInFlight {
 			return &shardq.TaskInFlightError{ID: id, Token: info.Token, Deadline: info.Deadline}
 		}
-		q, err := p.queue(ctx, l.entry.Queue)
+		q, err := p.queue(ctx, l.Entry.Queue)
 		if err != nil {
 			return err
 		}
 		// Before the index entry of the move stops naming it. A lease move's marker goes
 		// with the move instead: a crash in between leaves it, a duplicate.
-		if l.stray != nil && !l.leaseMove() {
+		if l.Stray != nil && !l.LeaseMove() {
 			if err := p.dropStray(ctx, q, l); err != nil {
 				return fmt.Errorf("producer: rescheduling %s: %w", id, err)
 			}
@@ -358,17 +165,17 @@ func (p *Producer) Reschedule(ctx context.Context, id uuid.UUID, opts Reschedule
 		// again once they are held.
 		now := p.cfg.Clock.Now()
 		next, place := p.rescheduled(q, l, info, opts, now)
-		if l.row.Keyed && l.entry.Key != "" {
+		if l.Row.Keyed && l.Entry.Key != "" {
 			// Before the move: a claim longer than needed is harmless, one shorter lets a
 			// second task take the key while this one still waits.
-			err := p.keepClaim(ctx, q.Name, l.entry.Key, id, taskindex.TTL(now, place))
+			err := p.keepClaim(ctx, q.Name, l.Entry.Key, id, taskindex.TTL(now, place))
 			var dup *DuplicateError
 			switch {
 			case errors.As(err, &dup):
 				// Another live task took the key after this one's claim ran out (as claims
 				// of earlier versions could): there is no claim of ours left to keep.
 				p.cfg.Logger.WarnContext(ctx, "rescheduling a task whose key another task holds",
-					"task_id", id, "key", l.entry.Key, "holder", dup.ExistingID)
+					"task_id", id, "key", l.Entry.Key, "holder", dup.ExistingID)
 			case err != nil:
 				return fmt.Errorf("producer: rescheduling %s: %w", id, err)
 			}
@@ -386,7 +193,7 @@ func (p *Producer) Reschedule(ctx context.Context, id uuid.UUID, opts Reschedule
 
 // RescheduleByKey reschedules the task that holds key in queue, as Reschedule.
 func (p *Producer) RescheduleByKey(ctx context.Context, queue, key string, opts RescheduleOptions) error {
-	id, err := p.keyHolder(ctx, queue, key)
+	id, err := p.tasks.KeyHolder(ctx, queue, key)
 	if err != nil {
 		return err
 	}
@@ -395,13 +202,13 @@ func (p *Producer) RescheduleByKey(ctx context.Context, queue, key string, opts 
 
 // rescheduled is the row the task of l moves to when rescheduled by opts at now, and
 // the time it becomes visible.
-func (p *Producer) rescheduled(q shardq.QueueConfig, l located, info *shardq.TaskInfo, opts RescheduleOptions, now time.Time) (taskrow.Row, time.Time) {
-	next := l.row
+func (p *Producer) rescheduled(q shardq.QueueConfig, l tasklookup.Found, info *shardq.TaskInfo, opts RescheduleOptions, now time.Time) (taskrow.Row, time.Time) {
+	next := l.Row
 	due := opts.DueAt
 	if due.IsZero() {
 		due = info.DueAt
 	}
-	if l.state == taskindex.Scheduled {
+	if l.State == taskindex.Scheduled {
 		next.DueAt = due // a retrying row keeps the due time first asked for
 	}
 	if opts.Priority != nil {
@@ -414,16 +221,16 @@ func (p *Producer) rescheduled(q shardq.QueueConfig, l located, info *shardq.Tas
 	next.ID = gocql.UUID(shard.NewID(place))
 	lay := q.Layout()
 	next.Key = lay.Key(lay.Bucket(place), lay.ShardFor(uuid.UUID(next.TaskID)))
-	next.Retrying = l.state != taskindex.Scheduled // a lapsed lease is pending again too
+	next.Retrying = l.State != taskindex.Scheduled // a lapsed lease is pending again too
 	return next, place
 }
 
 // reschedule moves the task of l as opts say into partition dst, under the locks of
-// its partition and dst, taking along l.stray, a lease move's new marker when there is
+// its partition and dst, taking along l.Stray, a lease move's new marker when there is
 // one (see swap). It reports false when the task moved under it, or when the time the
 // lock wait took sends it to another partition than dst: the caller looks again.
-func (p *Producer) reschedule(ctx context.Context, q shardq.QueueConfig, l located, info *shardq.TaskInfo, opts RescheduleOptions, dst string) (bool, error) {
-	m, err := p.lockMove(ctx, q, l.row.Key, dst, l.stray)
+func (p *Producer) reschedule(ctx context.Context, q shardq.QueueConfig, l tasklookup.Found, info *shardq.TaskInfo, opts RescheduleOptions, dst string) (bool, error) {
+	m, err := p.lockMove(ctx, q, l.Row.Key, dst, l.Stray)
 	if err != nil {
 		return false, err
 	}
@@ -435,24 +242,24 @@ func (p *Producer) reschedule(ctx context.Context, q shardq.QueueConfig, l locat
 	if next.Key != dst {
 		return false, nil
 	}
-	state := l.state
+	state := l.State
 	if state == taskindex.InFlight {
 		state = taskindex.Retrying // its lease ran out: pending again
 	}
 	entry := taskindex.Entry{TaskID: info.ID, Queue: q.Name, State: state, Row: loc(next), PrevState: state,
-		Prev: loc(l.row), DueAt: next.DueAt, Attempt: next.Attempt, Token: next.Token}
+		Prev: loc(l.Row), DueAt: next.DueAt, Attempt: next.Attempt, Token: next.Token}
 	ttl := taskindex.TTL(now, place)
-	if _, err := p.store.Index().Write(ctx, []taskindex.Write{{Entry: entry, Stamp: l.stamp + 1, TTL: ttl}}, 1); err != nil {
+	if _, err := p.store.Index().Write(ctx, []taskindex.Write{{Entry: entry, Stamp: l.Stamp + 1, TTL: ttl}}, 1); err != nil {
 		return false, err
 	}
-	moved, err := p.swap(ctx, m, l.row, &next, l.stray)
+	moved, err := p.swap(ctx, m, l.Row, &next, l.Stray)
 	if err != nil || !moved {
 		return false, err
 	}
 	// Confirm the move, so that a racing call's entry (same timestamp, lost move)
 	// cannot stand.
 	entry.Prev, entry.PrevState = taskindex.Loc{}, 0
-	if _, err := p.store.Index().Write(ctx, []taskindex.Write{{Entry: entry, Stamp: l.stamp + 2, TTL: ttl}}, 1); err != nil {
+	if _, err := p.store.Index().Write(ctx, []taskindex.Write{{Entry: entry, Stamp: l.Stamp + 2, TTL: ttl}}, 1); err != nil {
 		p.cfg.Logger.WarnContext(ctx, "confirming a reschedule in the index", "task_id", info.ID, "error", err)
 	}
 	var touches signal.Touches
@@ -553,7 +360,7 @@ func (p *Producer) releaseLock(ctx context.Context, lk *locking.Lock) {
 // while to exists beside from, so no consumer can take both. The batch releases m's
 // source lock.
 //
-// stray, when given, is the new marker of a lease move out of from (located.leaseMove)
+// stray, when given, is the new marker of a lease move out of from (tasklookup.Found.LeaseMove)
 // whose holder has not deleted from: it died, or it is slow. Its delete of from is not
 // fenced by any lock, so deleting stray first could leave a live holder's task nowhere.
 // Once our batch has deleted from, that delete cannot apply (a live holder drops stray
@@ -731,13 +538,5 @@ func (b *backoff) wait(ctx context.Context) error {
 	case <-time.After(b.next/2 + rand.N(b.next/2+1)):
 	}
 	b.next = min(2*b.next, 200*time.Millisecond)
-	return nil
-}
-
-// checkID rejects what cannot be a task or dead letter ID: those are version 1 UUIDs.
-func checkID(field string, id uuid.UUID) error {
-	if id.Version() != 1 {
-		return shardq.Invalid(field, "%s is not a task ID (a version 1 UUID)", id)
-	}
 	return nil
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/shardq/shardq/internal/signal"
 	"github.com/shardq/shardq/internal/store"
 	"github.com/shardq/shardq/internal/taskindex"
+	"github.com/shardq/shardq/internal/tasklookup"
 	"github.com/shardq/shardq/internal/taskrow"
 	"github.com/shardq/shardq/shard"
 )
@@ -88,10 +89,9 @@ type Producer struct {
 	writes  *combine.Writer[store.Mutation]
 	cluster *clustertime.Clock
 
-	afterWrite func(error) error // tests only: what a task batch's write returned, and what to make of it
+	tasks *tasklookup.Finder // finds the tasks Cancel and Reschedule move, and holders of keys
 
-	hintsMu sync.Mutex
-	hints   map[uint16][]string // shard.QueueHint -> queue names, as last read
+	afterWrite func(error) error // tests only: what a task batch's write returned, and what to make of it
 }
 
 // New returns a Producer writing through session, whose keyspace holds shardq's tables.
@@ -117,6 +117,7 @@ func New(session *gocql.Session, cfg Config) (*Producer, error) {
 		cfg.Clock = cluster
 	}
 	return &Producer{session: session, cfg: cfg, state: st, store: st.Store, signals: st.Signals,
+		tasks:  tasklookup.New(st.Store, cfg.Clock, st.Queue),
 		writes: combine.New(st.Store.Tasks().Write, taskrow.MaxBatchRows, taskrow.MaxBatchBytes), cluster: cluster}, nil
 }
 
@@ -186,7 +187,7 @@ func (p *Producer) ScheduleTasks(ctx context.Context, tasks []Task) ([]uuid.UUID
 	defer cancel()
 	now = p.placeKeyedAgain(queues, tasks, rows, late, now)
 
-	// A task without a key is found at its first place by its ID (see home): only keyed
+	// A task without a key is found at its first place by its ID (see internal/tasklookup): only keyed
 	// tasks need an index entry before their first move, to find them by key.
 	var index []taskindex.Write
 	var indexed []int
@@ -237,7 +238,7 @@ func (p *Producer) ScheduleTasks(ctx context.Context, tasks []Task) ([]uuid.UUID
 	// its cell is read only when the ring comes back to it, or never once floors pass it.
 	p.wake(ctx, tasks, rows, queues)
 	if err = errors.Join(err, indexErr); err != nil {
-		// A task whose index entry failed is written but could not be found by Get:
+		// A task whose index entry failed is written but could not be found by ID:
 		// reported like one whose write failed.
 		perr := &PartialError{Err: err}
 		seen := map[int]bool{}

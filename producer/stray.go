@@ -6,36 +6,37 @@ import (
 
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/internal/lwt"
+	"github.com/shardq/shardq/internal/tasklookup"
 	"github.com/shardq/shardq/internal/taskrow"
 )
 
-// dropStray deletes l.stray, a row written ahead of a move out of l.row (a consumer's
+// dropStray deletes l.Stray, a row written ahead of a move out of l.Row (a consumer's
 // timeout marker, or a Reschedule's new row) whose conditional step did not apply: its
 // process died, or its outcome stayed unknown. Left alone, it would deliver the task at
 // its time after a Cancel, or beside the row a Reschedule moves.
 //
-// Both kinds of move apply only under the lock of l.row's partition, and delete l.row
-// when they do. So while we hold that lock and l.row is still there, the move never
+// Both kinds of move apply only under the lock of l.Row's partition, and delete l.Row
+// when they do. So while we hold that lock and l.Row is still there, the move never
 // applied and never will, and the stray is not the task. The stray's partition is locked
 // too, so no consumer takes it meanwhile. Deleting it first keeps every step safe: a
-// crash after it leaves the task pending at l.row, and the caller's own move follows.
+// crash after it leaves the task pending at l.Row, and the caller's own move follows.
 // A stray that is gone already was deleted by its writer or taken by a consumer when it
 // came due; the caller looks again either way.
-func (p *Producer) dropStray(ctx context.Context, q shardq.QueueConfig, l located) error {
-	m, err := p.lockMove(ctx, q, l.row.Key, l.stray.Key, nil)
+func (p *Producer) dropStray(ctx context.Context, q shardq.QueueConfig, l tasklookup.Found) error {
+	m, err := p.lockMove(ctx, q, l.Row.Key, l.Stray.Key, nil)
 	if err != nil {
 		return err
 	}
 	defer m.release(ctx)
 	// At SERIAL, so a move that applied before we took the lock is seen.
-	there, err := p.store.Tasks().Exists(ctx, l.row)
+	there, err := p.store.Tasks().Exists(ctx, l.Row)
 	switch {
 	case err != nil:
-		return fmt.Errorf("reading %s: %w", l.row.Key, err)
+		return fmt.Errorf("reading %s: %w", l.Row.Key, err)
 	case !there:
 		return nil // the move applied after all: the "stray" is the task
 	}
-	return p.deleteStray(ctx, *l.stray)
+	return p.deleteStray(ctx, *l.Stray)
 }
 
 // deleteStray deletes the stray row r of a move that did not apply and never will, while

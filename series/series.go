@@ -24,6 +24,7 @@ import (
 	"github.com/shardq/shardq"
 	iseries "github.com/shardq/shardq/internal/series"
 	"github.com/shardq/shardq/internal/sessionstate"
+	"github.com/shardq/shardq/internal/tasklookup"
 	"github.com/shardq/shardq/producer"
 	"github.com/shardq/shardq/shard"
 )
@@ -137,6 +138,7 @@ type Config struct {
 type Client struct {
 	env      *iseries.Env
 	producer *producer.Producer
+	tasks    *tasklookup.Finder // tells the keeper whether an occurrence is outstanding
 	session  *gocql.Session
 	state    *sessionstate.State
 }
@@ -158,7 +160,7 @@ func New(session *gocql.Session, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{session: session, producer: p, state: st,
+	return &Client{session: session, producer: p, state: st, tasks: tasklookup.New(st.Store, cfg.Clock, st.Queue),
 		env: &iseries.Env{Store: st.Store.Series(), Tasks: st.Store.Tasks(), Clock: cfg.Clock, Cluster: cluster, Log: cfg.Logger, Signals: st.Signals, Bus: st.Bus}}, nil
 }
 
@@ -363,7 +365,7 @@ func (c *Client) Keep(ctx context.Context, queue string) error {
 		return err
 	}
 	return c.env.Keep(ctx, q, func(ctx context.Context, id uuid.UUID) (iseries.Status, error) {
-		t, err := c.producer.Get(ctx, id)
+		t, err := c.tasks.Get(ctx, id)
 		switch {
 		case errors.Is(err, shardq.ErrTaskNotFound):
 			return iseries.Gone, nil

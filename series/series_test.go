@@ -12,6 +12,7 @@ import (
 
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/consumer"
+	"github.com/shardq/shardq/inspect"
 	"github.com/shardq/shardq/internal/cassandratest"
 	iseries "github.com/shardq/shardq/internal/series"
 	"github.com/shardq/shardq/internal/testclock"
@@ -28,6 +29,7 @@ type env struct {
 	clock *testclock.Clock
 	c     *series.Client
 	p     *producer.Producer
+	insp  *inspect.Inspector // looks occurrences up
 }
 
 // newEnv gives a test its keyspace and a queue whose lap is short, so a consumer made
@@ -46,7 +48,9 @@ func newEnv(t *testing.T, start time.Time) *env {
 	require.NoError(t, err)
 	p, err := producer.New(s, producer.Config{Clock: clock})
 	require.NoError(t, err)
-	return &env{t: t, ks: ks, s: s, q: q, clock: clock, c: c, p: p}
+	insp, err := inspect.New(s, inspect.Config{Clock: clock})
+	require.NoError(t, err)
+	return &env{t: t, ks: ks, s: s, q: q, clock: clock, c: c, p: p, insp: insp}
 }
 
 // next moves the clock to the series' outstanding occurrence, takes it with a fresh
@@ -99,7 +103,7 @@ func TestCreateIsIdempotent(t *testing.T) {
 	require.ErrorIs(t, err, series.ErrExists)
 	require.Equal(t, time.Hour, conflict.Existing.Every)
 
-	task, err := e.p.Get(ctx, first.NextID)
+	task, err := e.insp.Task(ctx, first.NextID)
 	require.NoError(t, err)
 	require.Equal(t, shardq.TaskScheduled, task.State)
 
@@ -247,7 +251,7 @@ func TestPauseResumeUpdateDelete(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, in.Paused)
 	require.Equal(t, uuid.Nil, in.NextID)
-	_, err = e.p.Get(ctx, pending)
+	_, err = e.insp.Task(ctx, pending)
 	require.ErrorIs(t, err, shardq.ErrTaskNotFound, "the pending occurrence was cancelled")
 
 	e.clock.Add(5 * time.Minute)
@@ -261,7 +265,7 @@ func TestPauseResumeUpdateDelete(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, start.Add(time.Hour), updated.NextAt.UTC())
 	require.NotEqual(t, in.NextID, updated.NextID)
-	_, err = e.p.Get(ctx, in.NextID)
+	_, err = e.insp.Task(ctx, in.NextID)
 	require.ErrorIs(t, err, shardq.ErrTaskNotFound, "the replaced occurrence was cancelled")
 	require.Equal(t, updated.Occurrences, in.Occurrences, "the replacement keeps its number")
 	got := e.next("p")
@@ -272,7 +276,7 @@ func TestPauseResumeUpdateDelete(t *testing.T) {
 	require.NoError(t, e.c.Delete(ctx, e.q.Name, "p"))
 	_, err = e.c.Get(ctx, e.q.Name, "p")
 	require.ErrorIs(t, err, series.ErrNotFound)
-	_, err = e.p.Get(ctx, in.NextID)
+	_, err = e.insp.Task(ctx, in.NextID)
 	require.ErrorIs(t, err, shardq.ErrTaskNotFound)
 	list, err := e.c.List(ctx, e.q.Name)
 	require.NoError(t, err)
@@ -326,12 +330,12 @@ func TestKeeperWritesLostOccurrence(t *testing.T) {
 		gocql.UUID(lost), e.q.Name, "w").Exec())
 
 	require.NoError(t, e.c.Keep(ctx, e.q.Name))
-	_, err = e.p.Get(ctx, lost)
+	_, err = e.insp.Task(ctx, lost)
 	require.ErrorIs(t, err, shardq.ErrTaskNotFound, "written only once its scheduler had time to write it")
 	e.clock.Add(iseries.RepairAfter)
 	require.NoError(t, e.c.Keep(ctx, e.q.Name))
 	require.NoError(t, e.c.Keep(ctx, e.q.Name))
-	task, err := e.p.Get(ctx, lost)
+	task, err := e.insp.Task(ctx, lost)
 	require.NoError(t, err)
 	require.Equal(t, shardq.TaskScheduled, task.State)
 	got := e.next("w")

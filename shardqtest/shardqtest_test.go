@@ -35,7 +35,7 @@ func TestNewTaskIsAFirstDelivery(t *testing.T) {
 	require.Equal(t, shardq.DefaultTimeout, task.Timeout)
 	require.WithinRange(t, task.DueAt, before.Truncate(time.Millisecond), after)
 	require.WithinRange(t, task.Deadline, before.Add(shardq.DefaultTimeout), after.Add(shardq.DefaultTimeout))
-	// IDs carry their queue's hint, as a producer's do, so Get finds the queue.
+	// IDs carry their queue's hint, as a producer's do, so a lookup by ID finds the queue.
 	require.Equal(t, shard.HintOf("emails"), shard.QueueHint(task.ID))
 	require.NotEqual(t, task.ID, shardqtest.NewTask("emails", nil).ID)
 }

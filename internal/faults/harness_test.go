@@ -291,8 +291,10 @@ func (e *env) wait(n int, done bool, within time.Duration) {
 	if missing == nil {
 		return
 	}
+	in, err := inspect.New(e.session, inspect.Config{})
+	require.NoError(e.t, err)
 	for _, id := range missing {
-		info, err := e.p.Get(context.Background(), id)
+		info, err := in.Task(context.Background(), id)
 		if err != nil {
 			e.t.Logf("task %s: %v", id, err)
 			continue

@@ -1,0 +1,261 @@
+// Package tasklookup finds a task by its ID or unique key: the row its index entry names,
+// confirmed against the tasks table (or, for a task that never moved and has no key, the
+// row its ID names), and the state that makes it. The inspector reports what it finds;
+// the producer's Cancel and Reschedule and its key claims act on it; the series keeper
+// asks whether an occurrence is still outstanding.
+package tasklookup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/gocql/gocql"
+	"github.com/google/uuid"
+
+	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/internal/store"
+	"github.com/shardq/shardq/internal/taskindex"
+	"github.com/shardq/shardq/internal/taskrow"
+	"github.com/shardq/shardq/shard"
+)
+
+// Finder looks tasks up in one keyspace. It is safe for concurrent use.
+type Finder struct {
+	store store.Store
+	clock shardq.Clock // tells a lease still running from one ended, and a completion's age
+	queue func(ctx context.Context, name string) (shardq.QueueConfig, error)
+
+	hintsMu sync.Mutex
+	hints   map[uint16][]string // shard.QueueHint -> queue names, as last read
+}
+
+// New returns a Finder reading st, telling time by clock and reading queues' settings
+// through queue.
+func New(st store.Store, clock shardq.Clock, queue func(ctx context.Context, name string) (shardq.QueueConfig, error)) *Finder {
+	return &Finder{store: st, clock: clock, queue: queue}
+}
+
+// Found is where a task is: its index entry, confirmed against the tasks table.
+type Found struct {
+	Entry taskindex.Entry
+	Stamp int64           // the entry's write timestamp
+	State taskindex.State // the state of the row found, or the entry's final state
+	Row   taskrow.Row     // the task's row, for the pending and in-flight states
+	// Stray is the row the entry names as the task's next place, found beside Row: a
+	// consumer's swap or a Reschedule wrote it ahead of a move out of Row that never
+	// applied (the producer drops it), or a holder's lease move ahead of its delete of
+	// Row, which may still apply (see LeaseMove).
+	Stray *taskrow.Row
+}
+
+// LeaseMove reports whether f.Stray is the new marker of a lease move (Extend or Retry):
+// its holder deletes f.Row with a lightweight transaction that no lock fences, so the
+// move may still apply, and f.Stray must outlive f.Row.
+func (f Found) LeaseMove() bool {
+	return f.Stray != nil && f.Entry.PrevState == taskindex.InFlight
+}
+
+// Locate finds task id: the row its index entry names now, or, when that move has not
+// happened (or a crash cut it short), the row it names as the previous place.
+func (fi *Finder) Locate(ctx context.Context, id uuid.UUID) (Found, error) {
+	if err := CheckID("id", id); err != nil {
+		return Found{}, err
+	}
+	e, stamp, err := fi.store.Index().Read(ctx, id)
+	switch {
+	case errors.Is(err, taskindex.ErrNotFound):
+		return fi.home(ctx, id)
+	case err != nil:
+		return Found{}, fmt.Errorf("tasklookup: %w", err)
+	case e.State == taskindex.Dead || e.State == taskindex.Completed || e.State == taskindex.Cancelled:
+		return Found{Entry: e, Stamp: stamp, State: e.State}, nil
+	}
+	// The previous place first: if it is still there, the move the entry announces has
+	// not happened (or its process died before finishing it), and the state is the one
+	// before.
+	for i, c := range []struct {
+		state taskindex.State
+		at    taskindex.Loc
+	}{{e.PrevState, e.Prev}, {e.State, e.Row}} {
+		if c.at.Key == "" {
+			continue
+		}
+		r, ok, err := fi.readRow(ctx, c.at)
+		if err != nil {
+			return Found{}, err
+		}
+		if !ok {
+			continue
+		}
+		f := Found{Entry: e, Stamp: stamp, State: c.state, Row: r}
+		if i == 0 && e.Row.Key != "" {
+			stray, ok, err := fi.readRow(ctx, e.Row)
+			if err != nil {
+				return Found{}, err
+			}
+			if ok {
+				f.Stray = &stray
+			}
+		}
+		return f, nil
+	}
+	return Found{}, fmt.Errorf("%w: %s", shardq.ErrTaskNotFound, id)
+}
+
+// home finds a task that has not moved since it was scheduled without a key, and so has
+// no index entry: its row is where its ID puts it, in a queue whose hint the ID carries.
+func (fi *Finder) home(ctx context.Context, id uuid.UUID) (Found, error) {
+	names, err := fi.queuesHinted(ctx, shard.QueueHint(id))
+	if err != nil {
+		return Found{}, err
+	}
+	for _, name := range names {
+		q, err := fi.queue(ctx, name)
+		if err != nil {
+			return Found{}, err
+		}
+		lay := q.Layout()
+		key := lay.Key(lay.Bucket(shard.IDTime(id)), lay.ShardFor(id))
+		r, ok, err := fi.store.Tasks().Find(ctx, key, allPriorities, gocql.UUID(id))
+		if err != nil {
+			return Found{}, fmt.Errorf("tasklookup: reading %s: %w", key, err)
+		}
+		if ok && r.TaskID == gocql.UUID(id) {
+			e := taskindex.Entry{TaskID: id, Queue: name, State: taskindex.Scheduled,
+				Row: taskindex.Loc{Key: r.Key, Priority: r.Priority, ID: r.ID}, DueAt: r.DueAt}
+			return Found{Entry: e, Stamp: taskindex.Stamp(id, 0, 0), State: taskindex.Scheduled, Row: r}, nil
+		}
+	}
+	return Found{}, fmt.Errorf("%w: %s", shardq.ErrTaskNotFound, id)
+}
+
+var allPriorities = func() []int8 {
+	var ps []int8
+	for p := shardq.MinPriority; p <= shardq.MaxPriority; p++ {
+		ps = append(ps, int8(p))
+	}
+	return ps
+}()
+
+// queuesHinted returns the queues whose task IDs carry hint, reading the queue names
+// again when none does (a queue made since).
+func (fi *Finder) queuesHinted(ctx context.Context, hint uint16) ([]string, error) {
+	fi.hintsMu.Lock()
+	defer fi.hintsMu.Unlock()
+	if names, ok := fi.hints[hint]; ok {
+		return names, nil
+	}
+	names, err := fi.store.Queues().Names(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("tasklookup: listing queues: %w", err)
+	}
+	hints := map[uint16][]string{}
+	for _, name := range names {
+		h := shard.HintOf(name)
+		hints[h] = append(hints[h], name)
+	}
+	fi.hints = hints
+	return hints[hint], nil
+}
+
+func (fi *Finder) readRow(ctx context.Context, at taskindex.Loc) (taskrow.Row, bool, error) {
+	r, ok, err := fi.store.Tasks().Read(ctx, at.Key, at.Priority, at.ID)
+	if err != nil {
+		return taskrow.Row{}, false, fmt.Errorf("tasklookup: reading %s: %w", at.Key, err)
+	}
+	return r, ok, nil
+}
+
+// Get reports the state of task id, or returns shardq.ErrTaskNotFound. A task scheduled
+// by a call that returned reports TaskScheduled (or a later state); an acked one reports
+// TaskCompleted within its queue's CompletedRetention, else it is not found.
+//
+// The state may lag a crash by one step: a consumer that dies between leasing a task and
+// recording the lease leaves the task reported as pending until its lease would have
+// ended, and one that dies between acking and recording the ack leaves it not found
+// rather than completed.
+func (fi *Finder) Get(ctx context.Context, id uuid.UUID) (*shardq.TaskInfo, error) {
+	f, err := fi.Locate(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	switch f.State {
+	case taskindex.Cancelled:
+		return nil, fmt.Errorf("%w: %s was cancelled", shardq.ErrTaskNotFound, id)
+	case taskindex.Completed:
+		// Kept at least taskindex.Finished for key claims; reported for the retention.
+		q, err := fi.queue(ctx, f.Entry.Queue)
+		if err != nil {
+			return nil, err
+		}
+		if !fi.clock.Now().Before(f.Entry.DoneAt.Add(q.CompletedRetention)) {
+			return nil, fmt.Errorf("%w: %s completed", shardq.ErrTaskNotFound, id)
+		}
+	}
+	return fi.Info(f), nil
+}
+
+// GetByKey reports the state of the task that holds key in queue, as Get.
+func (fi *Finder) GetByKey(ctx context.Context, queue, key string) (*shardq.TaskInfo, error) {
+	id, err := fi.KeyHolder(ctx, queue, key)
+	if err != nil {
+		return nil, err
+	}
+	return fi.Get(ctx, id)
+}
+
+// Info is the task found as f, as Get reports it (whatever the retention of a completed
+// one).
+func (fi *Finder) Info(f Found) *shardq.TaskInfo {
+	e := f.Entry
+	info := &shardq.TaskInfo{ID: e.TaskID, Queue: e.Queue, Key: e.Key, DueAt: e.DueAt, Attempt: e.Attempt, Token: e.Token}
+	switch f.State {
+	case taskindex.Dead, taskindex.Completed, taskindex.Cancelled:
+		info.State = shardq.TaskDead
+		if f.State != taskindex.Dead {
+			info.State = shardq.TaskCompleted
+		}
+		info.LastError, info.FinishedAt = e.Error, e.DoneAt
+		return info
+	}
+	r := f.Row
+	info.Priority, info.Attempt, info.Token, info.Payload, info.DueAt = int(r.Priority), r.Attempt, r.Token, r.Payload, r.DueAt
+	visible := shard.IDTime(uuid.UUID(r.ID))
+	info.Timeout, info.VisibleAt, info.PartitionKey = r.Timeout, visible, r.Key
+	switch {
+	case f.State == taskindex.Scheduled:
+		info.State = shardq.TaskScheduled
+	case f.State == taskindex.InFlight && visible.After(fi.clock.Now()):
+		info.State, info.Deadline = shardq.TaskInFlight, visible
+	default:
+		// Retried, or its lease ran out: due again when its row becomes visible.
+		info.State, info.DueAt = shardq.TaskRetrying, visible
+	}
+	return info
+}
+
+// KeyHolder returns the task that last claimed key in queue.
+func (fi *Finder) KeyHolder(ctx context.Context, queue, key string) (uuid.UUID, error) {
+	c, err := fi.store.Keys().Get(ctx, queue, key, false)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return uuid.Nil, fmt.Errorf("%w: no task holds key %q of queue %q", shardq.ErrTaskNotFound, key, queue)
+	case err != nil:
+		return uuid.Nil, fmt.Errorf("tasklookup: %w", err)
+	case c.Holder == uuid.Nil:
+		// A row whose cells expired before its marker (left by claims of earlier versions).
+		return uuid.Nil, fmt.Errorf("%w: no task holds key %q of queue %q", shardq.ErrTaskNotFound, key, queue)
+	}
+	return c.Holder, nil
+}
+
+// CheckID rejects what cannot be a task or dead letter ID, naming field: those are
+// version 1 UUIDs.
+func CheckID(field string, id uuid.UUID) error {
+	if id.Version() != 1 {
+		return shardq.Invalid(field, "%s is not a task ID (a version 1 UUID)", id)
+	}
+	return nil
+}
