@@ -45,7 +45,7 @@ func (c *Consumer) finishEntry(t *Task, state taskindex.State, cause string) tas
 	case state == taskindex.Dead:
 		w.TTL = deadletters.Retention
 	case c.q.CompletedRetention == 0 && !t.marker.Keyed:
-		// Nothing will ask: Get reports acked tasks only for a retention, and only a
+		// Nothing will ask: the inspector reports acked tasks only for a retention, and only a
 		// keyed task's next claimer needs to see that it ended.
 		w.Replace, w.Delete = false, true
 	default:

@@ -22,6 +22,7 @@ import (
 	"github.com/shardq/shardq/internal/sessionstate"
 	"github.com/shardq/shardq/internal/signal"
 	"github.com/shardq/shardq/internal/store"
+	"github.com/shardq/shardq/internal/taskid"
 	"github.com/shardq/shardq/internal/taskindex"
 	"github.com/shardq/shardq/internal/tasklookup"
 	"github.com/shardq/shardq/internal/taskrow"
@@ -351,7 +352,7 @@ func (p *Producer) row(q shardq.QueueConfig, t Task, now time.Time, name string)
 	if place.Before(now) {
 		place = now
 	}
-	id := shard.NewTaskID(place, q.Name)
+	id := taskid.New(place, q.Name)
 	gid := gocql.UUID(id)
 	return taskrow.Row{
 		Key: l.Key(l.Bucket(place), l.ShardFor(id)), Priority: int8(t.Priority), ID: gid, TaskID: gid,

@@ -15,10 +15,10 @@ import (
 	"github.com/shardq/shardq/inspect"
 	"github.com/shardq/shardq/internal/cassandratest"
 	iseries "github.com/shardq/shardq/internal/series"
+	"github.com/shardq/shardq/internal/taskid"
 	"github.com/shardq/shardq/internal/testclock"
 	"github.com/shardq/shardq/producer"
 	"github.com/shardq/shardq/series"
-	"github.com/shardq/shardq/shard"
 )
 
 type env struct {
@@ -325,7 +325,7 @@ func TestKeeperWritesLostOccurrence(t *testing.T) {
 	// As if the scheduler had died between the series' move and the write: the series
 	// names an occurrence that is nowhere.
 	require.NoError(t, e.p.Cancel(ctx, in.NextID, producer.CancelOptions{}))
-	lost := shard.NewTaskID(in.NextAt, e.q.Name)
+	lost := taskid.New(in.NextAt, e.q.Name)
 	require.NoError(t, e.s.Query(`UPDATE series SET task_id = ?, written = null WHERE queue = ? AND name = ?`,
 		gocql.UUID(lost), e.q.Name, "w").Exec())
 

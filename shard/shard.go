@@ -13,7 +13,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"regexp"
 	"strconv"
 	"strings"
@@ -135,28 +134,6 @@ func NewID(t time.Time) uuid.UUID {
 		panic("shard: crypto/rand failed: " + err.Error())
 	}
 	return uuid.UUID(gocql.TimeUUIDWith(ticks(t), uint32(r[0])<<8|uint32(r[1]), r[2:]))
-}
-
-// NewTaskID is NewID for a task's own ID: its 14-bit clock sequence is QueueHint(queue)
-// instead of random bits (48 random bits remain), so a task ID alone says which queues it
-// may belong to.
-func NewTaskID(t time.Time, queue string) uuid.UUID {
-	var r [6]byte
-	if _, err := rand.Read(r[:]); err != nil {
-		panic("shard: crypto/rand failed: " + err.Error())
-	}
-	return uuid.UUID(gocql.TimeUUIDWith(ticks(t), uint32(HintOf(queue)), r[:]))
-}
-
-// QueueHint returns the 14 bits of a task ID made by NewTaskID that come from its queue's
-// name; tasks of two queues share them with a chance of 1 in 16,384.
-func QueueHint(id uuid.UUID) uint16 { return binary.BigEndian.Uint16(id[8:]) & 0x3fff }
-
-// HintOf is QueueHint of the task IDs of queue.
-func HintOf(queue string) uint16 {
-	h := fnv.New32a()
-	h.Write([]byte(queue))
-	return uint16(h.Sum32() & 0x3fff)
 }
 
 // MinID and MaxID are the smallest and greatest IDs Cassandra orders at time t, for

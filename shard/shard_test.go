@@ -104,22 +104,3 @@ func TestAfter2262(t *testing.T) {
 		require.Equal(t, -1, shard.CompareIDs(shard.NewID(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)), shard.NewID(at)))
 	}
 }
-
-// TestTaskIDCarriesQueueHint: a task ID says its time and its queue's hint, and its
-// concurrency shard still spreads evenly.
-func TestTaskIDCarriesQueueHint(t *testing.T) {
-	at := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
-	l := shard.Layout{Queue: "emails", BucketCount: 10, BucketDuration: time.Second, ShardCount: 8}
-	counts := make([]int, l.ShardCount)
-	for range 8000 {
-		id := shard.NewTaskID(at, "emails")
-		require.Equal(t, uuid.Version(1), id.Version())
-		require.True(t, shard.IDTime(id).Equal(at))
-		require.Equal(t, shard.HintOf("emails"), shard.QueueHint(id))
-		counts[l.ShardFor(id)]++
-	}
-	for s, n := range counts {
-		require.InDelta(t, 1000, n, 150, "shard %d", s)
-	}
-	require.NotEqual(t, shard.HintOf("emails"), shard.HintOf("reports"))
-}

@@ -18,7 +18,7 @@ import (
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/internal/cassandratest"
-	"github.com/shardq/shardq/shard"
+	"github.com/shardq/shardq/internal/taskid"
 	"github.com/shardq/shardq/worker"
 )
 
@@ -50,7 +50,7 @@ func Session(t testing.TB) *gocql.Session {
 func NewTask(queue string, payload []byte) *consumer.Task {
 	now := time.Now()
 	return &consumer.Task{
-		ID:      shard.NewTaskID(now, queue),
+		ID:      taskid.New(now, queue),
 		Queue:   queue,
 		Payload: payload,
 		// Read back from Cassandra, due times carry milliseconds, in UTC.

@@ -15,8 +15,8 @@ import (
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/inspect"
+	"github.com/shardq/shardq/internal/taskid"
 	"github.com/shardq/shardq/producer"
-	"github.com/shardq/shardq/shard"
 	"github.com/shardq/shardq/shardqtest"
 	"github.com/shardq/shardq/worker"
 )
@@ -36,7 +36,7 @@ func TestNewTaskIsAFirstDelivery(t *testing.T) {
 	require.WithinRange(t, task.DueAt, before.Truncate(time.Millisecond), after)
 	require.WithinRange(t, task.Deadline, before.Add(shardq.DefaultTimeout), after.Add(shardq.DefaultTimeout))
 	// IDs carry their queue's hint, as a producer's do, so a lookup by ID finds the queue.
-	require.Equal(t, shard.HintOf("emails"), shard.QueueHint(task.ID))
+	require.Equal(t, taskid.HintOf("emails"), taskid.Hint(task.ID))
 	require.NotEqual(t, task.ID, shardqtest.NewTask("emails", nil).ID)
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/shardq/shardq/internal/lwt"
 	"github.com/shardq/shardq/internal/signal"
 	"github.com/shardq/shardq/internal/store"
+	"github.com/shardq/shardq/internal/taskid"
 	"github.com/shardq/shardq/internal/taskrow"
 	"github.com/shardq/shardq/internal/wakeup"
 	"github.com/shardq/shardq/shard"
@@ -106,7 +107,7 @@ func (st *State) schedule(now time.Time, fresh bool, anchor time.Time) error {
 	}
 	st.Seq++
 	st.Open, st.CatchUp, st.Nominal = true, catchUp, nominal
-	st.TaskID = shard.NewTaskID(maxTime(nominal, now), st.Queue)
+	st.TaskID = taskid.New(maxTime(nominal, now), st.Queue)
 	st.Priority = int8(st.Spec.Priority)
 	st.AdvancedAt = now
 	return nil

@@ -16,6 +16,7 @@ import (
 
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/internal/store"
+	"github.com/shardq/shardq/internal/taskid"
 	"github.com/shardq/shardq/internal/taskindex"
 	"github.com/shardq/shardq/internal/taskrow"
 	"github.com/shardq/shardq/shard"
@@ -28,7 +29,7 @@ type Finder struct {
 	queue func(ctx context.Context, name string) (shardq.QueueConfig, error)
 
 	hintsMu sync.Mutex
-	hints   map[uint16][]string // shard.QueueHint -> queue names, as last read
+	hints   map[uint16][]string // taskid.Hint -> queue names, as last read
 }
 
 // New returns a Finder reading st, telling time by clock and reading queues' settings
@@ -107,7 +108,7 @@ func (fi *Finder) Locate(ctx context.Context, id uuid.UUID) (Found, error) {
 // home finds a task that has not moved since it was scheduled without a key, and so has
 // no index entry: its row is where its ID puts it, in a queue whose hint the ID carries.
 func (fi *Finder) home(ctx context.Context, id uuid.UUID) (Found, error) {
-	names, err := fi.queuesHinted(ctx, shard.QueueHint(id))
+	names, err := fi.queuesHinted(ctx, taskid.Hint(id))
 	if err != nil {
 		return Found{}, err
 	}
@@ -153,7 +154,7 @@ func (fi *Finder) queuesHinted(ctx context.Context, hint uint16) ([]string, erro
 	}
 	hints := map[uint16][]string{}
 	for _, name := range names {
-		h := shard.HintOf(name)
+		h := taskid.HintOf(name)
 		hints[h] = append(hints[h], name)
 	}
 	fi.hints = hints
