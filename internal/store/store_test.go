@@ -95,7 +95,7 @@ func TestQueuesCreateReturnsTheStored(t *testing.T) {
 // row it inserts carries no timestamp of its own, and a row written apart keeps its stamp.
 func TestTasksApplyIsFencedByItsLockAndRows(t *testing.T) {
 	t.Parallel()
-	ctx, session, s := setup(t)
+	ctx, _, s := setup(t)
 	tasks := s.Tasks()
 	const key = "q:0:0"
 	now := time.Now().UTC()
@@ -114,11 +114,11 @@ func TestTasksApplyIsFencedByItsLockAndRows(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, from, found)
 
-	l, err := locking.New(session, locking.Config{})
+	l, err := locking.New(s.Locks(), locking.Config{})
 	require.NoError(t, err)
 	le, err := l.Acquire(ctx, key)
 	require.NoError(t, err)
-	move := []store.Mutation{{Op: store.Release, Lock: le}, {Op: store.DeleteIfExists, Row: from}, {Op: store.Insert, Row: to}}
+	move := []store.Mutation{{Op: store.Release, Lock: le.Ref()}, {Op: store.DeleteIfExists, Row: from}, {Op: store.Insert, Row: to}}
 	applied, err := tasks.Apply(ctx, move)
 	require.NoError(t, err)
 	require.True(t, applied)
