@@ -190,7 +190,7 @@ func (c *Consumer) init(ctx context.Context) error {
 		return err
 	}
 	c.cluster.Ready(ctx)
-	locker, err := locking.New(c.session, locking.Config{TTL: q.LockTTL, Logger: c.log})
+	locker, err := locking.New(c.state.Store.Locks(), locking.Config{TTL: q.LockTTL, Logger: c.log})
 	if err != nil {
 		return err
 	}

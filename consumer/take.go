@@ -177,7 +177,7 @@ func (c *Consumer) swap(ctx context.Context, pt *scanplan.Part, lk *locking.Lock
 
 	floors := c.plan.SwapFloors(pt, s)
 	applied, err := lwt.Apply(ctx, func(ctx context.Context) (bool, error) {
-		applied, err := c.leasing.Swap(ctx, lk, pt.Bucket, floors, rows)
+		applied, err := c.leasing.Swap(ctx, lk.Ref(), pt.Bucket, floors, rows)
 		if c.afterSwap != nil {
 			err = c.afterSwap(err)
 		}

@@ -16,7 +16,9 @@ import (
 
 	"github.com/gocql/gocql"
 
+	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/internal/locking"
+	"github.com/shardq/shardq/internal/sessionstate"
 )
 
 // DefaultTTL is Config.TTL's default.
@@ -49,7 +51,10 @@ type Locker struct{ l *locking.Locker }
 
 // New returns a Locker on the tasks table of the session's keyspace.
 func New(session *gocql.Session, cfg Config) (*Locker, error) {
-	l, err := locking.New(session, locking.Config{TTL: cfg.TTL, Logger: cfg.Logger})
+	if session == nil {
+		return nil, shardq.Invalid("session", "is nil")
+	}
+	l, err := locking.New(sessionstate.For(session, cfg.Logger).Store.Locks(), locking.Config{TTL: cfg.TTL, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}

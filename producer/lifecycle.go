@@ -381,7 +381,7 @@ func (p *Producer) swap(ctx context.Context, m *moveLocks, from taskrow.Row, to,
 	}
 	src := m.src
 	m.src = nil // released by the batch, or below when it did not apply
-	batch := []store.Mutation{{Op: store.Release, Lock: src}, {Op: store.DeleteIfExists, Row: from}}
+	batch := []store.Mutation{{Op: store.Release, Lock: src.Ref()}, {Op: store.DeleteIfExists, Row: from}}
 	apart := to != nil && to.Key != from.Key
 	switch {
 	case apart:
@@ -500,7 +500,7 @@ func (p *Producer) locker(q shardq.QueueConfig) (*locking.Locker, error) {
 	if v, ok := p.lockers.Load(q.Name); ok {
 		return v.(*locking.Locker), nil
 	}
-	l, err := locking.New(p.session, locking.Config{TTL: q.LockTTL, Logger: p.cfg.Logger})
+	l, err := locking.New(p.store.Locks(), locking.Config{TTL: q.LockTTL, Logger: p.cfg.Logger})
 	if err != nil {
 		return nil, err
 	}

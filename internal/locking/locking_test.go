@@ -5,13 +5,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gocql/gocql"
 	"github.com/stretchr/testify/require"
 
 	"github.com/shardq/shardq/internal/cassandratest"
-	"github.com/shardq/shardq/internal/cql"
 	"github.com/shardq/shardq/internal/locking"
-	"github.com/shardq/shardq/internal/lwt"
+	"github.com/shardq/shardq/internal/store"
 )
 
 // A batch fenced by a lease leaves its receipt exactly when it applies, so Settle tells
@@ -20,17 +18,12 @@ import (
 func TestSettleReadsTheReceipt(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s := cassandratest.SchemaSession(t)
-	l, err := locking.New(s, locking.Config{})
+	st := store.Cassandra(cassandratest.SchemaSession(t))
+	l, err := locking.New(st.Locks(), locking.Config{})
 	require.NoError(t, err)
 	const key = "q:0:0"
 	fenced := func(le *locking.Lock) bool {
-		b := cql.Batch(s, gocql.LoggedBatch).WithContext(ctx)
-		stmt, args := le.ReleaseStatement()
-		b.Query(stmt, args...)
-		stmt, args = le.ReceiptStatement()
-		b.Query(stmt, args...)
-		applied, err := lwt.Batch(s, b)
+		applied, err := st.Tasks().Apply(ctx, []store.Mutation{{Op: store.Release, Lock: le.Ref()}})
 		require.NoError(t, err)
 		return applied
 	}

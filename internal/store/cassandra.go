@@ -19,6 +19,7 @@ type cassandra struct{ session *gocql.Session }
 
 func (c cassandra) Tasks() Tasks             { return tasks(c) }
 func (c cassandra) Leasing() Leasing         { return leasing(c) }
+func (c cassandra) Locks() Locks             { return locks(c) }
 func (c cassandra) Keys() Keys               { return keys(c) }
 func (c cassandra) Queues() Queues           { return queues(c) }
 func (c cassandra) Index() Index             { return index(c) }

@@ -38,8 +38,8 @@ type Leasing interface {
 	// the lap of bucket and leaving lk's receipt, in one conditional batch: it applies
 	// only while lk holds the lock and every row delivered before (Attempt > 0) still
 	// exists. An unknown outcome is settled by lk's receipt
-	// (locking.Lock.Settle).
-	Swap(ctx context.Context, lk Fence, bucket int64, floors map[int8]uuid.UUID, rows []taskrow.Row) (applied bool, err error)
+	// (locking.Lock.Settle, by Locks.Receipt).
+	Swap(ctx context.Context, lk LockRef, bucket int64, floors map[int8]uuid.UUID, rows []taskrow.Row) (applied bool, err error)
 	// DeleteMarker deletes a marker if it exists, reporting whether it did.
 	DeleteMarker(ctx context.Context, marker taskrow.Row) (applied bool, err error)
 	// DeleteMarkers deletes markers, all of one partition, in one conditional batch that

@@ -18,8 +18,8 @@ type leasing cassandra
 
 const (
 	selectFloors = `SELECT floor_bucket, floors FROM tasks WHERE shard_key = ? AND kind = 0 AND priority = 0 AND id = ?`
-	// floorAssignments records a swap's new floors in the lock row; see
-	// locking.Lock.ReleaseStatementSetting.
+	// floorAssignments records a swap's new floors in the lock row, in the statement that
+	// releases the lock (LockRef.release).
 	floorAssignments = `floor_bucket = ?, floors = floors + ?`
 )
 
@@ -83,16 +83,13 @@ func (s leasing) DropMarkers(ctx context.Context, rows []taskrow.Row, inFlight i
 	})
 }
 
-func (s leasing) Swap(ctx context.Context, lk Fence, bucket int64, floors map[int8]uuid.UUID, rows []taskrow.Row) (bool, error) {
+func (s leasing) Swap(ctx context.Context, lk LockRef, bucket int64, floors map[int8]uuid.UUID, rows []taskrow.Row) (bool, error) {
 	stored := make(map[int8]gocql.UUID, len(floors))
 	for p, id := range floors {
 		stored[p] = gocql.UUID(id)
 	}
 	b := cql.Batch(s.session, gocql.LoggedBatch).WithContext(ctx)
-	stmt, args := lk.ReleaseStatementSetting(floorAssignments, bucket, stored)
-	b.Query(stmt, args...)
-	stmt, args = lk.ReceiptStatement()
-	b.Query(stmt, args...)
+	lk.release(b, floorAssignments, bucket, stored)
 	for _, r := range rows {
 		if r.Attempt == 0 {
 			b.Query(taskrow.Delete, r.KeyArgs()...)

@@ -30,6 +30,7 @@ var ErrNotFound = errors.New("store: not found")
 type Store interface {
 	Tasks() Tasks
 	Leasing() Leasing
+	Locks() Locks
 	Keys() Keys
 	Queues() Queues
 	Index() Index
@@ -51,7 +52,7 @@ const (
 	// DeleteIfExists deletes Row and conditions the batch on its being there.
 	DeleteIfExists
 	// Release frees Lock and leaves its receipt, conditioning the batch on Lock still
-	// holding its partition (see locking.Lock.Settle).
+	// holding its partition (Locks.Receipt settles the batch).
 	Release
 )
 
@@ -60,16 +61,7 @@ type Mutation struct {
 	Op    Op
 	Row   taskrow.Row
 	Stamp int64
-	Lock  Fence
-}
-
-// Fence is a held partition lock (a *locking.Lock) that a conditional batch releases.
-type Fence interface {
-	ReleaseStatement() (string, []any)
-	// ReleaseStatementSetting is ReleaseStatement that also sets other columns of the
-	// lock row.
-	ReleaseStatementSetting(assignments string, args ...any) (string, []any)
-	ReceiptStatement() (string, []any)
+	Lock  LockRef
 }
 
 // Tasks is the tasks table as producers and series use it: task rows written, moved and

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gocql/gocql"
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/shardq/shardq/internal/cassandratest"
@@ -95,7 +96,7 @@ func TestQueuesCreateReturnsTheStored(t *testing.T) {
 // row it inserts carries no timestamp of its own, and a row written apart keeps its stamp.
 func TestTasksApplyIsFencedByItsLockAndRows(t *testing.T) {
 	t.Parallel()
-	ctx, session, s := setup(t)
+	ctx, _, s := setup(t)
 	tasks := s.Tasks()
 	const key = "q:0:0"
 	now := time.Now().UTC()
@@ -114,11 +115,11 @@ func TestTasksApplyIsFencedByItsLockAndRows(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, from, found)
 
-	l, err := locking.New(session, locking.Config{})
+	l, err := locking.New(s.Locks(), locking.Config{})
 	require.NoError(t, err)
 	le, err := l.Acquire(ctx, key)
 	require.NoError(t, err)
-	move := []store.Mutation{{Op: store.Release, Lock: le}, {Op: store.DeleteIfExists, Row: from}, {Op: store.Insert, Row: to}}
+	move := []store.Mutation{{Op: store.Release, Lock: le.Ref()}, {Op: store.DeleteIfExists, Row: from}, {Op: store.Insert, Row: to}}
 	applied, err := tasks.Apply(ctx, move)
 	require.NoError(t, err)
 	require.True(t, applied)
@@ -186,4 +187,73 @@ func TestSeriesDeletedRowIsNotFound(t *testing.T) {
 func normal(r store.SeriesRow) store.SeriesRow {
 	r.Nominal = r.Nominal.UTC()
 	return r
+}
+
+// The lock row's writes apply only on the row as expected, and one that does not apply
+// returns the row as it stands; a batch that releases a holding leaves its receipt
+// exactly when it applies.
+func TestLocksWriteOnTheRowAsExpected(t *testing.T) {
+	t.Parallel()
+	ctx, _, s := setup(t)
+	locks := s.Locks()
+	const key = "q:0:0"
+	token := func(v int64) *int64 { return &v }
+	first, second := uuid.UUID(gocql.TimeUUID()), uuid.UUID(gocql.TimeUUID())
+
+	row, err := locks.Read(ctx, key)
+	require.NoError(t, err)
+	require.Equal(t, store.LockRow{}, row, "no lock row yet")
+	applied, _, err := locks.Take(ctx, key, first, 1, nil, 10*time.Second)
+	require.NoError(t, err)
+	require.True(t, applied)
+	held := store.LockRow{Holder: first, Token: token(1)}
+	applied, cur, err := locks.Take(ctx, key, second, 2, token(1), 10*time.Second)
+	require.NoError(t, err)
+	require.False(t, applied, "held")
+	require.Equal(t, held, cur)
+	applied, cur, err = locks.Bump(ctx, key, 2, token(1))
+	require.NoError(t, err)
+	require.False(t, applied, "held")
+	require.Equal(t, held, cur)
+
+	ref := store.LockRef{Key: key, Holder: first, Token: 1}
+	stale := store.LockRef{Key: key, Holder: first, Token: 0}
+	applied, cur, err = locks.Renew(ctx, stale, 10*time.Second)
+	require.NoError(t, err)
+	require.False(t, applied, "not at that token")
+	require.Equal(t, held, cur)
+	applied, _, err = locks.Renew(ctx, ref, 10*time.Second)
+	require.NoError(t, err)
+	require.True(t, applied)
+	applied, _, err = locks.Release(ctx, ref)
+	require.NoError(t, err)
+	require.True(t, applied)
+	row, err = locks.Read(ctx, key)
+	require.NoError(t, err)
+	require.Equal(t, store.LockRow{Token: token(1)}, row, "free, its token kept")
+
+	applied, _, err = locks.Bump(ctx, key, 2, token(1))
+	require.NoError(t, err)
+	require.True(t, applied)
+	applied, cur, err = locks.Take(ctx, key, second, 2, token(1), 10*time.Second)
+	require.NoError(t, err)
+	require.False(t, applied, "the token moved")
+	require.Equal(t, store.LockRow{Token: token(2)}, cur)
+	applied, _, err = locks.Take(ctx, key, second, 3, token(2), 10*time.Second)
+	require.NoError(t, err)
+	require.True(t, applied)
+
+	last := store.LockRef{Key: key, Holder: second, Token: 3}
+	release := func(lk store.LockRef) bool {
+		applied, err := s.Tasks().Apply(ctx, []store.Mutation{{Op: store.Release, Lock: lk}})
+		require.NoError(t, err)
+		return applied
+	}
+	require.False(t, release(ref), "no longer the holder")
+	require.True(t, release(last))
+	for _, lk := range []store.LockRef{ref, last} {
+		there, err := locks.Receipt(ctx, lk)
+		require.NoError(t, err)
+		require.Equal(t, lk == last, there)
+	}
 }

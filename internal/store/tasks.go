@@ -48,10 +48,7 @@ func (t tasks) Apply(ctx context.Context, muts []Mutation) (bool, error) {
 	b := cql.Batch(t.session, gocql.LoggedBatch).WithContext(ctx)
 	for _, m := range muts {
 		if m.Op == Release {
-			stmt, args := m.Lock.ReleaseStatement()
-			b.Query(stmt, args...)
-			stmt, args = m.Lock.ReceiptStatement()
-			b.Query(stmt, args...)
+			m.Lock.release(b, "")
 			continue
 		}
 		stmt, args := m.stmt(true)
