@@ -68,7 +68,7 @@ func (c *Consumer) relocate(ctx context.Context, t *Task, at time.Time, state ta
 	var write func(context.Context) (bool, error)
 	if next.Key == t.marker.Key {
 		write = func(ctx context.Context) (bool, error) {
-			return c.leasing.ReplaceMarker(ctx, t.marker, next, c.cluster.Stamp(c.cfg.Clock.Now()))
+			return c.leasing.ReplaceMarker(ctx, t.marker, next)
 		}
 	} else {
 		if err := c.writeMarkers(ctx, []taskrow.Row{next}); err != nil {

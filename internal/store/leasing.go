@@ -46,8 +46,9 @@ type Leasing interface {
 	// applies only if every one exists.
 	DeleteMarkers(ctx context.Context, markers []taskrow.Row) (applied bool, err error)
 	// ReplaceMarker deletes marker from and writes to, both of one partition, in one
-	// conditional batch that applies only if from exists.
-	ReplaceMarker(ctx context.Context, from, to taskrow.Row, ts int64) (applied bool, err error)
+	// conditional batch that applies only if from exists; both are stamped by the
+	// batch's ballot, as every write of a conditional batch is.
+	ReplaceMarker(ctx context.Context, from, to taskrow.Row) (applied bool, err error)
 	// MarkersThere reads at SERIAL, completing any conditional write in flight, which of
 	// markers (all of one partition) exist, by ID.
 	MarkersThere(ctx context.Context, markers []taskrow.Row) (map[uuid.UUID]bool, error)

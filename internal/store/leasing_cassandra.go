@@ -113,10 +113,10 @@ func (s leasing) DeleteMarkers(ctx context.Context, markers []taskrow.Row) (bool
 	return lwt.Batch(s.session, b)
 }
 
-func (s leasing) ReplaceMarker(ctx context.Context, from, to taskrow.Row, ts int64) (bool, error) {
+func (s leasing) ReplaceMarker(ctx context.Context, from, to taskrow.Row) (bool, error) {
 	b := cql.Batch(s.session, gocql.LoggedBatch).WithContext(ctx)
 	b.Query(taskrow.DeleteIfExists, from.KeyArgs()...)
-	stmt, args := to.Insert(ts)
+	stmt, args := to.InsertLWT()
 	b.Query(stmt, args...)
 	return lwt.Batch(s.session, b)
 }
