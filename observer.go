@@ -38,10 +38,11 @@ type LockContended struct {
 	PartitionKey string
 }
 
-// Acked: a consumer acked Count tasks in one call.
+// Acked: a consumer acked Count tasks in one call, TaskIDs.
 type Acked struct {
-	Queue string
-	Count int
+	Queue   string
+	Count   int
+	TaskIDs []uuid.UUID
 }
 
 // LeaseLost: a task's lease was gone when its holder acked, retried or extended it.

@@ -79,7 +79,11 @@ func (c *Consumer) AckTasks(ctx context.Context, tasks ...*Task) error {
 	c.finish(ctx, done)
 	c.advanceSeries(ctx, acked, false)
 	if len(done) > 0 {
-		c.cfg.Observer.Observe(ctx, shardq.Acked{Queue: c.q.Name, Count: len(done)})
+		ids := make([]uuid.UUID, len(acked))
+		for i, t := range acked {
+			ids[i] = t.ID
+		}
+		c.cfg.Observer.Observe(ctx, shardq.Acked{Queue: c.q.Name, Count: len(done), TaskIDs: ids})
 	}
 	for _, id := range ackErr.Lost {
 		c.cfg.Observer.Observe(ctx, shardq.LeaseLost{Queue: c.q.Name, TaskID: id})

@@ -5,8 +5,8 @@ import (
 	"errors"
 	"time"
 
-	"github.com/shardq/shardq/consumer/internal/scanplan"
 	"github.com/shardq/shardq/internal/fanout"
+	"github.com/shardq/shardq/internal/scanplan"
 	"github.com/shardq/shardq/shard"
 )
 

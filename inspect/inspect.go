@@ -23,6 +23,7 @@ import (
 
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/internal/defaults"
+	"github.com/shardq/shardq/internal/scanplan"
 	"github.com/shardq/shardq/internal/sessionstate"
 	"github.com/shardq/shardq/internal/tasklookup"
 	"github.com/shardq/shardq/shard"
@@ -117,10 +118,8 @@ func (q queueRead) lap(now time.Time) []partition {
 	return out
 }
 
-const nPriorities = shardq.MaxPriority - shardq.MinPriority + 1
-
 // starts holds, per priority, the exclusive lower bound of the IDs consumers read.
-type starts [nPriorities]uuid.UUID
+type starts = [scanplan.NPriorities]uuid.UUID
 
 // readStarts returns where consumers read pt from, priority by priority, as a consumer
 // starts a partition (see package consumer): the floors the last swap recorded in the
@@ -141,39 +140,10 @@ func (in *Inspector) readStarts(ctx context.Context, pt partition) (starts, erro
 	return s, nil
 }
 
-// group is a run of priorities, highest first, read by one query from one bound.
-type group struct {
-	prios []int8
-	from  uuid.UUID
-}
-
-// plan splits the priorities into runs whose starts lie within groupSpan of each other,
-// each read from its lowest start, as consumers do: a priority far behind the others (a
-// backlog) is read on its own, so the others' tombstones above its start are not.
-func plan(s *starts) []group {
-	var groups []group
-	var lo, hi time.Time
-	for p := shardq.MaxPriority; p >= shardq.MinPriority; p-- {
-		t := shard.IDTime(s[p])
-		if n := len(groups); n > 0 && t.Sub(lo) <= groupSpan && hi.Sub(t) <= groupSpan {
-			g := &groups[n-1]
-			g.prios = append(g.prios, int8(p))
-			if shard.CompareIDs(s[p], g.from) < 0 {
-				g.from = s[p]
-			}
-			if t.Before(lo) {
-				lo = t
-			}
-			if t.After(hi) {
-				hi = t
-			}
-			continue
-		}
-		groups = append(groups, group{prios: []int8{int8(p)}, from: s[p]})
-		lo, hi = t, t
-	}
-	return groups
-}
+// plan splits the priorities into the runs consumers read from s: a priority far behind
+// the others (a backlog) is read on its own, so the others' tombstones above its start
+// are not.
+func plan(s *starts) []scanplan.Group { return scanplan.Groups(*s, groupSpan) }
 
 // allPriorities lists every priority, highest first.
 var allPriorities = func() []int8 {

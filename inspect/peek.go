@@ -120,7 +120,7 @@ func (in *Inspector) peekPartition(ctx context.Context, q queueRead, pt partitio
 	}
 	var out []dueRow
 	for _, g := range plan(&s) {
-		heads, err := in.state.Store.Scans().Heads(ctx, pt.key, g.prios, g.from, upper, n)
+		heads, err := in.state.Store.Scans().Heads(ctx, pt.key, g.Prios, g.Floor, upper, n)
 		if err != nil {
 			return nil, fmt.Errorf("reading the due rows of %s: %w", pt.key, err)
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/shardq/shardq/internal/deadletters"
 	"github.com/shardq/shardq/internal/fanout"
+	"github.com/shardq/shardq/internal/scanplan"
 	"github.com/shardq/shardq/internal/taskrow"
 	"github.com/shardq/shardq/shard"
 )
@@ -196,15 +197,15 @@ func (in *Inspector) countPartition(ctx context.Context, pt partition, now time.
 	groups := plan(&s)
 	var from starts // where consumers' reads of each priority begin (exclusive)
 	for _, g := range groups {
-		for _, p := range g.prios {
-			from[p] = g.from
+		for _, p := range g.Prios {
+			from[p] = g.Floor
 		}
 	}
 	if full {
-		groups = []group{{prios: allPriorities, from: shard.MinID(shard.MinIDTime)}}
+		groups = []scanplan.Group{{Prios: allPriorities, Floor: shard.MinID(shard.MinIDTime)}}
 	}
 	for _, g := range groups {
-		err = in.state.Store.Scans().Tally(ctx, pt.key, g.prios, g.from, upper, in.cfg.PageSize, func(r taskrow.Row) {
+		err = in.state.Store.Scans().Tally(ctx, pt.key, g.Prios, g.Floor, upper, in.cfg.PageSize, func(r taskrow.Row) {
 			rows++
 			id := uuid.UUID(r.ID)
 			at := shard.IDTime(id)

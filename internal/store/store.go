@@ -65,7 +65,7 @@ type Mutation struct {
 }
 
 // Tasks is the tasks table as producers and series use it: task rows written, moved and
-// read by their keys. (The consumer's range reads and swaps are its own.)
+// read by their keys. (The consumer's range reads and swaps are Leasing's.)
 type Tasks interface {
 	// Write applies muts (Insert and Delete, all to one partition) unconditionally: one
 	// statement alone, more in one unlogged batch.

@@ -138,6 +138,12 @@ type Group struct {
 	Floor uuid.UUID
 }
 
+// Groups is the runs a read from floors f makes (see floors.groups): how consumers read a
+// partition, which the inspector reads as they do.
+func Groups(f [NPriorities]uuid.UUID, skew time.Duration) []Group {
+	return (*floors)(&f).groups(skew)
+}
+
 // groups splits the priorities into runs whose floors lie within skew of each other,
 // each read from its lowest floor. Usually that is one run; a priority drained far behind
 // the others (a backlog) gets its own, so the others' tombstones between its floor and
