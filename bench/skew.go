@@ -16,6 +16,7 @@ import (
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/internal/clustertime"
+	"github.com/shardq/shardq/internal/store"
 	"github.com/shardq/shardq/internal/taskscan"
 	"github.com/shardq/shardq/producer"
 	"github.com/shardq/shardq/worker"
@@ -57,7 +58,7 @@ func (c offsetClock) Now() time.Time { return time.Now().Add(time.Duration(c)) }
 // clock is that offset (host).
 func skewClock(s *gocql.Session, offset time.Duration) shardq.Clock {
 	if os.Getenv(skewAsEnv) == "host" {
-		return clustertime.New(s, offsetClock(offset), nil)
+		return clustertime.New(store.Cassandra(s), offsetClock(offset), nil)
 	}
 	return offsetClock(offset)
 }

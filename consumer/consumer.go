@@ -122,7 +122,6 @@ type Task struct {
 
 // Consumer takes and acks tasks of one queue. It is safe for concurrent use.
 type Consumer struct {
-	session *gocql.Session
 	cfg     Config
 	log     *slog.Logger
 	state   *sessionstate.State
@@ -174,7 +173,7 @@ func New(session *gocql.Session, cfg Config) (*Consumer, error) {
 		cfg.Observer = shardq.NopObserver{}
 	}
 	signals := st.Signals
-	return &Consumer{session: session, cfg: cfg, log: cfg.Logger, state: st, cluster: cluster, signals: signals, leasing: st.Store.Leasing(),
+	return &Consumer{cfg: cfg, log: cfg.Logger, state: st, cluster: cluster, signals: signals, leasing: st.Store.Leasing(),
 		series: &series.Env{Store: st.Store.Series(), Tasks: st.Store.Tasks(), Clock: cfg.Clock, Cluster: cluster, Log: cfg.Logger, Signals: signals, Bus: st.Bus}}, nil
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/internal/cassandratest"
 	"github.com/shardq/shardq/internal/clustertime"
+	"github.com/shardq/shardq/internal/store"
 	"github.com/shardq/shardq/internal/testclock"
 	"github.com/shardq/shardq/producer"
 )
@@ -34,7 +35,7 @@ func TestHostAheadNeverDeliversEarly(t *testing.T) {
 	require.NoError(t, err)
 	p, err := producer.New(s, producer.Config{})
 	require.NoError(t, err)
-	c, err := consumer.New(s, consumer.Config{Queue: q.Name, Clock: clustertime.New(s, aheadHost{2 * time.Second}, nil)})
+	c, err := consumer.New(s, consumer.Config{Queue: q.Name, Clock: clustertime.New(store.Cassandra(s), aheadHost{2 * time.Second}, nil)})
 	require.NoError(t, err)
 	_, err = c.AcquireTasks(ctx, 1) // measures the offset
 	require.NoError(t, err)

@@ -80,7 +80,6 @@ type Task struct {
 
 // Producer schedules tasks. It is safe for concurrent use.
 type Producer struct {
-	session *gocql.Session // for the partition locks of Cancel and Reschedule
 	cfg     Config
 	state   *sessionstate.State // the session's settings cache, toucher and wake-up bus
 	store   store.Store
@@ -117,7 +116,7 @@ func New(session *gocql.Session, cfg Config) (*Producer, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = cluster
 	}
-	return &Producer{session: session, cfg: cfg, state: st, store: st.Store, signals: st.Signals,
+	return &Producer{cfg: cfg, state: st, store: st.Store, signals: st.Signals,
 		tasks:  tasklookup.New(st.Store, cfg.Clock, st.Queue),
 		writes: combine.New(st.Store.Tasks().Write, taskrow.MaxBatchRows, taskrow.MaxBatchBytes), cluster: cluster}, nil
 }

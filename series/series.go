@@ -139,7 +139,6 @@ type Client struct {
 	env      *iseries.Env
 	producer *producer.Producer
 	tasks    *tasklookup.Finder // tells the keeper whether an occurrence is outstanding
-	session  *gocql.Session
 	state    *sessionstate.State
 }
 
@@ -160,7 +159,7 @@ func New(session *gocql.Session, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{session: session, producer: p, state: st, tasks: tasklookup.New(st.Store, cfg.Clock, st.Queue),
+	return &Client{producer: p, state: st, tasks: tasklookup.New(st.Store, cfg.Clock, st.Queue),
 		env: &iseries.Env{Store: st.Store.Series(), Tasks: st.Store.Tasks(), Clock: cfg.Clock, Cluster: cluster, Log: cfg.Logger, Signals: st.Signals, Bus: st.Bus}}, nil
 }
 

@@ -12,12 +12,6 @@ import (
 	"log/slog"
 	"sync"
 	"time"
-
-	"github.com/gocql/gocql"
-	"github.com/google/uuid"
-
-	"github.com/shardq/shardq/internal/cql"
-	"github.com/shardq/shardq/shard"
 )
 
 const (
@@ -32,6 +26,11 @@ const (
 	WriteLag = time.Second
 )
 
+// Coordinator reads a coordinator's clock (store.Store does).
+type Coordinator interface {
+	Now(ctx context.Context) (time.Time, error)
+}
+
 // Host is the clock this host keeps; tests give a skewed one.
 type Host interface{ Now() time.Time }
 
@@ -41,10 +40,10 @@ func (systemClock) Now() time.Time { return time.Now() }
 
 // Clock is the cluster's time as seen from this host. Safe for concurrent use.
 type Clock struct {
-	session *gocql.Session
-	host    Host
-	log     *slog.Logger
-	first   sync.Once
+	coord Coordinator
+	host  Host
+	log   *slog.Logger
+	first sync.Once
 
 	mu        sync.Mutex
 	offset    time.Duration // cluster minus host
@@ -52,16 +51,16 @@ type Clock struct {
 	measuring bool
 }
 
-// New returns the cluster's clock through session, measured against host (nil: this
+// New returns the cluster's clock read through coord, measured against host (nil: this
 // host's system clock).
-func New(session *gocql.Session, host Host, log *slog.Logger) *Clock {
+func New(coord Coordinator, host Host, log *slog.Logger) *Clock {
 	if host == nil {
 		host = systemClock{}
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Clock{session: session, host: host, log: log}
+	return &Clock{coord: coord, host: host, log: log}
 }
 
 // Now returns the host's time corrected by the last measured offset, and measures again
@@ -117,14 +116,14 @@ func (c *Clock) Measure(ctx context.Context) (time.Duration, error) {
 	best, bestRTT := time.Duration(0), time.Duration(-1)
 	var err error
 	for range samples {
-		var id gocql.UUID
 		sent := c.host.Now()
-		if err = cql.Query(c.session, `SELECT now() FROM system.local`).WithContext(ctx).Scan(&id); err != nil {
+		var at time.Time
+		if at, err = c.coord.Now(ctx); err != nil {
 			break
 		}
 		got := c.host.Now()
 		if rtt := got.Sub(sent); bestRTT < 0 || rtt < bestRTT {
-			best, bestRTT = shard.IDTime(uuid.UUID(id)).Sub(sent.Add(rtt/2)), rtt
+			best, bestRTT = at.Sub(sent.Add(rtt/2)), rtt
 		}
 	}
 	c.mu.Lock()

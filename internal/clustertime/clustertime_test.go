@@ -9,6 +9,7 @@ import (
 
 	"github.com/shardq/shardq/internal/cassandratest"
 	"github.com/shardq/shardq/internal/clustertime"
+	"github.com/shardq/shardq/internal/store"
 )
 
 type offsetHost time.Duration
@@ -23,7 +24,7 @@ func TestMeasuresOffsetAndStampsBehindCluster(t *testing.T) {
 	s := cassandratest.Session(t)
 	ctx := context.Background()
 	for _, off := range []time.Duration{5 * time.Second, -5 * time.Second} {
-		c := clustertime.New(s, offsetHost(off), nil)
+		c := clustertime.New(store.Cassandra(s), offsetHost(off), nil)
 		c.Ready(ctx)
 		require.InDelta(t, float64(-off), float64(c.Offset()), float64(100*time.Millisecond), "offset of a host %v off", off)
 		require.WithinDuration(t, time.Now(), c.Now(), 100*time.Millisecond)

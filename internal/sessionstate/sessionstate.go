@@ -9,6 +9,8 @@ package sessionstate
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"runtime"
 	"sync"
@@ -21,11 +23,11 @@ import (
 	"github.com/shardq/shardq/internal/signal"
 	"github.com/shardq/shardq/internal/store"
 	"github.com/shardq/shardq/internal/wakeup"
+	"github.com/shardq/shardq/shard"
 )
 
 // State is one session's shared state. Safe for concurrent use.
 type State struct {
-	session *gocql.Session
 	// Store reads and writes the session keyspace's tables.
 	Store store.Store
 	// Cluster is the cluster's clock, the default clock of every part.
@@ -38,33 +40,50 @@ type State struct {
 	queues sync.Map // name -> shardq.QueueConfig
 }
 
+// New returns the State of parts working on tables, whose host clock is host (nil: the
+// system's). log is as For's.
+func New(tables store.Store, host clustertime.Host, log *slog.Logger) *State {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &State{
+		Store:   tables,
+		Cluster: clustertime.New(tables, host, log),
+		Signals: signal.NewToucher(tables.Signals(), log),
+		Bus:     &wakeup.Bus{},
+	}
+}
+
 // states holds a State per live session; a session's entry goes when the session is
 // garbage collected.
 var states sync.Map // weak.Pointer[gocql.Session] -> *State
 
-// For returns session's State, made on first use. log receives the warnings of the shared
-// parts that work in the background (a late touch, a failed clock measure): the logger of
-// the part that first asks, or one that discards.
+// For returns session's State, made on first use unless Bind gave one. log receives the
+// warnings of the shared parts that work in the background (a late touch, a failed clock
+// measure): the logger of the part that first asks, or one that discards.
 func For(session *gocql.Session, log *slog.Logger) *State {
 	key := weak.Make(session)
 	if st, ok := states.Load(key); ok {
 		return st.(*State)
 	}
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+	return bind(session, key, New(store.Cassandra(session), nil, log))
+}
+
+// Bind makes st the State of session, which must have none yet, so that the public
+// constructors, which take a session, build parts on st's store: the simulator binds a
+// placeholder session per simulated process to a store of its own.
+func Bind(session *gocql.Session, st *State) {
+	if got := bind(session, weak.Make(session), st); got != st {
+		panic("sessionstate: Bind on a session that has a State")
 	}
-	tables := store.Cassandra(session)
-	st, loaded := states.LoadOrStore(key, &State{
-		session: session,
-		Store:   tables,
-		Cluster: clustertime.New(session, nil, log),
-		Signals: signal.NewToucher(tables.Signals(), log),
-		Bus:     &wakeup.Bus{},
-	})
+}
+
+func bind(session *gocql.Session, key weak.Pointer[gocql.Session], st *State) *State {
+	got, loaded := states.LoadOrStore(key, st)
 	if !loaded {
 		runtime.AddCleanup(session, func(k weak.Pointer[gocql.Session]) { states.Delete(k) }, key)
 	}
-	return st.(*State)
+	return got.(*State)
 }
 
 // ClusterFor is the cluster's clock for a part configured with clock: clock itself when it
@@ -82,10 +101,18 @@ func (s *State) Queue(ctx context.Context, name string) (shardq.QueueConfig, err
 	if q, ok := s.queues.Load(name); ok {
 		return q.(shardq.QueueConfig), nil
 	}
-	q, err := shardq.LoadQueue(ctx, s.session, name)
-	if err != nil {
-		return q, err
+	if !shard.ValidQueueName(name) {
+		return shardq.QueueConfig{}, shardq.Invalid("queue name", "%q is not 1 to 63 of a-z 0-9 _ . - starting with a letter or digit", name)
 	}
+	// As shardq.LoadQueue, but through the State's store.
+	stored, err := s.Store.Queues().Get(ctx, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return shardq.QueueConfig{}, fmt.Errorf("%w: %q", shardq.ErrQueueNotFound, name)
+	}
+	if err != nil {
+		return shardq.QueueConfig{}, fmt.Errorf("shardq: loading queue %q: %w", name, err)
+	}
+	q := shardq.QueueConfig(stored)
 	s.queues.Store(name, q)
 	return q, nil
 }

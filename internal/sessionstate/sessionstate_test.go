@@ -11,6 +11,7 @@ import (
 	"github.com/shardq/shardq/internal/cassandratest"
 	"github.com/shardq/shardq/internal/clustertime"
 	"github.com/shardq/shardq/internal/sessionstate"
+	"github.com/shardq/shardq/internal/store"
 )
 
 // Parts made on one session share one State; another session, bound to another keyspace,
@@ -51,7 +52,7 @@ func TestClusterFor(t *testing.T) {
 	st := sessionstate.For(s, nil)
 	require.Same(t, st.Cluster, st.ClusterFor(nil))
 	require.Same(t, st.Cluster, st.ClusterFor(shardq.SystemClock{}))
-	own := clustertime.New(s, skewed{}, nil)
+	own := clustertime.New(store.Cassandra(s), skewed{}, nil)
 	require.Same(t, own, st.ClusterFor(own))
 }
 

@@ -7,9 +7,11 @@ import (
 	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 
+	"github.com/shardq/shardq/internal/cql"
 	"github.com/shardq/shardq/internal/deadletters"
 	"github.com/shardq/shardq/internal/signal"
 	"github.com/shardq/shardq/internal/taskindex"
+	"github.com/shardq/shardq/shard"
 )
 
 // Cassandra returns the Store of session's keyspace.
@@ -27,6 +29,14 @@ func (c cassandra) DeadLetters() DeadLetters { return letters(c) }
 func (c cassandra) Signals() Signals         { return signals(c) }
 func (c cassandra) Series() Series           { return series(c) }
 func (c cassandra) Scans() Scans             { return scans(c) }
+
+func (c cassandra) Now(ctx context.Context) (time.Time, error) {
+	var id gocql.UUID
+	if err := cql.Query(c.session, `SELECT now() FROM system.local`).WithContext(ctx).Scan(&id); err != nil {
+		return time.Time{}, err
+	}
+	return shard.IDTime(uuid.UUID(id)), nil
+}
 
 // The task rows, task index, dead letters and signal cells keep their statement text and
 // row codecs in their own packages (taskrow, taskindex, deadletters, signal); outside

@@ -38,6 +38,9 @@ type Store interface {
 	Signals() Signals
 	Series() Series
 	Scans() Scans
+	// Now reads a coordinator's clock: the time that stamps conditional writes and
+	// starts TTLs.
+	Now(ctx context.Context) (time.Time, error)
 }
 
 // Op is what a Mutation does.
