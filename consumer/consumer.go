@@ -15,10 +15,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/shardq/shardq/internal/random"
 
 	"github.com/gocql/gocql"
 	"github.com/google/uuid"
@@ -199,7 +200,7 @@ func (c *Consumer) init(ctx context.Context) error {
 	c.plan = scanplan.New(scanplan.Config{Layout: layout, Skew: c.cfg.MaxClockSkew, LookAhead: c.cfg.LookAhead,
 		MaxTakeBytes: MaxTakeBytes, MaxPageRows: MaxAcquire,
 		SlotStart: func(b int64, slot int) time.Time { return signal.SlotStart(layout, b, slot) },
-	}, c.cfg.Clock.Now(), rand.IntN(q.ShardCount))
+	}, c.cfg.Clock.Now(), random.N(q.ShardCount))
 	return nil
 }
 

@@ -4,9 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"time"
+
+	"github.com/shardq/shardq/internal/random"
 
 	"github.com/gocql/gocql"
 	"github.com/google/uuid"
@@ -535,7 +536,7 @@ func (b *backoff) wait(ctx context.Context) error {
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-time.After(b.next/2 + rand.N(b.next/2+1)):
+	case <-time.After(b.next/2 + random.N(b.next/2+1)):
 	}
 	b.next = min(2*b.next, 200*time.Millisecond)
 	return nil

@@ -9,7 +9,6 @@
 package shard
 
 import (
-	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -17,6 +16,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/shardq/shardq/internal/random"
 
 	"github.com/gocql/gocql"
 	"github.com/google/uuid"
@@ -130,9 +131,7 @@ var (
 // Cassandra orders timeuuids by their time first. t must lie in [MinIDTime, MaxIDTime].
 func NewID(t time.Time) uuid.UUID {
 	var r [8]byte
-	if _, err := rand.Read(r[:]); err != nil {
-		panic("shard: crypto/rand failed: " + err.Error())
-	}
+	random.Read(r[:])
 	return uuid.UUID(gocql.TimeUUIDWith(ticks(t), uint32(r[0])<<8|uint32(r[1]), r[2:]))
 }
 

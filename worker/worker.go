@@ -9,11 +9,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/shardq/shardq/internal/random"
 
 	"github.com/gocql/gocql"
 
@@ -136,7 +137,7 @@ func DefaultBackoff(attempt int) time.Duration {
 	if attempt < 13 {
 		d = time.Duration(1<<max(attempt-1, 0)) * time.Second
 	}
-	return time.Duration(float64(d) * (0.9 + 0.2*rand.Float64()))
+	return time.Duration(float64(d) * (0.9 + 0.2*random.Float64()))
 }
 
 // Stats counts what a worker did since it was made.
@@ -443,7 +444,7 @@ func (w *Worker) keepSeries(ctx context.Context) {
 		if err := w.series.Keep(ctx, w.cfg.Queue); err != nil && ctx.Err() == nil {
 			w.log.WarnContext(ctx, "checking the queue's series", "queue", w.cfg.Queue, "error", err)
 		}
-		jitter := time.Duration(rand.Int64N(int64(w.cfg.SeriesInterval)/5+1)) - w.cfg.SeriesInterval/10
+		jitter := random.N(w.cfg.SeriesInterval/5+1) - w.cfg.SeriesInterval/10
 		select {
 		case <-time.After(w.cfg.SeriesInterval + jitter):
 		case <-w.stopFetch:
@@ -498,7 +499,7 @@ func (w *Worker) acquire(ctx context.Context, n int) (int, error) {
 // more is due now: at the earliest known due time or after the idle interval (jittered
 // so workers spread out), whichever is first.
 func (w *Worker) idleWake() time.Time {
-	wake := time.Now().Add(time.Duration(float64(w.cfg.MaxIdleInterval) * (0.8 + 0.2*rand.Float64())))
+	wake := time.Now().Add(time.Duration(float64(w.cfg.MaxIdleInterval) * (0.8 + 0.2*random.Float64())))
 	if next := w.consumer.NextDue(); !next.IsZero() && next.Before(wake) {
 		return next
 	}

@@ -22,12 +22,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/internal/lwt"
 	"github.com/shardq/shardq/internal/store"
+	"github.com/shardq/shardq/shard"
 )
 
 // DefaultTTL is Config.TTL's default.
@@ -133,7 +133,7 @@ func (l *Locker) Acquire(ctx context.Context, key string) (*Lock, error) {
 // It returns the lock if the attempt took the lock, else the lock's state as it stands.
 func (l *Locker) try(ctx context.Context, key string, expected *int64) (*Lock, store.LockRow, error) {
 	// A receipt's id is the holder, in a timeuuid column.
-	lk := &Lock{l: l, key: key, holder: uuid.UUID(gocql.TimeUUID()), token: nextToken(expected)}
+	lk := &Lock{l: l, key: key, holder: shard.NewID(time.Now()), token: nextToken(expected)}
 	var st store.LockRow
 	taken, err := lwt.Apply(ctx, func(ctx context.Context) (bool, error) {
 		var err error
