@@ -71,14 +71,15 @@ func (c *Consumer) relocate(ctx context.Context, t *Task, at time.Time, state ta
 			return c.leasing.ReplaceMarker(ctx, t.marker, next)
 		}
 	} else {
-		if err := c.writeMarkers(ctx, []taskrow.Row{next}); err != nil {
-			c.dropMarkers(ctx, []taskrow.Row{next})
+		ts, err := c.writeMarkers(ctx, []taskrow.Row{next})
+		if err != nil {
+			c.dropMarkers(ctx, []taskrow.Row{next}, ts)
 			return t.marker, fmt.Errorf("consumer: moving the lease of %s: %w", t.ID, err)
 		}
 		write = func(ctx context.Context) (bool, error) {
 			applied, err := c.leasing.DeleteMarker(ctx, t.marker)
 			if (err == nil && !applied) || lwt.Definite(err) {
-				c.dropMarkers(ctx, []taskrow.Row{next})
+				c.dropMarkers(ctx, []taskrow.Row{next}, ts)
 			}
 			return applied, err
 		}

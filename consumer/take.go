@@ -165,10 +165,10 @@ func (c *Consumer) swap(ctx context.Context, pt *scanplan.Part, lk *locking.Lock
 		defer close(indexed)
 		_, indexErr = c.state.Store.Index().Write(ctx, index, c.cfg.PartitionsInFlight)
 	}()
-	err := c.writeMarkers(ctx, markers)
+	ts, err := c.writeMarkers(ctx, markers)
 	<-indexed
 	if err = errors.Join(err, indexErr); err != nil {
-		c.dropMarkers(ctx, markers)
+		c.dropMarkers(ctx, markers, ts)
 		return nil, errors.Join(wrapErr("writing markers for", pt.Key, err), c.release(ctx, lk))
 	}
 	if c.crashed("swap") {
@@ -185,7 +185,7 @@ func (c *Consumer) swap(ctx context.Context, pt *scanplan.Part, lk *locking.Lock
 	}, func(rctx context.Context, cause error) (bool, error) { return c.settleSwap(rctx, lk, cause) })
 	switch {
 	case err != nil && lwt.Definite(err):
-		c.dropMarkers(ctx, markers)
+		c.dropMarkers(ctx, markers, ts)
 		return nil, errors.Join(wrapErr("swapping in", pt.Key, err), c.release(ctx, lk))
 	case err != nil:
 		// Unsettled: the markers stay, so the tasks come back at their deadline if the
@@ -197,7 +197,7 @@ func (c *Consumer) swap(ctx context.Context, pt *scanplan.Part, lk *locking.Lock
 		// The lock expired under us, or a marker we meant to redeliver was acked first.
 		// Nothing changed; the partition is read afresh next time.
 		c.log.DebugContext(ctx, "swap not applied", "partition_key", pt.Key)
-		c.dropMarkers(ctx, markers)
+		c.dropMarkers(ctx, markers, ts)
 		return nil, c.release(ctx, lk)
 	}
 	c.plan.Swapped(pt, s)
@@ -219,18 +219,20 @@ func (c *Consumer) marker(r taskrow.Row, at time.Time) taskrow.Row {
 // and touches their signal cells whatever the outcome: a marker whose write failed may
 // have applied, and a marker nobody deletes again (an unsettled swap keeps them) must be
 // found when it comes due.
-func (c *Consumer) writeMarkers(ctx context.Context, rows []taskrow.Row) error {
+// It returns the write timestamp, which dropMarkers needs.
+func (c *Consumer) writeMarkers(ctx context.Context, rows []taskrow.Row) (int64, error) {
 	defer c.touch(ctx, rows)
-	return c.leasing.WriteMarkers(ctx, rows, c.cluster.Stamp(c.cfg.Clock.Now()), c.cfg.PartitionsInFlight)
+	ts := c.cluster.Stamp(c.cfg.Clock.Now())
+	return ts, c.leasing.WriteMarkers(ctx, rows, ts, c.cfg.PartitionsInFlight)
 }
 
-// dropMarkers deletes markers of a swap that did not apply. Their IDs are new, so the
-// deletes touch nothing else. One that cannot be deleted delivers its task once more
-// at its deadline: a duplicate, never a loss.
-func (c *Consumer) dropMarkers(ctx context.Context, rows []taskrow.Row) {
+// dropMarkers deletes markers of a swap that did not apply, written at ts. Their IDs are
+// new, so the deletes touch nothing else. One that cannot be deleted delivers its task
+// once more at its deadline: a duplicate, never a loss.
+func (c *Consumer) dropMarkers(ctx context.Context, rows []taskrow.Row, ts int64) {
 	rctx, cancel := lwt.ResolveContext(ctx)
 	defer cancel()
-	if err := c.leasing.DropMarkers(rctx, rows, c.cfg.PartitionsInFlight); err != nil {
+	if err := c.leasing.DropMarkers(rctx, rows, ts, c.cfg.PartitionsInFlight); err != nil {
 		c.log.WarnContext(ctx, "deleting the markers of a swap that did not apply; their tasks may run twice", "queue", c.q.Name, "error", err)
 	}
 }

@@ -384,11 +384,12 @@ func (p *Producer) swap(ctx context.Context, m *moveLocks, from taskrow.Row, to,
 	m.src = nil // released by the batch, or below when it did not apply
 	batch := []store.Mutation{{Op: store.Release, Lock: src.Ref()}, {Op: store.DeleteIfExists, Row: from}}
 	apart := to != nil && to.Key != from.Key
+	var stamp int64 // to's, when written apart
 	switch {
 	case apart:
-		ins := store.Mutation{Op: store.Insert, Row: *to, Stamp: p.cluster.Stamp(p.cfg.Clock.Now())}
-		if err := tasks.Write(ctx, []store.Mutation{ins}); err != nil {
-			p.dropRow(ctx, *to)
+		stamp = p.cluster.Stamp(p.cfg.Clock.Now())
+		if err := tasks.Write(ctx, []store.Mutation{{Op: store.Insert, Row: *to, Stamp: stamp}}); err != nil {
+			p.dropRow(ctx, *to, stamp)
 			p.releaseLock(ctx, src)
 			return false, fmt.Errorf("writing %s: %w", to.Key, err)
 		}
@@ -404,7 +405,7 @@ func (p *Producer) swap(ctx context.Context, m *moveLocks, from taskrow.Row, to,
 			return applied, nil
 		})
 	if apart && err == nil && !applied || apart && err != nil && lwt.Definite(err) {
-		p.dropRow(ctx, *to)
+		p.dropRow(ctx, *to, stamp)
 	}
 	if err != nil || !applied {
 		p.releaseLock(ctx, src)
@@ -419,12 +420,12 @@ func (p *Producer) swap(ctx context.Context, m *moveLocks, from taskrow.Row, to,
 	return applied, err
 }
 
-// dropRow deletes a row written for a move that did not happen. We hold its partition's
-// lock, so no consumer took it.
-func (p *Producer) dropRow(ctx context.Context, r taskrow.Row) {
+// dropRow deletes a row written at stamp for a move that did not happen. We hold its
+// partition's lock, so no consumer took it.
+func (p *Producer) dropRow(ctx context.Context, r taskrow.Row, stamp int64) {
 	rctx, cancel := lwt.ResolveContext(ctx)
 	defer cancel()
-	if err := p.store.Tasks().Write(rctx, []store.Mutation{{Op: store.Delete, Row: r}}); err != nil {
+	if err := p.store.Tasks().Write(rctx, []store.Mutation{{Op: store.Delete, Row: r, Stamp: stamp}}); err != nil {
 		p.cfg.Logger.WarnContext(ctx, "deleting the row of a move that did not happen; the task may run twice",
 			"partition_key", r.Key, "task_id", uuid.UUID(r.TaskID), "error", err)
 	}

@@ -32,8 +32,9 @@ type Leasing interface {
 	// one partition and a bounded size each, up to inFlight at once.
 	WriteMarkers(ctx context.Context, rows []taskrow.Row, ts int64, inFlight int) error
 	// DropMarkers deletes rows, which no one else can have written (their IDs are new),
-	// in plain batches as WriteMarkers writes them.
-	DropMarkers(ctx context.Context, rows []taskrow.Row, inFlight int) error
+	// in plain batches as WriteMarkers writes them, at ts, the stamp WriteMarkers wrote
+	// them with: deletes stamped by a host whose clock trails the cluster's would lose.
+	DropMarkers(ctx context.Context, rows []taskrow.Row, ts int64, inFlight int) error
 	// Swap deletes rows, all of lk's partition, and releases lk recording floors for
 	// the lap of bucket and leaving lk's receipt, in one conditional batch: it applies
 	// only while lk holds the lock and every row delivered before (Attempt > 0) still

@@ -72,12 +72,13 @@ func (s leasing) WriteMarkers(ctx context.Context, rows []taskrow.Row, ts int64,
 	})
 }
 
-func (s leasing) DropMarkers(ctx context.Context, rows []taskrow.Row, inFlight int) error {
+func (s leasing) DropMarkers(ctx context.Context, rows []taskrow.Row, ts int64, inFlight int) error {
 	batches := taskrow.Group(rows)
 	return fanout.Each(len(batches), inFlight, func(i int) error {
 		b := cql.Batch(s.session, gocql.UnloggedBatch).WithContext(ctx)
 		for _, idx := range batches[i] {
-			b.Query(taskrow.Delete, rows[idx].KeyArgs()...)
+			stmt, args := rows[idx].DeleteAt(ts)
+			b.Query(stmt, args...)
 		}
 		return s.session.ExecuteBatch(b)
 	})

@@ -50,7 +50,9 @@ const (
 	// Insert writes Row at write timestamp Stamp, or, inside a conditional batch, which
 	// carries no timestamps of its own, at the coordinator's (Stamp is not used there).
 	Insert Op = iota + 1
-	// Delete deletes Row.
+	// Delete deletes Row; at write timestamp Stamp when set, which a row written at
+	// Stamp (clustertime.Clock.Stamp) needs: a delete stamped by a host whose clock trails
+	// the cluster's would lose to it.
 	Delete
 	// DeleteIfExists deletes Row and conditions the batch on its being there.
 	DeleteIfExists

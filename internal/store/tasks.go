@@ -24,6 +24,9 @@ func (m Mutation) stmt(conditional bool) (string, []any) {
 		}
 		return m.Row.Insert(m.Stamp)
 	case Delete:
+		if m.Stamp != 0 {
+			return m.Row.DeleteAt(m.Stamp)
+		}
 		return taskrow.Delete, m.Row.KeyArgs()
 	case DeleteIfExists:
 		return taskrow.DeleteIfExists, m.Row.KeyArgs()

@@ -78,6 +78,14 @@ const (
 // KeyArgs binds r's primary key to Delete and DeleteIfExists.
 func (r Row) KeyArgs() []any { return []any{r.Key, r.Priority, r.ID} }
 
+// DeleteAt returns the statement deleting r with write timestamp ts, in microseconds: the
+// stamp r was written with, so that the delete wins over it whatever the clock of the
+// host that deletes (a tombstone wins a tie).
+func (r Row) DeleteAt(ts int64) (string, []any) {
+	return `DELETE FROM tasks USING TIMESTAMP ? WHERE shard_key = ? AND kind = 1 AND priority = ? AND id = ?`,
+		[]any{ts, r.Key, r.Priority, r.ID}
+}
+
 // SelectRange reads up to LIMIT rows of the given priorities (bind a []int8) whose IDs
 // lie in (floor, upper], highest priority first, then earliest. Bind the floor as an
 // exact ID or shard.MinID(t), and the upper bound as shard.MaxID(t).
