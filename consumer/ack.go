@@ -52,26 +52,32 @@ func (c *Consumer) AckTasks(ctx context.Context, tasks ...*Task) error {
 		}
 		groups[t.marker.Key] = append(groups[t.marker.Key], t)
 	}
+	// By delivery, not task ID: two deliveries of one task (the first's lease ran out)
+	// can be acked in one call, the first lost and the second acked.
 	var mu sync.Mutex
-	ackErr := &AckError{Failed: map[uuid.UUID]error{}}
+	lost, failed := map[*Task]bool{}, map[*Task]error{}
 	_ = fanout.Each(len(keys), c.cfg.PartitionsInFlight, func(i int) error {
-		lost, failed := c.ackGroup(ctx, groups[keys[i]])
+		l, f := c.ackGroup(ctx, groups[keys[i]])
 		mu.Lock()
 		defer mu.Unlock()
-		ackErr.Lost = append(ackErr.Lost, lost...)
-		for id, err := range failed {
-			ackErr.Failed[id] = err
+		for _, t := range l {
+			lost[t] = true
+		}
+		for t, err := range f {
+			failed[t] = err
 		}
 		return nil
 	})
+	ackErr := &AckError{Failed: map[uuid.UUID]error{}}
 	var done []taskindex.Write
 	var acked []*Task
-	lost := make(map[uuid.UUID]bool, len(ackErr.Lost))
-	for _, id := range ackErr.Lost {
-		lost[id] = true
-	}
 	for _, t := range tasks {
-		if _, failed := ackErr.Failed[t.ID]; !failed && !lost[t.ID] {
+		switch err, ok := failed[t]; {
+		case ok:
+			ackErr.Failed[t.ID] = err
+		case lost[t]:
+			ackErr.Lost = append(ackErr.Lost, t.ID)
+		default:
 			done = append(done, c.finishEntry(t, taskindex.Completed, ""))
 			acked = append(acked, t)
 		}
@@ -99,8 +105,8 @@ func (c *Consumer) AckTasks(ctx context.Context, tasks ...*Task) error {
 // applied: a marker gone before its deadline was then deleted by it, since no one else
 // may take a task before its deadline, and one SERIAL read of the markers tells which
 // tasks are left to ack one by one.
-func (c *Consumer) ackGroup(ctx context.Context, tasks []*Task) (lost []uuid.UUID, failed map[uuid.UUID]error) {
-	failed = map[uuid.UUID]error{}
+func (c *Consumer) ackGroup(ctx context.Context, tasks []*Task) (lost []*Task, failed map[*Task]error) {
+	failed = map[*Task]error{}
 	batchUnknown := false
 	if len(tasks) > 1 {
 		applied, err := c.leasing.DeleteMarkers(ctx, markersOf(tasks))
@@ -126,9 +132,9 @@ func (c *Consumer) ackGroup(ctx context.Context, tasks []*Task) (lost []uuid.UUI
 		}
 		switch {
 		case errors.Is(err, ErrLeaseLost):
-			lost = append(lost, t.ID)
+			lost = append(lost, t)
 		case err != nil:
-			failed[t.ID] = err
+			failed[t] = err
 		}
 	}
 	return lost, failed
