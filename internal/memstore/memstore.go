@@ -1,0 +1,285 @@
+// Package memstore is an in-memory store.Store with the semantics of the Cassandra
+// implementation (internal/store) where shardq's correctness depends on them, for the
+// deterministic simulator (issue 26): every statement the Cassandra implementation sends
+// is mirrored here, on cells with write timestamps and TTLs, row markers, tombstones
+// purged after gc_grace_seconds, the tombstone failure threshold, paged range reads, and
+// conditional writes stamped by ballots of the servers' clock. Each request the Cassandra
+// implementation would send is first put to a Gate, which may block it and decides its
+// fault; the errors are the driver's own types, so lwt.Definite classifies them as on a
+// real node.
+//
+// conformance_test.go runs the same scenarios on a real node and on a Cluster: where the
+// two disagree, the real node wins.
+package memstore
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/shardq/shardq/internal/store"
+)
+
+// DefaultTombstoneFailureThreshold is Cassandra's default tombstone_failure_threshold.
+const DefaultTombstoneFailureThreshold = 100000
+
+// Cluster is the simulated cluster's data: every table of one keyspace. Safe for
+// concurrent use.
+type Cluster struct {
+	now       func() time.Time
+	threshold int
+
+	mu sync.Mutex
+	// lastMicros is the last server-side timestamp handed out, ballots included: as a
+	// node's ClientState does, each is strictly greater than the one before.
+	lastMicros int64
+	tasks      *table
+	keys       *table
+	queues     *table
+	index      *table
+	letters    *table
+	signals    *table
+	series     *table
+	names      *table
+}
+
+// Config configures a Cluster.
+type Config struct {
+	// Now is the servers' clock (one clock for the cluster): TTL expiry, local deletion
+	// times, gc grace, and the ballots of conditional writes. Required.
+	Now func() time.Time
+	// TombstoneFailureThreshold: a read that scans more tombstones fails. Defaults to
+	// 100000 (DefaultTombstoneFailureThreshold), as Cassandra's tombstone_failure_threshold.
+	TombstoneFailureThreshold int
+}
+
+// ErrNoClock means a Config or ClientConfig lacks its required clock.
+var ErrNoClock = errors.New("memstore: a clock is required")
+
+// New returns an empty cluster holding shardq's schema (schema.cql).
+func New(cfg Config) (*Cluster, error) {
+	if cfg.Now == nil {
+		return nil, ErrNoClock
+	}
+	if cfg.TombstoneFailureThreshold <= 0 {
+		cfg.TombstoneFailureThreshold = DefaultTombstoneFailureThreshold
+	}
+	return &Cluster{
+		now:       cfg.Now,
+		threshold: cfg.TombstoneFailureThreshold,
+		tasks:     newTable("tasks", 600, 0),
+		keys:      newTable("task_keys", defaultGCGrace, 0),
+		queues:    newTable("queues", defaultGCGrace, 0),
+		index:     newTable("task_index", 600, 0),
+		letters:   newTable("dead_letters", defaultGCGrace, 2592000),
+		signals:   newTable("queue_signals", 600, 86400),
+		series:    newTable("series", defaultGCGrace, 0),
+		names:     newTable("series_names", defaultGCGrace, 0),
+	}, nil
+}
+
+// ClientConfig is one client process's view.
+type ClientConfig struct {
+	// Clock is the client's clock: the write timestamp of every write that carries none of
+	// its own (gocql's client-side timestamps). Required.
+	Clock func() time.Time
+	// Gate is asked before each request (each CQL request the Cassandra implementation
+	// would send: each page of a paged read, each batch, each statement). It may block
+	// and decides the request's fault. nil: none.
+	Gate Gate
+}
+
+// Client returns the store as the client cfg describes sees it. It panics without a
+// Clock, as New fails without Now.
+func (c *Cluster) Client(cfg ClientConfig) store.Store {
+	if cfg.Clock == nil {
+		panic(ErrNoClock)
+	}
+	return &client{c: c, clock: cfg.Clock, gate: cfg.Gate}
+}
+
+// Request is one CQL request, as the Gate sees it.
+type Request struct {
+	Table                      string // "tasks", "task_keys", ...
+	Op                         string // a short name: "Locks.Take", "Leasing.Rows/page", ...
+	Key                        string // the partition key as text, components joined by ':'
+	Write, Conditional, Serial bool
+}
+
+// Fault is what befalls a request.
+type Fault int8
+
+const (
+	None Fault = iota
+	// Unavailable is refused, nothing applied: *gocql.RequestErrUnavailable (definite).
+	Unavailable
+	// Overloaded is refused, nothing applied: an error whose gocql.RequestError Code()
+	// is gocql.ErrCodeOverloaded (definite).
+	Overloaded
+	// TimeoutLost timed out, not applied: write: *gocql.RequestErrWriteTimeout{WriteType:
+	// "CAS" for conditional, "BATCH", "UNLOGGED_BATCH" or "SIMPLE"}; read:
+	// *gocql.RequestErrReadTimeout.
+	TimeoutLost
+	// TimeoutApplied is applied, then the same timeout error (reads: as TimeoutLost).
+	TimeoutApplied
+	// NoResponseLost: the client gave up before an answer, not applied:
+	// gocql.ErrTimeoutNoResponse.
+	NoResponseLost
+	// NoResponseApplied is the same error, but the write applied.
+	NoResponseApplied
+)
+
+// Gate decides a request's fault; an error (the ctx ended: the process crashed) is
+// returned as it is, with nothing applied.
+type Gate func(ctx context.Context, r Request) (Fault, error)
+
+type client struct {
+	c     *Cluster
+	clock func() time.Time
+	gate  Gate
+}
+
+func (cl *client) Tasks() store.Tasks             { return tasks{cl} }
+func (cl *client) Leasing() store.Leasing         { return leasing{cl} }
+func (cl *client) Locks() store.Locks             { return locks{cl} }
+func (cl *client) Keys() store.Keys               { return keys{cl} }
+func (cl *client) Queues() store.Queues           { return queues{cl} }
+func (cl *client) Index() store.Index             { return index{cl} }
+func (cl *client) DeadLetters() store.DeadLetters { return letters{cl} }
+func (cl *client) Signals() store.Signals         { return signals{cl} }
+func (cl *client) Series() store.Series           { return series{cl} }
+func (cl *client) Scans() store.Scans             { return scans{cl} }
+
+// clientStamp is the write timestamp gocql gives a request that carries none of its own.
+func (cl *client) clientStamp() int64 { return cl.clock().UnixNano() / 1000 }
+
+// exec sends one request: the Gate decides its fault, and run, which executes it on the
+// cluster's data under the cluster's lock, runs unless the fault says it did not apply.
+// writeType names a write's kind for a timeout ("CAS", "SIMPLE", ...); "" for reads.
+func (cl *client) exec(ctx context.Context, r Request, writeType string, run func(s *state) error) error {
+	if err := ctx.Err(); err != nil {
+		return err // gocql sends nothing on an ended context
+	}
+	fault := None
+	if cl.gate != nil {
+		var err error
+		if fault, err = cl.gate(ctx, r); err != nil {
+			return err
+		}
+	}
+	switch fault {
+	case Unavailable:
+		return unavailable(r.Conditional || r.Serial)
+	case Overloaded:
+		return overloaded()
+	case TimeoutLost, NoResponseLost:
+		return timeout(fault, r, writeType)
+	case TimeoutApplied, NoResponseApplied:
+		if !r.Write {
+			return timeout(fault, r, writeType)
+		}
+	}
+	cl.c.mu.Lock()
+	err := run(cl.c.state())
+	cl.c.mu.Unlock()
+	if err != nil || fault == None {
+		return err
+	}
+	return timeout(fault, r, writeType)
+}
+
+// state is the cluster at the time of one request: the servers' clock read once.
+type state struct {
+	c   *Cluster
+	sec int64 // nowInSec: TTL expiry and local deletion times
+}
+
+func (c *Cluster) state() *state { return &state{c: c, sec: c.now().Unix()} }
+
+// serverStamp is a timestamp the coordinator chooses: a ballot, or the write timestamp
+// of a statement sent without one. Each is greater than every one before.
+func (s *state) serverStamp() int64 {
+	m := s.c.now().UnixMicro()
+	if m <= s.c.lastMicros {
+		m = s.c.lastMicros + 1
+	}
+	s.c.lastMicros = m
+	return m
+}
+
+// query is a read of one partition of t within slices, up to limit rows (math.MaxInt:
+// no LIMIT clause) in pages of pageSize (0 or less: unpaged).
+type query struct {
+	req      Request
+	t        *table
+	pk       string
+	slices   []slice
+	limit    int
+	pageSize int
+}
+
+// read runs q page by page, each page one request: extract copies each row's values
+// under the cluster's lock, and consume takes them after it, in order, until it returns
+// false. A page that fails returns its error after the pages before were consumed, as
+// the driver's iterator does.
+func read[T any](ctx context.Context, cl *client, q query, extract func(s *state, r *row) T, consume func(T) bool) error {
+	sls := normalize(q.slices)
+	remaining, after := q.limit, ""
+	for {
+		size := remaining
+		if q.pageSize > 0 && q.pageSize < size {
+			size = q.pageSize
+		}
+		var page []T
+		n := 0
+		err := cl.exec(ctx, q.req, "", func(s *state) error {
+			if q.limit <= 0 {
+				return invalid("LIMIT must be strictly positive")
+			}
+			if q.req.Serial {
+				s.serverStamp() // a SERIAL read runs a Paxos round of its own
+			}
+			var err error
+			n, after, err = s.read(q.t, q.pk, sls, after, size, q.req.Serial, func(r *row) { page = append(page, extract(s, r)) })
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		for _, v := range page {
+			if !consume(v) {
+				return nil
+			}
+		}
+		// A full page may have more behind it: the driver asks for the next one.
+		if remaining -= n; n < size || remaining == 0 {
+			return nil
+		}
+	}
+}
+
+// each mirrors fanout.Each, one call after another: a single call's error as it is,
+// several calls' joined.
+func each(n int, fn func(i int) error) error {
+	if n == 1 {
+		return fn(0)
+	}
+	errs := make([]error, n)
+	for i := range n {
+		errs[i] = fn(i)
+	}
+	return errors.Join(errs...)
+}
+
+// writeType is the write type a node reports for a plain write's timeout: a mutation of
+// one partition is SIMPLE, whatever the batch.
+func writeType(partitions int, logged bool) string {
+	switch {
+	case partitions <= 1:
+		return "SIMPLE"
+	case logged:
+		return "BATCH"
+	}
+	return "UNLOGGED_BATCH"
+}

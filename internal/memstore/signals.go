@@ -1,0 +1,140 @@
+package memstore
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/gocql/gocql"
+
+	"github.com/shardq/shardq/internal/signal"
+	"github.com/shardq/shardq/shard"
+)
+
+// The queue_signals table: PRIMARY KEY (queue, bucket), with a default TTL of a day.
+const (
+	colShards = iota
+	colSlots
+)
+
+type signals struct{ *client }
+
+// slotKey is signal's map key of an entry's slot.
+func slotKey(e signal.Entry) int64 { return int64(e.Slot<<16 | e.Shard) }
+
+func fromSlotKey(k int64) (slot, shard int) { return int(k >> 16), int(k & 0xffff) }
+
+// Touch mirrors signal.Write: one statement per queue and bucket, stamped by the
+// coordinator. It sends them in the order of queue and bucket, where signal.Write
+// follows a map's.
+func (g signals) Touch(ctx context.Context, cells []signal.Touch) error {
+	type rowKey struct {
+		queue  string
+		bucket int64
+	}
+	type entries struct {
+		shards   map[int]gocql.UUID
+		earliest map[int]time.Time
+		slots    map[int64]gocql.UUID
+		until    time.Time
+	}
+	rows := map[rowKey]*entries{}
+	for _, c := range cells {
+		r := rowKey{c.Queue, c.Bucket}
+		e := rows[r]
+		if e == nil {
+			e = &entries{shards: map[int]gocql.UUID{}, earliest: map[int]time.Time{}, slots: map[int64]gocql.UUID{}}
+			rows[r] = e
+		}
+		e.slots[slotKey(c.Entry)] = gocql.UUID(shard.NewID(c.Earliest))
+		if at, ok := e.earliest[c.Shard]; !ok || c.Earliest.Before(at) {
+			e.earliest[c.Shard] = c.Earliest
+			e.shards[c.Shard] = gocql.UUID(shard.NewID(c.Earliest))
+		}
+		if c.Until.After(e.until) {
+			e.until = c.Until
+		}
+	}
+	order := make([]rowKey, 0, len(rows))
+	for r := range rows {
+		order = append(order, r)
+	}
+	slices.SortFunc(order, func(a, b rowKey) int { return cmp.Or(cmp.Compare(a.queue, b.queue), cmp.Compare(a.bucket, b.bucket)) })
+	for _, r := range order {
+		e := rows[r]
+		ttl := min(int(max(e.until.Sub(g.clock()), 0)/time.Second)+86400, maxTTL)
+		o := op{ck: ckInt64(r.bucket), key: []any{r.bucket}, ttl: int32(ttl)}
+		for s, v := range e.shards {
+			o.adds = append(o.adds, add{colShards, int64(s), v})
+		}
+		for k, v := range e.slots {
+			o.adds = append(o.adds, add{colSlots, k, v})
+		}
+		err := g.exec(ctx, Request{Table: "queue_signals", Op: "Signals.Touch", Key: r.queue, Write: true}, writeType(1, false), func(s *state) error {
+			s.apply(s.c.signals, r.queue, o, s.serverStamp())
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("signal: touching %s bucket %d: %w", r.queue, r.bucket, err)
+		}
+	}
+	return nil
+}
+
+// buckets reads the rows of queue's buckets from..to.
+func buckets[T any](ctx context.Context, g signals, op, queue string, from, to int64, extract func(s *state, r *row) T) ([]T, error) {
+	var out []T
+	q := query{req: Request{Table: "queue_signals", Op: op, Key: queue}, t: g.c.signals, pk: queue,
+		slices: []slice{{lo: ckInt64(from), hi: ckInt64(to), loIn: true, hiIn: true}}, limit: math.MaxInt, pageSize: defaultPageSize}
+	err := read(ctx, g.client, q, extract, func(v T) bool { out = append(out, v); return true })
+	if err != nil {
+		return nil, fmt.Errorf("signal: reading %s: %w", queue, err)
+	}
+	return out, nil
+}
+
+type bucketEntries struct {
+	bucket  int64
+	entries []entry
+}
+
+func (g signals) Cells(ctx context.Context, queue string, from, to int64) (map[signal.Cell]gocql.UUID, error) {
+	rows, err := buckets(ctx, g, "Signals.Cells", queue, from, to, func(s *state, r *row) bucketEntries {
+		return bucketEntries{r.key[0].(int64), r.entries(colShards, s.sec)}
+	})
+	if err != nil {
+		return nil, err
+	}
+	cells := map[signal.Cell]gocql.UUID{}
+	for _, r := range rows {
+		for _, e := range r.entries {
+			cells[signal.Cell{Queue: queue, Bucket: r.bucket, Shard: int(e.k)}] = e.v.(gocql.UUID)
+		}
+	}
+	return cells, nil
+}
+
+func (g signals) LastTouches(ctx context.Context, queue string, from, to int64) (map[signal.Cell]signal.Slots, map[signal.Entry]time.Time, error) {
+	rows, err := buckets(ctx, g, "Signals.LastTouches", queue, from, to, func(s *state, r *row) bucketEntries {
+		return bucketEntries{r.key[0].(int64), r.entries(colSlots, s.sec)}
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	cells, touched := map[signal.Cell]signal.Slots{}, map[signal.Entry]time.Time{}
+	for _, r := range rows {
+		for _, e := range r.entries {
+			slot, sh := fromSlotKey(e.k)
+			en := signal.Entry{Cell: signal.Cell{Queue: queue, Bucket: r.bucket, Shard: sh}, Slot: slot}
+			if cells[en.Cell] == nil {
+				cells[en.Cell] = signal.Slots{}
+			}
+			cells[en.Cell][slot] = e.v.(gocql.UUID)
+			touched[en] = time.UnixMicro(e.ts)
+		}
+	}
+	return cells, touched, nil
+}
