@@ -112,6 +112,25 @@ var scenarios = []scenario{
 		require.False(t, there)
 	}},
 
+	// A host whose clock trails the cluster's stamps deletes below the rows it writes at a
+	// cluster stamp: a delete or drop of such a row must carry the row's stamp.
+	{"a delete or drop at a row's stamp wins over it", func(t *testing.T, ctx context.Context, s store.Store) {
+		key := "q:2:0"
+		ahead := time.Now().Add(time.Hour).UnixMicro()
+		row, marker := taskRow(1, time.Now(), "row"), taskRow(1, time.Now(), "marker")
+		row.Key, marker.Key = key, key
+		tasks := s.Tasks()
+		require.NoError(t, tasks.Write(ctx, []store.Mutation{{Op: store.Insert, Row: row, Stamp: ahead}}))
+		require.NoError(t, s.Leasing().WriteMarkers(ctx, []taskrow.Row{marker}, ahead, 1))
+		require.NoError(t, tasks.Write(ctx, []store.Mutation{{Op: store.Delete, Row: row, Stamp: ahead}}))
+		require.NoError(t, s.Leasing().DropMarkers(ctx, []taskrow.Row{marker}, ahead, 1))
+		for _, r := range []taskrow.Row{row, marker} {
+			there, err := tasks.Exists(ctx, r)
+			require.NoError(t, err)
+			require.False(t, there, r.Payload)
+		}
+	}},
+
 	{"a conditional batch's writes carry its ballot", func(t *testing.T, ctx context.Context, s store.Store) {
 		now := time.Now()
 		lk := store.LockRef{Key: key, Holder: holder(), Token: 1}
@@ -440,7 +459,8 @@ var scenarios = []scenario{
 		there, err = s.Leasing().MarkersThere(ctx, []taskrow.Row{m2, m4})
 		require.NoError(t, err)
 		require.Equal(t, map[uuid.UUID]bool{uuid.UUID(m4.ID): true}, there)
-		require.NoError(t, s.Leasing().DropMarkers(ctx, []taskrow.Row{m4, m3}, 2))
+		// m4 was written by a conditional batch, stamped by its ballot: dropped past it.
+		require.NoError(t, s.Leasing().DropMarkers(ctx, []taskrow.Row{m4, m3}, time.Now().Add(time.Minute).UnixMicro(), 2))
 		for _, m := range []taskrow.Row{m3, m4} {
 			ok, err := s.Tasks().Exists(ctx, m)
 			require.NoError(t, err)

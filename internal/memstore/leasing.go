@@ -89,8 +89,8 @@ func (l leasing) WriteMarkers(ctx context.Context, rows []taskrow.Row, ts int64,
 	return l.plainBatches(ctx, "Leasing.WriteMarkers", rows, ts, insertOp)
 }
 
-func (l leasing) DropMarkers(ctx context.Context, rows []taskrow.Row, _ int) error {
-	return l.plainBatches(ctx, "Leasing.DropMarkers", rows, 0, deleteOp)
+func (l leasing) DropMarkers(ctx context.Context, rows []taskrow.Row, ts int64, _ int) error {
+	return l.plainBatches(ctx, "Leasing.DropMarkers", rows, ts, deleteOp)
 }
 
 func (l leasing) Swap(ctx context.Context, lk store.LockRef, bucket int64, floors map[int8]uuid.UUID, rows []taskrow.Row) (bool, error) {

@@ -48,8 +48,9 @@ func deleted(t *testing.T, ctx context.Context, s store.Store, at time.Time, n i
 	for i := range n {
 		rows = append(rows, taskRow(1, at.Add(time.Duration(i)*time.Millisecond), "p"))
 	}
-	require.NoError(t, s.Leasing().WriteMarkers(ctx, rows, start.Add(-time.Second).UnixMicro(), 1))
-	require.NoError(t, s.Leasing().DropMarkers(ctx, rows, 1))
+	ts := start.Add(-time.Second).UnixMicro()
+	require.NoError(t, s.Leasing().WriteMarkers(ctx, rows, ts, 1))
+	require.NoError(t, s.Leasing().DropMarkers(ctx, rows, ts, 1))
 }
 
 // A range read that walks more tombstones than the threshold before its limit fails

@@ -150,6 +150,9 @@ func (t tasks) Write(ctx context.Context, muts []store.Mutation) error {
 			case store.Delete:
 				ops[i], err = deleteOp(m.Row)
 				stamps[i] = stamp
+				if m.Stamp != 0 {
+					stamps[i] = m.Stamp
+				}
 			default:
 				panic(fmt.Sprintf("memstore: mutation %d has no plain statement", m.Op))
 			}
