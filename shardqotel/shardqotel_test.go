@@ -47,8 +47,8 @@ func newQueue(t *testing.T, ks string) shardq.QueueConfig {
 // endedSpan is a span as the handler process reports it on its standard output.
 type endedSpan struct {
 	Name, TraceID, SpanID, ParentSpanID, Kind, Status string
-	Attrs                                              map[string]string
-	Events                                             []string
+	Attrs                                             map[string]string
+	Events                                            []string
 }
 
 func report(s sdktrace.ReadOnlySpan) endedSpan {
@@ -56,7 +56,7 @@ func report(s sdktrace.ReadOnlySpan) endedSpan {
 		ParentSpanID: s.Parent().SpanID().String(), Kind: s.SpanKind().String(), Status: s.Status().Code.String(),
 		Attrs: map[string]string{}}
 	for _, kv := range s.Attributes() {
-		e.Attrs[string(kv.Key)] = kv.Value.Emit()
+		e.Attrs[string(kv.Key)] = kv.Value.String()
 	}
 	for _, ev := range s.Events() {
 		e.Events = append(e.Events, ev.Name)
