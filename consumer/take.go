@@ -103,8 +103,8 @@ func (c *Consumer) take(ctx context.Context, pt *scanplan.Part, want int, now ti
 }
 
 // lockedRead reads up to want visible rows of pt above its floors, and at most
-// MaxTakeBytes of payload and headers, highest priority first. The span is cut when the read stopped
-// at either limit.
+// MaxTakeBytes of payload and headers, highest priority first. The span is cut when the
+// read stopped at either limit.
 func (c *Consumer) lockedRead(ctx context.Context, pt *scanplan.Part, want int, now time.Time) ([]taskrow.Row, scanplan.Span, error) {
 	s := scanplan.NewSpan(now)
 	if c.failRead != nil {

@@ -120,8 +120,8 @@ const SelectRow = `SELECT priority, id, task_id, payload, due_at, timeout_ms, at
 	WHERE shard_key = ? AND kind = 1 AND priority = ? AND id = ?`
 
 // Scan reads the rows of a SelectRange query of partition key, stopping once the rows
-// read hold maxBytes of payload and headers or more (the row that crosses it is kept). It reports
-// whether it stopped early.
+// read hold maxBytes of payload and headers or more (the row that crosses it is kept).
+// It reports whether it stopped early.
 func Scan(iter *gocql.Iter, key string, maxBytes int) (rows []Row, cut bool, err error) {
 	var r Row
 	var timeoutMs int64
