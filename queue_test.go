@@ -17,24 +17,31 @@ func TestApplySchemaTwice(t *testing.T) {
 	s := cassandratest.SessionFor(t, ks)
 	require.NoError(t, shardq.ApplySchema(context.Background(), s))
 	require.NoError(t, shardq.ApplySchema(context.Background(), s))
-	require.Len(t, shardq.Schema(), 9)
+	require.Len(t, shardq.Schema(), 11)
 	var opts map[string]string
 	require.NoError(t, s.Query(`SELECT compaction FROM system_schema.tables WHERE keyspace_name = ? AND table_name = 'tasks'`, ks).Scan(&opts))
 	require.Contains(t, opts["class"], "LeveledCompactionStrategy")
 }
 
-// A keyspace whose queue_signals predates its slots column gets it from ApplySchema.
-func TestApplySchemaAddsSignalSlots(t *testing.T) {
+// A keyspace made before the columns that came later (queue_signals' slots, the tasks'
+// and dead letters' headers) gets them from ApplySchema.
+func TestApplySchemaAddsLaterColumns(t *testing.T) {
 	t.Parallel()
 	s := cassandratest.DDLSession(t)
 	ks := s.Query("").Keyspace()
 	ctx := context.Background()
 	require.NoError(t, shardq.ApplySchema(ctx, s))
-	require.NoError(t, s.Query(`ALTER TABLE queue_signals DROP slots`).Exec())
+	later := [][2]string{{"queue_signals", "slots"}, {"tasks", "headers"}, {"dead_letters", "headers"}}
+	for _, c := range later {
+		require.NoError(t, s.Query(`ALTER TABLE `+c[0]+` DROP `+c[1]).Exec())
+	}
 	require.NoError(t, shardq.ApplySchema(ctx, s))
-	var n int
-	require.NoError(t, s.Query(`SELECT count(*) FROM system_schema.columns WHERE keyspace_name = ? AND table_name = 'queue_signals' AND column_name = 'slots'`, ks).Scan(&n))
-	require.Equal(t, 1, n)
+	for _, c := range later {
+		var n int
+		require.NoError(t, s.Query(`SELECT count(*) FROM system_schema.columns WHERE keyspace_name = ? AND table_name = ? AND column_name = ?`,
+			ks, c[0], c[1]).Scan(&n))
+		require.Equal(t, 1, n, "%s.%s", c[0], c[1])
+	}
 }
 
 func TestCreateAndLoadQueue(t *testing.T) {

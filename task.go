@@ -77,6 +77,9 @@ type TaskInfo struct {
 	// Payload is the task's payload, for a task pending or in flight, or one read from the
 	// dead letters.
 	Payload []byte
+	// Headers are the task's headers (producer.Task.Headers), read along with its Payload;
+	// nil when it has none.
+	Headers map[string]string
 }
 
 var (

@@ -49,9 +49,9 @@ const (
 	// MaxClockSkew: such a row is delivered at most about this long (plus the caller's
 	// poll interval) after its write, instead of when the ring comes back to it.
 	SweepInterval = scanplan.SweepInterval
-	// MaxTakeBytes bounds the payload bytes one locked read takes from a partition; the
-	// rest wait for the next call. Markers are written in batches of at most
-	// taskrow.MaxBatchBytes, so no write comes near Cassandra's mutation limit.
+	// MaxTakeBytes bounds the payload and header bytes one locked read takes from a
+	// partition; the rest wait for the next call. Markers are written in batches of at
+	// most taskrow.MaxBatchBytes, so no write comes near Cassandra's mutation limit.
 	MaxTakeBytes = 4 << 20
 )
 
@@ -115,6 +115,9 @@ type Task struct {
 	// Series names the recurring series (package series) the task is an occurrence of;
 	// empty for other tasks. DueAt is then the occurrence's time in the series.
 	Series string
+	// Headers are the headers the task was scheduled with (producer.Task.Headers); nil
+	// when it has none. Changing them changes nothing stored.
+	Headers map[string]string
 
 	marker  taskrow.Row // the timeout marker Ack deletes
 	visible time.Time   // when the row it was taken from became visible: its place in line

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"time"
 
 	"github.com/gocql/gocql"
@@ -102,8 +103,8 @@ func (c *Consumer) take(ctx context.Context, pt *scanplan.Part, want int, now ti
 }
 
 // lockedRead reads up to want visible rows of pt above its floors, and at most
-// MaxTakeBytes of payload, highest priority first. The span is cut when the read stopped
-// at either limit.
+// MaxTakeBytes of payload and headers, highest priority first. The span is cut when the
+// read stopped at either limit.
 func (c *Consumer) lockedRead(ctx context.Context, pt *scanplan.Part, want int, now time.Time) ([]taskrow.Row, scanplan.Span, error) {
 	s := scanplan.NewSpan(now)
 	if c.failRead != nil {
@@ -122,8 +123,9 @@ func (c *Consumer) lockedRead(ctx context.Context, pt *scanplan.Part, want int, 
 		}
 		for _, r := range got {
 			s.Note(r.Priority, uuid.UUID(r.ID))
-			bytes += len(r.Payload)
-			c.plan.SawPayload(len(r.Payload))
+			size := r.Size()
+			bytes += size
+			c.plan.SawPayload(size)
 		}
 		rows = append(rows, got...)
 		s.Cover(g, cut || len(got) == rest)
@@ -151,7 +153,8 @@ func (c *Consumer) swap(ctx context.Context, pt *scanplan.Part, lk *locking.Lock
 		markers[i].Retrying = false
 		tasks[i] = &Task{ID: uuid.UUID(r.TaskID), Queue: c.q.Name, Payload: r.Payload, DueAt: r.DueAt,
 			Priority: int(r.Priority), Attempt: markers[i].Attempt, Deadline: deadline, Timeout: r.Timeout,
-			Token: markers[i].Token, Series: r.Series, marker: markers[i], visible: shard.IDTime(uuid.UUID(r.ID))}
+			Token: markers[i].Token, Series: r.Series, Headers: maps.Clone(r.Headers), marker: markers[i],
+			visible: shard.IDTime(uuid.UUID(r.ID))}
 	}
 	// The index learns of the move before it happens: if the swap then fails, the entry
 	// names the rows read as the previous place, which readers find still there.

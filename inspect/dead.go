@@ -93,7 +93,7 @@ func (in *Inspector) countDead(ctx context.Context, q queueRead, now time.Time, 
 func deadInfo(l deadletters.Letter) shardq.TaskInfo {
 	return shardq.TaskInfo{ID: l.TaskID, Queue: l.Queue, State: shardq.TaskDead, DueAt: l.DueAt, Priority: l.Priority,
 		Attempt: l.Attempt, Token: l.Deliveries, Timeout: l.Timeout, LastError: l.Error, FinishedAt: l.DiedAt,
-		DeadLetterID: l.ID, Payload: l.Payload}
+		DeadLetterID: l.ID, Payload: l.Payload, Headers: l.Headers}
 }
 
 // checkID refuses an ID that no task or dead letter has: IDs are version 1 UUIDs.

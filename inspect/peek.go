@@ -96,7 +96,7 @@ func (in *Inspector) Peek(ctx context.Context, queue string, n int) (*Peeked, er
 		case !ok:
 			gone[i] = true
 		default:
-			r.task.Payload = row.Payload
+			r.task.Payload, r.task.Headers = row.Payload, row.Headers
 		}
 		return nil
 	})

@@ -51,7 +51,7 @@ func (p *Producer) ReplayDeadLetter(ctx context.Context, queue string, id uuid.U
 	if err != nil {
 		return uuid.Nil, err
 	}
-	task := Task{Queue: queue, Payload: d.Payload, Priority: d.Priority, Timeout: d.Timeout}
+	task := Task{Queue: queue, Payload: d.Payload, Priority: d.Priority, Timeout: d.Timeout, Headers: d.Headers}
 	if e, _, err := p.store.Index().Read(ctx, d.TaskID); err == nil {
 		task.Key = e.Key
 	} else if !errors.Is(err, taskindex.ErrNotFound) {
@@ -89,7 +89,7 @@ func replayRow(q shardq.QueueConfig, d deadletters.Letter, t Task, now time.Time
 	return taskrow.Row{Key: lay.Key(lay.Bucket(now), lay.ShardFor(d.TaskID)), Priority: int8(d.Priority),
 		ID: gocql.UUID(shard.NewID(now)), TaskID: gocql.UUID(d.TaskID), Payload: d.Payload, DueAt: now,
 		Timeout: d.Timeout, Token: d.Deliveries + 1, // the index entry of its death was written at d.Token
-		Keyed: t.Key != ""}
+		Keyed: t.Key != "", Headers: d.Headers}
 }
 
 // PurgeDeadLetter deletes a dead letter for good; inspect's Task no longer finds its task.

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gocql/gocql"
 	"github.com/google/uuid"
@@ -29,16 +30,24 @@ import (
 	"github.com/shardq/shardq/shard"
 )
 
-// Defaults and limits for Config.
+// Defaults and limits for Config and tasks.
 const (
 	DefaultMaxPayloadBytes = 64 << 10
 	MaxPayloadLimit        = 1 << 20
 	DefaultWritesInFlight  = 8
+	// MaxHeaderBytes bounds a task's Headers: the bytes of their keys and values, which
+	// count toward Config.MaxPayloadBytes too.
+	MaxHeaderBytes = 4 << 10
 )
 
-// ErrPayloadTooLarge is matched, with shardq.ErrInvalid, by a task whose payload is over
-// Config.MaxPayloadBytes.
-var ErrPayloadTooLarge = errors.New("producer: payload too large")
+var (
+	// ErrPayloadTooLarge is matched, with shardq.ErrInvalid, by a task whose payload and
+	// headers together are over Config.MaxPayloadBytes.
+	ErrPayloadTooLarge = errors.New("producer: payload too large")
+	// ErrHeadersTooLarge is matched, with shardq.ErrInvalid, by a task whose headers are
+	// over MaxHeaderBytes.
+	ErrHeadersTooLarge = errors.New("producer: headers too large")
+)
 
 // Config configures a Producer.
 type Config struct {
@@ -54,7 +63,21 @@ type Config struct {
 	Clock shardq.Clock
 	// Logger receives debug events. Defaults to a logger that discards.
 	Logger *slog.Logger
+	// Middleware wraps every ScheduleTask and ScheduleTasks call, to add headers to the
+	// tasks or watch the call (package shardqotel's traces them). Reschedule and
+	// ReplayDeadLetter do not pass through it: a task keeps the headers it was scheduled
+	// with. Defaults to none.
+	Middleware Middleware
 }
+
+// ScheduleFunc schedules tasks as ScheduleTasks does and returns their IDs in order.
+type ScheduleFunc func(ctx context.Context, tasks []Task) ([]uuid.UUID, error)
+
+// Middleware wraps the scheduling of tasks: the ScheduleFunc it returns may change the
+// context and the tasks before it calls next, and see what next returned. tasks is the
+// caller's slice: a middleware that changes tasks passes next a copy. Chain several by
+// nesting them.
+type Middleware func(next ScheduleFunc) ScheduleFunc
 
 // Task is a task to schedule.
 type Task struct {
@@ -76,6 +99,11 @@ type Task struct {
 	// retrying. The key is free again once that task is acked, cancelled or dead.
 	// At most MaxKeyBytes bytes.
 	Key string
+	// Headers are metadata kept with the task, across retries, reschedules, dead letters
+	// and replays, and handed to its handler (consumer.Task.Headers): a trace context, say.
+	// Keys are not empty; keys and values are UTF-8, at most MaxHeaderBytes in all, and
+	// count toward Config.MaxPayloadBytes. A task without headers stores nothing for them.
+	Headers map[string]string
 }
 
 // Producer schedules tasks. It is safe for concurrent use.
@@ -90,6 +118,8 @@ type Producer struct {
 	cluster *clustertime.Clock
 
 	tasks *tasklookup.Finder // finds the tasks Cancel and Reschedule move, and holders of keys
+
+	schedule ScheduleFunc // scheduleTasks, wrapped in Config.Middleware when there is one
 
 	afterWrite func(error) error // tests only: what a task batch's write returned, and what to make of it
 }
@@ -116,9 +146,14 @@ func New(session *gocql.Session, cfg Config) (*Producer, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = cluster
 	}
-	return &Producer{cfg: cfg, state: st, store: st.Store, signals: st.Signals,
+	p := &Producer{cfg: cfg, state: st, store: st.Store, signals: st.Signals,
 		tasks:  tasklookup.New(st.Store, cfg.Clock, st.Queue),
-		writes: combine.New(st.Store.Tasks().Write, taskrow.MaxBatchRows, taskrow.MaxBatchBytes), cluster: cluster}, nil
+		writes: combine.New(st.Store.Tasks().Write, taskrow.MaxBatchRows, taskrow.MaxBatchBytes), cluster: cluster}
+	p.schedule = p.scheduleTasks
+	if cfg.Middleware != nil {
+		p.schedule = cfg.Middleware(p.schedule)
+	}
+	return p, nil
 }
 
 // ScheduleTask writes one task and returns its ID.
@@ -152,6 +187,11 @@ func (e *PartialError) Unwrap() error { return e.Err }
 // Every task is validated first: if any is invalid, nothing is written and the error
 // names it. If some writes fail, the error is a *PartialError.
 func (p *Producer) ScheduleTasks(ctx context.Context, tasks []Task) ([]uuid.UUID, error) {
+	return p.schedule(ctx, tasks)
+}
+
+// scheduleTasks is ScheduleTasks, without Config.Middleware.
+func (p *Producer) scheduleTasks(ctx context.Context, tasks []Task) ([]uuid.UUID, error) {
 	if len(tasks) == 0 {
 		return nil, nil
 	}
@@ -220,7 +260,7 @@ func (p *Producer) ScheduleTasks(ctx context.Context, tasks []Task) ([]uuid.UUID
 		bytes := 0
 		for j, idx := range batches[i] {
 			inserts[j] = store.Mutation{Op: store.Insert, Row: rows[idx], Stamp: ts}
-			bytes += len(rows[idx].Payload)
+			bytes += rows[idx].Size()
 		}
 		err := p.writes.Write(ctx, rows[batches[i][0]].Key, inserts, bytes)
 		if p.afterWrite != nil {
@@ -332,9 +372,17 @@ func (p *Producer) row(q shardq.QueueConfig, t Task, now time.Time, name string)
 		return taskrow.Row{}, shardq.Invalid(name+".DueAt", "%v is outside [%v, %v]", t.DueAt, shard.MinIDTime.UTC(), shard.MaxIDTime)
 	case t.Priority < shardq.MinPriority || t.Priority > shardq.MaxPriority:
 		return taskrow.Row{}, shardq.Invalid(name+".Priority", "%d is not in [%d, %d]", t.Priority, shardq.MinPriority, shardq.MaxPriority)
-	case len(t.Payload) > p.cfg.MaxPayloadBytes:
-		return taskrow.Row{}, &shardq.ValidationError{Field: name + ".Payload",
-			Reason: fmt.Sprintf("%d bytes is over the %d allowed", len(t.Payload), p.cfg.MaxPayloadBytes), Err: ErrPayloadTooLarge}
+	}
+	headers, err := checkHeaders(name+".Headers", t.Headers)
+	if err != nil {
+		return taskrow.Row{}, err
+	}
+	if len(t.Payload)+headers > p.cfg.MaxPayloadBytes {
+		reason := fmt.Sprintf("%d bytes is over the %d allowed", len(t.Payload), p.cfg.MaxPayloadBytes)
+		if headers > 0 {
+			reason = fmt.Sprintf("%d bytes and %d of headers are over the %d allowed", len(t.Payload), headers, p.cfg.MaxPayloadBytes)
+		}
+		return taskrow.Row{}, &shardq.ValidationError{Field: name + ".Payload", Reason: reason, Err: ErrPayloadTooLarge}
 	}
 	timeout := t.Timeout
 	if timeout == 0 {
@@ -355,8 +403,28 @@ func (p *Producer) row(q shardq.QueueConfig, t Task, now time.Time, name string)
 	gid := gocql.UUID(id)
 	return taskrow.Row{
 		Key: l.Key(l.Bucket(place), l.ShardFor(id)), Priority: int8(t.Priority), ID: gid, TaskID: gid,
-		Payload: t.Payload, DueAt: due, Timeout: timeout, Keyed: t.Key != "",
+		Payload: t.Payload, DueAt: due, Timeout: timeout, Keyed: t.Key != "", Headers: t.Headers,
 	}, nil
+}
+
+// checkHeaders validates headers h of field and returns their size (taskrow.HeaderBytes).
+func checkHeaders(field string, h map[string]string) (int, error) {
+	for k, v := range h {
+		switch {
+		case k == "":
+			return 0, shardq.Invalid(field, "a key is empty")
+		case !utf8.ValidString(k):
+			return 0, shardq.Invalid(field, "key %q is not UTF-8", k)
+		case !utf8.ValidString(v):
+			return 0, shardq.Invalid(field, "the value of %q is not UTF-8", k)
+		}
+	}
+	n := taskrow.HeaderBytes(h)
+	if n > MaxHeaderBytes {
+		return 0, &shardq.ValidationError{Field: field, Reason: fmt.Sprintf("%d bytes is over the %d allowed", n, MaxHeaderBytes),
+			Err: ErrHeadersTooLarge}
+	}
+	return n, nil
 }
 
 func (p *Producer) queue(ctx context.Context, name string) (shardq.QueueConfig, error) {

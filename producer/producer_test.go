@@ -2,6 +2,7 @@ package producer_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -96,17 +97,24 @@ func TestBadInputWritesNothing(t *testing.T) {
 		field string
 		is    error
 	}{
-		"payload":       {producer.Task{Queue: "q", Payload: make([]byte, 11)}, "tasks[1].Payload", producer.ErrPayloadTooLarge},
-		"priority high": {producer.Task{Queue: "q", Priority: 10}, "tasks[1].Priority", shardq.ErrInvalid},
-		"priority low":  {producer.Task{Queue: "q", Priority: -1}, "tasks[1].Priority", shardq.ErrInvalid},
-		"before epoch":  {producer.Task{Queue: "q", DueAt: time.Date(1969, 1, 1, 0, 0, 0, 0, time.UTC)}, "tasks[1].DueAt", shardq.ErrInvalid},
-		"far too late":  {producer.Task{Queue: "q", DueAt: time.Date(6000, 1, 1, 0, 0, 0, 0, time.UTC)}, "tasks[1].DueAt", shardq.ErrInvalid},
-		"timeout long":  {producer.Task{Queue: "q", Timeout: time.Hour}, "tasks[1].Timeout", shardq.ErrInvalid},
-		"timeout neg":   {producer.Task{Queue: "q", Timeout: -time.Second}, "tasks[1].Timeout", shardq.ErrInvalid},
-		"timeout frac":  {producer.Task{Queue: "q", Timeout: 1500 * time.Microsecond}, "tasks[1].Timeout", shardq.ErrInvalid},
-		"unknown queue": {producer.Task{Queue: "nope"}, "", shardq.ErrQueueNotFound},
-		"invalid queue": {producer.Task{Queue: "No Such:Queue"}, "queue name", shardq.ErrInvalid},
-		"empty queue":   {producer.Task{}, "queue name", shardq.ErrInvalid},
+		"payload": {producer.Task{Queue: "q", Payload: make([]byte, 11)}, "tasks[1].Payload", producer.ErrPayloadTooLarge},
+		"payload and headers": {producer.Task{Queue: "q", Payload: make([]byte, 6), Headers: map[string]string{"ab": "cde"}},
+			"tasks[1].Payload", producer.ErrPayloadTooLarge},
+		"headers large": {producer.Task{Queue: "q", Headers: map[string]string{"k": strings.Repeat("v", producer.MaxHeaderBytes)}},
+			"tasks[1].Headers", producer.ErrHeadersTooLarge},
+		"header key empty": {producer.Task{Queue: "q", Headers: map[string]string{"": "v"}}, "tasks[1].Headers", shardq.ErrInvalid},
+		"header key utf8":  {producer.Task{Queue: "q", Headers: map[string]string{"\xff": "v"}}, "tasks[1].Headers", shardq.ErrInvalid},
+		"header utf8":      {producer.Task{Queue: "q", Headers: map[string]string{"k": "\xc3"}}, "tasks[1].Headers", shardq.ErrInvalid},
+		"priority high":    {producer.Task{Queue: "q", Priority: 10}, "tasks[1].Priority", shardq.ErrInvalid},
+		"priority low":     {producer.Task{Queue: "q", Priority: -1}, "tasks[1].Priority", shardq.ErrInvalid},
+		"before epoch":     {producer.Task{Queue: "q", DueAt: time.Date(1969, 1, 1, 0, 0, 0, 0, time.UTC)}, "tasks[1].DueAt", shardq.ErrInvalid},
+		"far too late":     {producer.Task{Queue: "q", DueAt: time.Date(6000, 1, 1, 0, 0, 0, 0, time.UTC)}, "tasks[1].DueAt", shardq.ErrInvalid},
+		"timeout long":     {producer.Task{Queue: "q", Timeout: time.Hour}, "tasks[1].Timeout", shardq.ErrInvalid},
+		"timeout neg":      {producer.Task{Queue: "q", Timeout: -time.Second}, "tasks[1].Timeout", shardq.ErrInvalid},
+		"timeout frac":     {producer.Task{Queue: "q", Timeout: 1500 * time.Microsecond}, "tasks[1].Timeout", shardq.ErrInvalid},
+		"unknown queue":    {producer.Task{Queue: "nope"}, "", shardq.ErrQueueNotFound},
+		"invalid queue":    {producer.Task{Queue: "No Such:Queue"}, "queue name", shardq.ErrInvalid},
+		"empty queue":      {producer.Task{}, "queue name", shardq.ErrInvalid},
 	}
 	for name, c := range cases {
 		_, err := p.ScheduleTasks(ctx, []producer.Task{good, c.task, good})
@@ -116,6 +124,8 @@ func TestBadInputWritesNothing(t *testing.T) {
 		require.ErrorIs(t, err, c.is, name)
 	}
 	require.Zero(t, countRows(t, s), "a rejected call writes nothing, not even its good tasks")
+	_, err = p.ScheduleTask(ctx, producer.Task{Queue: "q", Payload: make([]byte, 6), Headers: map[string]string{"ab": "cd"}})
+	require.NoError(t, err, "payload and headers fill the limit exactly")
 	ids, err := p.ScheduleTasks(ctx, nil)
 	require.NoError(t, err)
 	require.Empty(t, ids)

@@ -42,7 +42,8 @@ func Session(t testing.TB) *gocql.Session {
 // delivery: a new task ID, due now, Attempt and Token 1, leased for
 // shardq.DefaultTimeout from now. Set any field before calling Work: Attempt to test the
 // last delivery before the dead letters, Deadline to test a handler that outlives its
-// lease, Series for an occurrence of a recurring series.
+// lease, Series for an occurrence of a recurring series, Headers for a task scheduled
+// with headers.
 //
 // The task exists in memory only: a consumer given it (AckTasks, Extend, Retry,
 // DeadLetter) returns an error matching shardq.ErrInvalid, as for any task that

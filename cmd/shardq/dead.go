@@ -91,7 +91,7 @@ func (a *app) printDead(queue string, letters []shardq.TaskInfo, more bool) erro
 		for _, d := range letters {
 			err := a.emit(map[string]any{"id": d.DeadLetterID, "task_id": d.ID, "queue": d.Queue, "died_at": d.FinishedAt.UTC(),
 				"due_at": d.DueAt.UTC(), "priority": d.Priority, "attempt": d.Attempt, "deliveries": d.Token,
-				"timeout_ms": ms(d.Timeout), "error": d.LastError, "payload": d.Payload})
+				"timeout_ms": ms(d.Timeout), "error": d.LastError, "headers": d.Headers, "payload": d.Payload})
 			if err != nil {
 				return err
 			}

@@ -138,6 +138,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"schedule", "q", "--payload", "x", "--in", "5m", "--at", "2026-11-23T02:00:00Z"}, []string{"[at in] were all set"}},
 		{[]string{"schedule", "q", "--payload", "x", "--at", "tomorrow"}, []string{`--at "tomorrow" is not an RFC 3339 time`}},
 		{[]string{"schedule", "q", "--payload", "x", "--priority", "12"}, []string{"--priority 12 is not in [0, 9]"}},
+		{[]string{"schedule", "q", "--payload", "x", "--header", "novalue"}, []string{`--header "novalue" is not NAME=VALUE`}},
 		{[]string{"schedule", "q", "--payload", "@" + filepath.Join(dir, "missing.json")}, []string{"--payload @", "no such file"}},
 		{[]string{"--keyspace", "bad-name", "stats", "q"}, []string{`--keyspace "bad-name" is not a keyspace name`}},
 		{[]string{"--hosts", "", "stats", "q"}, []string{"--hosts is empty"}},

@@ -18,6 +18,7 @@ import (
 
 func (a *app) scheduleCmd() *cobra.Command {
 	var payload, at, key string
+	var headers []string
 	var in, timeout time.Duration
 	var priority int
 	c := &cobra.Command{
@@ -28,11 +29,13 @@ func (a *app) scheduleCmd() *cobra.Command {
 --payload @FILE reads the payload from FILE, --payload - from standard input, and any
 other value is the payload itself. A task due in the past is due now. With --key, the
 task is scheduled only if no other task of the queue holds that key while pending, in
-flight or retrying; otherwise the command fails naming the task that holds it.`,
+flight or retrying; otherwise the command fails naming the task that holds it. Each
+--header NAME=VALUE adds a header, which 'shardq task get' shows and handlers read.`,
 		Example: `  shardq schedule emails --payload @mail.json --in 5m
   echo '{"to":"alice"}' | shardq schedule emails --payload - --priority 9
   shardq schedule reports --payload nightly --at 2026-11-23T02:00:00Z
-  shardq schedule emails --payload @welcome.json --key welcome-42`,
+  shardq schedule emails --payload @welcome.json --key welcome-42
+  shardq schedule emails --payload hi --header tenant=acme --header origin=cli`,
 		Args: args("QUEUE"),
 		RunE: a.command(func(ctx context.Context, cmd *cobra.Command, args []string) error {
 			if err := queueArg(args[0]); err != nil {
@@ -54,6 +57,16 @@ flight or retrying; otherwise the command fails naming the task that holds it.`,
 				task.DueAt = t
 			case in > 0:
 				task.DueAt = time.Now().Add(in)
+			}
+			for _, h := range headers {
+				k, v, ok := strings.Cut(h, "=")
+				if !ok || k == "" {
+					return usagef("--header %q is not NAME=VALUE", h)
+				}
+				if task.Headers == nil {
+					task.Headers = map[string]string{}
+				}
+				task.Headers[k] = v
 			}
 			var err error
 			if task.Payload, err = a.readPayload(payload); err != nil {
@@ -96,6 +109,7 @@ flight or retrying; otherwise the command fails naming the task that holds it.`,
 	f.IntVar(&priority, "priority", 0, fmt.Sprintf("priority, %d to %d: higher runs first among due tasks", shardq.MinPriority, shardq.MaxPriority))
 	f.StringVar(&key, "key", "", "a unique key: no other task of the queue may hold it while pending, in flight or retrying")
 	f.DurationVar(&timeout, "timeout", 0, "how long a consumer has to ack the task (default: the queue's)")
+	f.StringArrayVar(&headers, "header", nil, "a header NAME=VALUE, kept with the task; repeat for more")
 	_ = c.MarkFlagRequired("payload")
 	c.MarkFlagsMutuallyExclusive("in", "at")
 	return c

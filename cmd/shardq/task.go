@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"text/tabwriter"
 	"time"
 
@@ -146,6 +148,9 @@ func (a *app) printTask(t *shardq.TaskInfo) error {
 	if t.LastError != "" {
 		fmt.Fprintf(w, "last error\t%s\n", t.LastError)
 	}
+	for _, k := range slices.Sorted(maps.Keys(t.Headers)) {
+		fmt.Fprintf(w, "header %s\t%s\n", oneLine(k), oneLine(t.Headers[k]))
+	}
 	if t.Payload != nil {
 		fmt.Fprintf(w, "payload\t%s\n", preview(t.Payload))
 	}
@@ -168,6 +173,9 @@ func taskJSON(t *shardq.TaskInfo) map[string]any {
 	}
 	if t.LastError != "" {
 		m["last_error"] = t.LastError
+	}
+	if t.Headers != nil {
+		m["headers"] = t.Headers
 	}
 	if t.Payload != nil {
 		m["payload"] = t.Payload

@@ -23,7 +23,8 @@ func TestTaskCommands(t *testing.T) {
 	c, ks := schemaKeyspace(t)
 	c.ok("queue", "create", "emails")
 
-	out := c.ok("schedule", "emails", "--payload", "hello", "--key", "welcome-42", "--in", "1h")
+	out := c.ok("schedule", "emails", "--payload", "hello", "--key", "welcome-42", "--in", "1h",
+		"--header", "tenant=acme", "--header", "note=a=b")
 	require.Regexp(t, `^scheduled \S+ on queue emails, due \S+, priority 0\n$`, out)
 	id := idPattern.FindString(out)
 	r := c.fails(exitFailed, []string{"schedule", "emails", "--payload", "again", "--key", "welcome-42"},
@@ -36,11 +37,13 @@ func TestTaskCommands(t *testing.T) {
 	require.Regexp(t, `(?m)^key\s+welcome-42$`, get)
 	require.Regexp(t, `(?m)^state\s+scheduled$`, get)
 	require.Regexp(t, `(?m)^payload\s+"hello"$`, get)
+	require.Regexp(t, `(?m)^header note\s+a=b\n^header tenant\s+acme$`, get)
 	byKey := jsonLines(t, c.ok("--json", "task", "get", "--queue", "emails", "--key", "welcome-42"))
 	require.Len(t, byKey, 1)
 	require.Equal(t, id, byKey[0]["id"])
 	require.Equal(t, "scheduled", byKey[0]["state"])
 	require.Equal(t, "aGVsbG8=", byKey[0]["payload"], "base64 of the payload")
+	require.Equal(t, map[string]any{"tenant": "acme", "note": "a=b"}, byKey[0]["headers"])
 	due, err := time.Parse(time.RFC3339Nano, byKey[0]["due_at"].(string))
 	require.NoError(t, err)
 	require.WithinDuration(t, time.Now().Add(time.Hour), due, time.Minute)

@@ -29,7 +29,22 @@ type Row struct {
 	Series string
 	// Retrying marks a marker that waits out a retry delay, not a lease.
 	Retrying bool
+	// Headers are the task's metadata, kept with every copy of its row; nil when it has none.
+	Headers map[string]string
 }
+
+// HeaderBytes is what headers count toward a task's size: the bytes of their keys and
+// values.
+func HeaderBytes(h map[string]string) int {
+	n := 0
+	for k, v := range h {
+		n += len(k) + len(v)
+	}
+	return n
+}
+
+// Size is what r weighs in a batch or a read: its payload and headers.
+func (r Row) Size() int { return len(r.Payload) + HeaderBytes(r.Headers) }
 
 // LockID is the clustering id of a partition's lock row (kind 0, priority 0): a fixed,
 // valid version 1 UUID.
@@ -50,8 +65,8 @@ func (r Row) Insert(ts int64) (string, []any) {
 
 // InsertLWT returns the statement writing r inside a conditional batch, which carries
 // no timestamps of its own. Only a keyed row writes the keyed column, and only an
-// occurrence of a series the series column, and only a retry the retrying column, so
-// other rows cost no cell for them.
+// occurrence of a series the series column, only a retry the retrying column, and only a
+// task with headers the headers column, so other rows cost no cell for them.
 func (r Row) InsertLWT() (string, []any) {
 	args := []any{r.Key, r.Priority, r.ID, r.TaskID, r.Payload, r.DueAt, r.Timeout.Milliseconds(), r.Attempt, r.Token}
 	cols, vals := insertCols, insertVals
@@ -64,6 +79,10 @@ func (r Row) InsertLWT() (string, []any) {
 	}
 	if r.Retrying {
 		cols, vals = cols+`, retrying`, vals+`, true`
+	}
+	if len(r.Headers) > 0 {
+		cols, vals = cols+`, headers`, vals+`, ?`
+		args = append(args, r.Headers)
 	}
 	return cols + vals + `)`, args
 }
@@ -89,7 +108,7 @@ func (r Row) DeleteAt(ts int64) (string, []any) {
 // SelectRange reads up to LIMIT rows of the given priorities (bind a []int8) whose IDs
 // lie in (floor, upper], highest priority first, then earliest. Bind the floor as an
 // exact ID or shard.MinID(t), and the upper bound as shard.MaxID(t).
-const SelectRange = `SELECT priority, id, task_id, payload, due_at, timeout_ms, attempt, deliveries, keyed, series, retrying FROM tasks
+const SelectRange = `SELECT priority, id, task_id, payload, due_at, timeout_ms, attempt, deliveries, keyed, series, retrying, headers FROM tasks
 	WHERE shard_key = ? AND kind = 1 AND priority IN ? AND id > ? AND id <= ? LIMIT ?`
 
 // SelectRangeIDs is SelectRange reading only priorities and IDs.
@@ -101,25 +120,25 @@ const SelectOne = `SELECT id FROM tasks WHERE shard_key = ? AND kind = 1 AND pri
 
 // SelectAnyPriority reads the row of an ID whatever its priority (bind a []int8 of every
 // priority), in SelectRange's columns.
-const SelectAnyPriority = `SELECT priority, id, task_id, payload, due_at, timeout_ms, attempt, deliveries, keyed, series, retrying FROM tasks
+const SelectAnyPriority = `SELECT priority, id, task_id, payload, due_at, timeout_ms, attempt, deliveries, keyed, series, retrying, headers FROM tasks
 	WHERE shard_key = ? AND kind = 1 AND priority IN ? AND id = ?`
 
 // SelectRow reads one whole row by primary key, in SelectRange's columns; bind KeyArgs.
-const SelectRow = `SELECT priority, id, task_id, payload, due_at, timeout_ms, attempt, deliveries, keyed, series, retrying FROM tasks
+const SelectRow = `SELECT priority, id, task_id, payload, due_at, timeout_ms, attempt, deliveries, keyed, series, retrying, headers FROM tasks
 	WHERE shard_key = ? AND kind = 1 AND priority = ? AND id = ?`
 
 // Scan reads the rows of a SelectRange query of partition key, stopping once the rows
-// read hold maxBytes of payload or more (the row that crosses it is kept). It reports
-// whether it stopped early.
+// read hold maxBytes of payload and headers or more (the row that crosses it is kept).
+// It reports whether it stopped early.
 func Scan(iter *gocql.Iter, key string, maxBytes int) (rows []Row, cut bool, err error) {
 	var r Row
 	var timeoutMs int64
 	bytes := 0
-	for iter.Scan(&r.Priority, &r.ID, &r.TaskID, &r.Payload, &r.DueAt, &timeoutMs, &r.Attempt, &r.Token, &r.Keyed, &r.Series, &r.Retrying) {
+	for iter.Scan(&r.Priority, &r.ID, &r.TaskID, &r.Payload, &r.DueAt, &timeoutMs, &r.Attempt, &r.Token, &r.Keyed, &r.Series, &r.Retrying, &r.Headers) {
 		r.Key = key
 		r.Timeout = time.Duration(timeoutMs) * time.Millisecond
 		rows = append(rows, r)
-		bytes += len(r.Payload)
+		bytes += r.Size()
 		r = Row{}
 		if bytes >= maxBytes {
 			cut = true
@@ -136,14 +155,14 @@ const (
 )
 
 // Group splits row indexes into per-partition batches of at most MaxBatchRows rows and
-// MaxBatchBytes of payload (a single larger row gets a batch of its own).
+// MaxBatchBytes of payload and headers (a single larger row gets a batch of its own).
 func Group(rows []Row) [][]int {
 	type open struct{ idx, bytes int }
 	var batches [][]int
 	current := map[string]open{}
 	for i, r := range rows {
 		o, ok := current[r.Key]
-		if ok && (len(batches[o.idx]) >= MaxBatchRows || o.bytes+len(r.Payload) > MaxBatchBytes) {
+		if ok && (len(batches[o.idx]) >= MaxBatchRows || o.bytes+r.Size() > MaxBatchBytes) {
 			ok = false
 		}
 		if !ok {
@@ -151,7 +170,7 @@ func Group(rows []Row) [][]int {
 			o = open{idx: len(batches) - 1}
 		}
 		batches[o.idx] = append(batches[o.idx], i)
-		o.bytes += len(r.Payload)
+		o.bytes += r.Size()
 		current[r.Key] = o
 	}
 	return batches

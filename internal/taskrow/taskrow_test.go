@@ -97,3 +97,26 @@ func checkBatches(t *testing.T, rs []taskrow.Row, batches [][]int) {
 		require.Equal(t, 1, n, "row %d is in %d batches", i, n)
 	}
 }
+
+// A row without headers writes no headers cell (neither a value nor a tombstone); one with
+// them writes them as one value.
+func TestInsertHeadersOnlyWhenSet(t *testing.T) {
+	t.Parallel()
+	bare := taskrow.Row{Key: "q:0:0", Payload: []byte("p"), Headers: map[string]string{}}
+	stmt, args := bare.Insert(1)
+	require.NotContains(t, stmt, "headers")
+	require.Len(t, args, 10)
+	h := map[string]string{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
+	stmt, args = taskrow.Row{Key: "q:0:0", Headers: h}.InsertLWT()
+	require.Contains(t, stmt, ", headers)")
+	require.Equal(t, h, args[len(args)-1])
+}
+
+// Headers weigh in batches as payload does.
+func TestGroupCountsHeaders(t *testing.T) {
+	t.Parallel()
+	big := map[string]string{"k": string(make([]byte, taskrow.MaxBatchBytes/2))}
+	rs := []taskrow.Row{{Key: "a", Headers: big}, {Key: "a", Headers: big}, {Key: "a", Payload: []byte("x")}}
+	require.Equal(t, 2*(taskrow.MaxBatchBytes/2+1), rs[0].Size()+rs[1].Size())
+	require.Equal(t, [][]int{{0}, {1, 2}}, taskrow.Group(rs))
+}
