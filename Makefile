@@ -9,7 +9,7 @@ FUZZTIME ?= 10s
 # importing shardq does not require their dependencies; `go ... ./...` at the root does not
 # enter them, so every target runs in each too. GOWORK=off: a go.work in a clone would
 # build the library with the other modules' requirements mixed in, unlike a service.
-MODULES := bench cmd/demo cmd/shardq shardqprom
+MODULES := bench cmd/demo cmd/shardq shardqprom shardqui
 export GOWORK := off
 # $(call each,GO-ARGS): `go GO-ARGS` in every module of MODULES, stopping at the first that fails.
 each = for m in $(MODULES); do $(GO) -C $$m $(1) || exit 1; done
