@@ -207,23 +207,23 @@ func (h *Handler) queuesJSON(w http.ResponseWriter, r *http.Request) {
 
 // queueView is a queue's counts as its page and its JSON show them.
 type queueView struct {
-	Name     string        `json:"name"`
-	Layout   string        `json:"layout"`
-	At       string        `json:"at"`
+	Name     string         `json:"name"`
+	Layout   string         `json:"layout"`
+	At       string         `json:"at"`
 	Total    inspect.Counts `json:"total"`
-	Oldest   string        `json:"oldest"`
-	Dead     int           `json:"dead"`
-	NowCol   int           `json:"now"` // the time shard of the bucket of At
-	Pending  [][]int       `json:"pending"`
-	DueCells [][]int       `json:"due"`
-	Failed   int           `json:"failed"` // partitions the last pass could not read
-	Error    string        `json:"error,omitempty"`
-	History  []sample      `json:"history"`
+	Oldest   string         `json:"oldest"`
+	Dead     int            `json:"dead"`
+	NowCol   int            `json:"now"` // the time shard of the bucket of At
+	Pending  [][]int        `json:"pending"`
+	DueCells [][]int        `json:"due"`
+	Failed   int            `json:"failed"` // partitions the last pass could not read
+	Error    string         `json:"error,omitempty"`
+	History  []sample       `json:"history"`
 
-	Shards  []int            `json:"-"`
-	Cols    []int            `json:"-"`
+	Shards  []int             `json:"-"`
+	Cols    []int             `json:"-"`
 	Peek    []shardq.TaskInfo `json:"-"`
-	PeekErr string           `json:"-"`
+	PeekErr string            `json:"-"`
 }
 
 // pending is what a heatmap cell counts: the tasks waiting in the partition, due or not.

@@ -192,12 +192,12 @@ func (h *Handler) routes() http.Handler {
 	mux.HandleFunc("GET /queues/{queue}/series", h.seriesPage)
 	mux.HandleFunc("GET /queues/{queue}/dead", h.deadPage)
 	for path, do := range map[string]func(http.ResponseWriter, *http.Request){
-		"/task/cancel":                  h.cancel,
-		"/task/reschedule":              h.reschedule,
-		"/queues/{queue}/series/pause":  h.seriesAction(true),
-		"/queues/{queue}/series/resume": h.seriesAction(false),
-		"/queues/{queue}/dead/replay":   h.deadAction(deadReplay),
-		"/queues/{queue}/dead/purge":    h.deadAction(deadPurge),
+		"/task/cancel":                    h.cancel,
+		"/task/reschedule":                h.reschedule,
+		"/queues/{queue}/series/pause":    h.seriesAction(true),
+		"/queues/{queue}/series/resume":   h.seriesAction(false),
+		"/queues/{queue}/dead/replay":     h.deadAction(deadReplay),
+		"/queues/{queue}/dead/purge":      h.deadAction(deadPurge),
 		"/queues/{queue}/dead/replay-all": h.deadAction(deadReplayAll),
 		"/queues/{queue}/dead/purge-all":  h.deadAction(deadPurgeAll),
 	} {

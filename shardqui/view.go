@@ -81,5 +81,3 @@ func preview(b []byte) string {
 	}
 	return string(s)
 }
-
-
