@@ -232,9 +232,9 @@ func TestActionsNeedTheCSRFToken(t *testing.T) {
 	require.Equal(t, 7, info.Priority)
 	require.WithinDuration(t, time.Now().Add(2*time.Hour), info.DueAt, time.Minute)
 
-	resp, _ = c.post(f.base+"/task/cancel", url.Values{"id": {id.String()}, "csrf": {tok}})
+	resp, _ = c.post(f.base+"/task/cancel", url.Values{"id": {id.String()}, "queue": {"emails"}, "csrf": {tok}})
 	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
-	require.Equal(t, "/task?done=cancelled&id="+id.String(), resp.Header.Get("Location"))
+	require.Equal(t, "/queues/emails?done=cancelled", resp.Header.Get("Location"))
 	_, err = f.in.Task(context.Background(), id)
 	require.ErrorIs(t, err, shardq.ErrTaskNotFound)
 }

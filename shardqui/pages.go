@@ -290,7 +290,7 @@ func (h *Handler) queuePage(w http.ResponseWriter, r *http.Request) {
 			v.PeekErr = fmt.Sprintf("%d partitions could not be read; the first: %v", len(p.Failed), p.Failed[0])
 		}
 	}
-	h.render(w, r, http.StatusOK, "queue", "Queue "+v.Name, heatmapPage{v, h.cfg.Prefix}, "")
+	h.render(w, r, http.StatusOK, "queue", "Queue "+v.Name, heatmapPage{v, h.cfg.Prefix}, done(r))
 }
 
 // heatmapPage gives the queue template the cells' classes.
@@ -377,7 +377,8 @@ func (h *Handler) cancel(w http.ResponseWriter, r *http.Request) {
 		h.failed(w, r, err)
 		return
 	}
-	h.redirect(w, r, "/task", url.Values{"id": {id.String()}, "done": {"cancelled"}})
+	// A cancelled task is not found any more: back to its queue.
+	h.redirect(w, r, "/queues/"+url.PathEscape(r.PostForm.Get("queue")), url.Values{"done": {"cancelled"}})
 }
 
 // reschedule moves a task to the form's due time: a duration from now ("10m") or an
