@@ -29,6 +29,7 @@ type world struct {
 	s              *gocql.Session
 	q              shardq.QueueConfig
 	past, stranded time.Time   // the clocks of the past and stranded writers
+	soon           time.Time   // when the 4 scheduled tasks are due
 	ids            []uuid.UUID // every task scheduled
 	dead           uuid.UUID   // the one dead-lettered
 	leased         uuid.UUID   // one in flight
@@ -91,8 +92,9 @@ func newWorld(t *testing.T) *world {
 	require.NoError(t, err)
 	acquire(cp, 2)
 
-	schedule(p, 3, producer.Task{Payload: []byte("soon"), DueAt: now.Add(3 * time.Minute)})
-	w.keyed = schedule(p, 1, producer.Task{Payload: []byte("soon"), DueAt: now.Add(3 * time.Minute), Key: "report"})[0]
+	w.soon = now.Add(3 * time.Minute)
+	schedule(p, 3, producer.Task{Payload: []byte("soon"), DueAt: w.soon})
+	w.keyed = schedule(p, 1, producer.Task{Payload: []byte("soon"), DueAt: w.soon, Key: "report"})[0]
 	schedule(p, 1, producer.Task{Payload: []byte("next hour"), DueAt: now.Add(time.Hour)})
 
 	w.stranded = now.Add(-35 * time.Minute)
@@ -143,6 +145,24 @@ func TestStats(t *testing.T) {
 		sum.Retrying += c.Retrying
 	}
 	require.Equal(t, st.Total, sum)
+	require.Len(t, st.Lap, 2)
+	l := w.q.Layout()
+	soon := l.TimeShard(l.Bucket(w.soon))
+	var soonScheduled int
+	for s, cells := range st.Lap {
+		require.Len(t, cells, 60, "one cell per bucket of the lap")
+		var row inspect.Counts
+		for _, c := range cells {
+			row.Due += c.Due
+			row.DueAgain += c.DueAgain
+			row.Scheduled += c.Scheduled
+			row.InFlight += c.InFlight
+			row.Retrying += c.Retrying
+		}
+		require.Equal(t, st.Shards[s], row, "a shard's partitions add up to its counts")
+		soonScheduled += cells[soon].Scheduled
+	}
+	require.Equal(t, 4, soonScheduled, "the tasks due in 3 minutes are in the partitions of their bucket")
 	require.WithinDuration(t, w.past, st.OldestDue, time.Second, "the oldest due task is the one written two minutes ago")
 	require.Equal(t, 1, st.DeadLetters)
 	require.Equal(t, 120, st.Partitions)

@@ -96,6 +96,11 @@ type Stats struct {
 	Window time.Duration
 	// Shards counts rows by concurrency shard.
 	Shards []Counts
+	// Lap counts rows by partition, for a shard × bucket picture of the lap:
+	// Lap[s][t] is what concurrency shard s's partition of time shard t holds (the bucket
+	// of At is time shard Layout.TimeShard(Layout.Bucket(At)) of the queue's layout).
+	// Shards[s] adds up Lap[s]; a partition in Failed counts zero.
+	Lap [][]Counts
 	// Total adds Shards up.
 	Total Counts
 	// OldestDue is when the earliest row that is due became visible; zero when none is.
@@ -141,7 +146,10 @@ func (in *Inspector) Stats(ctx context.Context, queue string, opts StatsOptions)
 	now := in.cfg.Clock.Now()
 	parts := q.lap(now)
 	st := &Stats{At: now, Window: q.layout.Window(), Shards: make([]Counts, q.layout.ShardCount),
-		Partitions: len(parts), DeadDays: deadletters.Days}
+		Lap: make([][]Counts, q.layout.ShardCount), Partitions: len(parts), DeadDays: deadletters.Days}
+	for s := range st.Lap {
+		st.Lap[s] = make([]Counts, q.layout.BucketCount)
+	}
 	total := len(parts) + st.DeadDays
 	var mu sync.Mutex
 	done := 0
@@ -161,6 +169,7 @@ func (in *Inspector) Stats(ctx context.Context, queue string, opts StatsOptions)
 			st.Failed = append(st.Failed, &PartitionError{PartitionKey: parts[i].key, Err: err})
 		} else {
 			st.Shards[parts[i].shard].add(c)
+			st.Lap[parts[i].shard][q.layout.TimeShard(parts[i].bucket)] = c
 			st.RowsRead += rows
 			if !oldest.IsZero() && (st.OldestDue.IsZero() || oldest.Before(st.OldestDue)) {
 				st.OldestDue = oldest

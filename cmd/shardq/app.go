@@ -160,7 +160,7 @@ written.`,
 	f.DurationVar(&a.requestTimeout, "request-timeout", 10*time.Second, "how long one request to Cassandra may take")
 	f.BoolVar(&a.json, "json", false, "print one JSON object per line instead of text")
 	root.AddGroup(&cobra.Group{ID: "ops", Title: "Commands:"})
-	for _, c := range []*cobra.Command{a.schemaCmd(), a.queueCmd(), a.statsCmd(), a.peekCmd(), a.scheduleCmd(), a.taskCmd(), a.seriesCmd(), a.deadCmd()} {
+	for _, c := range []*cobra.Command{a.schemaCmd(), a.queueCmd(), a.statsCmd(), a.peekCmd(), a.scheduleCmd(), a.taskCmd(), a.seriesCmd(), a.deadCmd(), a.uiCmd()} {
 		c.GroupID = "ops"
 		root.AddCommand(c)
 	}

@@ -23,7 +23,7 @@ func writeCert(t *testing.T, dir string) (ca, cert, key string) {
 	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	require.NoError(t, err)
 	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "shardq test"},
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "shardq test"}, DNSNames: []string{"localhost"},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
 		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
 	}

@@ -7,6 +7,7 @@ require (
 	github.com/google/uuid v1.6.0
 	github.com/schollz/progressbar/v3 v3.19.1
 	github.com/shardq/shardq v0.0.0
+	github.com/shardq/shardq/shardqui v0.0.0
 	github.com/spf13/cobra v1.10.2
 	github.com/stretchr/testify v1.11.1
 	golang.org/x/term v0.45.0
@@ -76,4 +77,7 @@ require (
 )
 
 // Built and tested against the tree it sits in.
-replace github.com/shardq/shardq => ../..
+replace (
+	github.com/shardq/shardq => ../..
+	github.com/shardq/shardq/shardqui => ../../shardqui
+)
