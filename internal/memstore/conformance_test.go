@@ -131,6 +131,22 @@ var scenarios = []scenario{
 		}
 	}},
 
+	{"headers are kept by plain and conditional writes", func(t *testing.T, ctx context.Context, s store.Store) {
+		plain, gone, lwt := taskRow(1, time.Now(), "plain"), taskRow(1, time.Now(), "gone"), taskRow(2, time.Now(), "lwt")
+		plain.Headers = map[string]string{"a": "1", "z": ""}
+		lwt.Headers = map[string]string{"traceparent": "00-1-2-01"}
+		require.NoError(t, s.Tasks().Write(ctx, insert(plain, gone)))
+		applied, err := s.Tasks().Apply(ctx, []store.Mutation{{Op: store.DeleteIfExists, Row: gone}, {Op: store.Insert, Row: lwt}})
+		require.NoError(t, err)
+		require.True(t, applied)
+		for _, want := range []taskrow.Row{plain, lwt} {
+			got, ok, err := s.Tasks().Read(ctx, want.Key, want.Priority, want.ID)
+			require.NoError(t, err)
+			require.True(t, ok)
+			require.Equal(t, want, got)
+		}
+	}},
+
 	{"a conditional batch's writes carry its ballot", func(t *testing.T, ctx context.Context, s store.Store) {
 		now := time.Now()
 		lk := store.LockRef{Key: key, Holder: holder(), Token: 1}
@@ -519,6 +535,7 @@ var scenarios = []scenario{
 				DiedAt: at.UTC().Truncate(time.Millisecond)}
 		}
 		l1, l2, l3 := letter(now.Add(-49*time.Hour), []byte("1")), letter(now.Add(-2*time.Hour), nil), letter(now.Add(-time.Hour), []byte("3"))
+		l3.Headers = map[string]string{"traceparent": "00-1-2-01", "b": ""}
 		for _, l := range []deadletters.Letter{l2, l1, l3} {
 			require.NoError(t, dl.Write(ctx, l))
 		}

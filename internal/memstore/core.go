@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -457,7 +458,8 @@ func (s *state) read(t *table, pk string, sls []slice, after string, limit int, 
 
 // Values as stored: the Go types the driver reads back (int8 tinyint, int32 int, int64
 // bigint, bool, string text, []byte blob, gocql.UUID (time)uuid, time.Time timestamp to
-// the millisecond in UTC, the zero time being the empty value the driver writes for it).
+// the millisecond in UTC, the zero time being the empty value the driver writes for it,
+// map[string]string frozen<map<text, text>>).
 
 // encode is v serialized as CQL does, for comparing values as Cassandra does.
 func encode(v any) []byte {
@@ -484,6 +486,16 @@ func encode(v any) []byte {
 			return nil
 		}
 		return binary.BigEndian.AppendUint64(nil, uint64(millis(x)))
+	case map[string]string:
+		// A frozen map serializes its entries in key order.
+		var b []byte
+		for _, k := range slices.Sorted(maps.Keys(x)) {
+			b = binary.BigEndian.AppendUint32(b, uint32(len(k)))
+			b = append(b, k...)
+			b = binary.BigEndian.AppendUint32(b, uint32(len(x[k])))
+			b = append(b, x[k]...)
+		}
+		return b
 	}
 	return nil
 }

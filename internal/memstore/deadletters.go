@@ -3,6 +3,7 @@ package memstore
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"strconv"
 	"time"
@@ -26,6 +27,7 @@ const (
 	colDeadDeliveries
 	colDeadError
 	colDeadDiedAt
+	colDeadHeaders
 )
 
 type letters struct{ *client }
@@ -39,7 +41,8 @@ func letterOf(queue string, r *row, sec int64) deadletters.Letter {
 	return deadletters.Letter{ID: uuid.UUID(r.key[0].(gocql.UUID)), TaskID: uuid.UUID(uuidOf(v(colDeadTaskID))), Queue: queue,
 		Payload: readBlob(v(colDeadPayload)), Priority: int(int8Of(v(colDeadPriority))), DueAt: timeOf(v(colDeadDueAt)),
 		Timeout: time.Duration(int64Of(v(colDeadTimeout))) * time.Millisecond, Attempt: int(int32Of(v(colDeadAttempt))),
-		Deliveries: int64Of(v(colDeadDeliveries)), Error: stringOf(v(colDeadError)), DiedAt: timeOf(v(colDeadDiedAt))}
+		Deliveries: int64Of(v(colDeadDeliveries)), Error: stringOf(v(colDeadError)), DiedAt: timeOf(v(colDeadDiedAt)),
+		Headers: headersOf(v(colDeadHeaders))}
 }
 
 func (d letters) Write(ctx context.Context, l deadletters.Letter) error {
@@ -48,11 +51,14 @@ func (d letters) Write(ctx context.Context, l deadletters.Letter) error {
 		if err := checkUUIDs(gocql.UUID(l.ID), gocql.UUID(l.TaskID)); err != nil {
 			return err
 		}
+		sets := []set{{colDeadTaskID, gocql.UUID(l.TaskID)}, {colDeadPayload, blob(l.Payload)}, {colDeadPriority, int8(l.Priority)},
+			{colDeadDueAt, timestamp(l.DueAt)}, {colDeadTimeout, l.Timeout.Milliseconds()}, {colDeadAttempt, int32(l.Attempt)},
+			{colDeadDeliveries, l.Deliveries}, {colDeadError, l.Error}, {colDeadDiedAt, timestamp(l.DiedAt)}}
+		if len(l.Headers) > 0 {
+			sets = append(sets, set{colDeadHeaders, maps.Clone(l.Headers)})
+		}
 		s.apply(s.c.letters, pk, op{ck: letterCK(l.ID), key: []any{gocql.UUID(l.ID)}, insert: true, ttl: s.c.letters.defaultTTL,
-			sets: []set{{colDeadTaskID, gocql.UUID(l.TaskID)}, {colDeadPayload, blob(l.Payload)}, {colDeadPriority, int8(l.Priority)},
-				{colDeadDueAt, timestamp(l.DueAt)}, {colDeadTimeout, l.Timeout.Milliseconds()}, {colDeadAttempt, int32(l.Attempt)},
-				{colDeadDeliveries, l.Deliveries}, {colDeadError, l.Error}, {colDeadDiedAt, timestamp(l.DiedAt)}},
-		}, s.serverStamp()) // stamped by the coordinator, as the ack that follows it is
+			sets: sets}, s.serverStamp()) // stamped by the coordinator, as the ack that follows it is
 		return nil
 	})
 	if err != nil {

@@ -3,6 +3,7 @@ package memstore
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"time"
 
@@ -24,6 +25,7 @@ const (
 	colKeyed
 	colSeries
 	colRetrying
+	colHeaders
 	colLockHolder
 	colLockToken
 	colFloorBucket
@@ -78,6 +80,9 @@ func insertOp(r taskrow.Row) (op, error) {
 	if r.Retrying {
 		sets = append(sets, set{colRetrying, true})
 	}
+	if len(r.Headers) > 0 {
+		sets = append(sets, set{colHeaders, maps.Clone(r.Headers)})
+	}
 	return op{ck: rowCK(r), key: taskKey(kindTask, r.Priority, r.ID), insert: true, sets: sets}, nil
 }
 
@@ -104,6 +109,7 @@ func taskRow(key string, r *row, sec int64) taskrow.Row {
 		Keyed:    boolOf(r.value(colKeyed, sec)),
 		Series:   stringOf(r.value(colSeries, sec)),
 		Retrying: boolOf(r.value(colRetrying, sec)),
+		Headers:  headersOf(r.value(colHeaders, sec)),
 	}
 }
 
@@ -115,6 +121,12 @@ func int32Of(v any) int32     { n, _ := v.(int32); return n }
 func int8Of(v any) int8       { n, _ := v.(int8); return n }
 func boolOf(v any) bool       { b, _ := v.(bool); return b }
 func stringOf(v any) string   { s, _ := v.(string); return s }
+
+// headersOf reads a frozen map as the driver does: null is a nil map.
+func headersOf(v any) map[string]string {
+	h, _ := v.(map[string]string)
+	return maps.Clone(h)
+}
 func prioSlices(kind int8, prios []int8, lo, hi gocql.UUID) []slice {
 	sls := make([]slice, len(prios))
 	for i, p := range prios {
