@@ -221,6 +221,50 @@ func TestRedeliveryAfterTimeout(t *testing.T) {
 	require.Empty(t, e.acquire(c, 10), "an acked task never comes back")
 }
 
+// TestAckTellsDeliveriesApart acks, in one call, a task's delivery whose lease ran out
+// and its redelivery to the same consumer: the first is lost, the second is acked as any
+// ack is, with its event, its completion in the index and its unique key freed.
+func TestAckTellsDeliveriesApart(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 20, BucketDuration: time.Second,
+		DefaultTimeout: 2 * time.Second, CompletedRetention: time.Hour})
+	ctx := context.Background()
+	var mu sync.Mutex
+	var acked []uuid.UUID
+	c, err := consumer.New(e.s, consumer.Config{Queue: e.q.Name, Clock: e.clock,
+		Observer: shardq.ObserverFunc(func(_ context.Context, ev shardq.Event) {
+			if a, ok := ev.(shardq.Acked); ok {
+				mu.Lock()
+				defer mu.Unlock()
+				acked = append(acked, a.TaskIDs...)
+			}
+		})})
+	require.NoError(t, err)
+	id := e.schedule(producer.Task{Key: "k"})[0]
+
+	d1 := e.acquire(c, 1)
+	require.Len(t, d1, 1)
+	e.clock.Add(2100 * time.Millisecond)
+	d2 := e.acquire(c, 1)
+	require.Len(t, d2, 1)
+	require.Equal(t, id, d2[0].ID)
+	require.Equal(t, 2, d2[0].Attempt)
+
+	err = c.AckTasks(ctx, d1[0], d2[0])
+	var ackErr *consumer.AckError
+	require.ErrorAs(t, err, &ackErr)
+	require.Equal(t, []uuid.UUID{id}, ackErr.Lost, "only the expired delivery is lost")
+	require.Empty(t, ackErr.Failed)
+	mu.Lock()
+	events := acked
+	mu.Unlock()
+	require.Equal(t, []uuid.UUID{id}, events, "the redelivery is acked")
+	require.Equal(t, shardq.TaskCompleted, e.state(id).State)
+	again, err := e.p.ScheduleTask(ctx, producer.Task{Queue: e.q.Name, Key: "k"})
+	require.NoError(t, err, "the key is free once its task is acked")
+	require.NotEqual(t, id, again)
+}
+
 // TestAckAfterDeadlineNobodyTook shows that a lease past its deadline that no consumer
 // has taken again can still be acked: nobody else has the task, so the ack is safe.
 func TestAckAfterDeadlineNobodyTook(t *testing.T) {

@@ -26,6 +26,9 @@ func (p *Producer) deadLetter(ctx context.Context, queue string, id uuid.UUID) (
 	if err := tasklookup.CheckID("id", id); err != nil {
 		return deadletters.Letter{}, err
 	}
+	// What follows stamps by the cluster's clock: the replayed row, and the letter's
+	// delete, which a host whose clock trails would otherwise stamp below the letter.
+	p.cluster.Ready(ctx)
 	l, ok, err := p.store.DeadLetters().Get(ctx, queue, id)
 	switch {
 	case err != nil:
@@ -112,7 +115,7 @@ func (p *Producer) PurgeDeadLetter(ctx context.Context, queue string, id uuid.UU
 }
 
 func (p *Producer) dropDead(ctx context.Context, d deadletters.Letter) error {
-	if err := p.store.DeadLetters().Delete(ctx, d.Queue, d.ID); err != nil {
+	if err := p.store.DeadLetters().Delete(ctx, d.Queue, d.ID, p.cluster.DeleteStamp()); err != nil {
 		return fmt.Errorf("producer: %w", err)
 	}
 	return nil

@@ -150,3 +150,11 @@ func (c *Clock) Stamp(now time.Time) int64 {
 	}
 	return now.Add(-WriteLag).UnixMicro()
 }
+
+// DeleteStamp is the write timestamp, in microseconds, of a plain delete of a row that a
+// coordinator stamped (a dead letter): WriteLag past the cluster's time, so the delete
+// wins over the write made before it whatever this host's clock, as Stamp's writes lose
+// to the coordinators' deletes.
+func (c *Clock) DeleteStamp() int64 {
+	return c.Now().Add(WriteLag).UnixMicro()
+}

@@ -18,7 +18,8 @@ func (h offsetHost) Now() time.Time { return time.Now().Add(time.Duration(h)) }
 
 // A host whose clock is 5 s off measures the offset of the cluster's (the node runs on
 // this host, so its clock is the real one), tells the cluster's time, and stamps writes
-// no later than that time less WriteLag, whatever time it is given.
+// no later than that time less WriteLag, whatever time it is given, and deletes WriteLag
+// past it.
 func TestMeasuresOffsetAndStampsBehindCluster(t *testing.T) {
 	t.Parallel()
 	s := cassandratest.Session(t)
@@ -34,5 +35,7 @@ func TestMeasuresOffsetAndStampsBehindCluster(t *testing.T) {
 			"a writer's clock ahead is stamped by the cluster's time")
 		behind := time.Now().Add(-time.Hour)
 		require.Equal(t, behind.Add(-clustertime.WriteLag).UnixMicro(), c.Stamp(behind), "a trailing writer stamps by its own clock")
+		require.InDelta(t, time.Now().Add(clustertime.WriteLag).UnixMicro(), c.DeleteStamp(), float64(100*time.Millisecond/time.Microsecond),
+			"deletes are stamped WriteLag past the cluster's time, whatever the host's")
 	}
 }

@@ -52,7 +52,7 @@ const (
 	before        = `SELECT ` + columns + `, headers FROM dead_letters WHERE queue = ? AND day = ? AND dead_id < ? LIMIT ?`
 	one           = `SELECT ` + columns + `, headers FROM dead_letters WHERE queue = ? AND day = ? AND dead_id = ?`
 	ids           = `SELECT dead_id FROM dead_letters WHERE queue = ? AND day = ?`
-	remove        = `DELETE FROM dead_letters WHERE queue = ? AND day = ? AND dead_id = ?`
+	remove        = `DELETE FROM dead_letters USING TIMESTAMP ? WHERE queue = ? AND day = ? AND dead_id = ?`
 )
 
 // Write stores l. It is stamped by the coordinator, as the ack that follows it is.
@@ -101,9 +101,11 @@ func Get(ctx context.Context, session *gocql.Session, queue string, id uuid.UUID
 	return letters[0], true, nil
 }
 
-// Delete removes queue's letter id.
-func Delete(ctx context.Context, session *gocql.Session, queue string, id uuid.UUID) error {
-	if err := cql.Query(session, remove, queue, Day(shard.IDTime(id)), gocql.UUID(id)).WithContext(ctx).Exec(); err != nil {
+// Delete removes queue's letter id at write timestamp stamp, in microseconds
+// (clustertime.Clock.DeleteStamp): the letter was stamped by a coordinator, so a delete
+// stamped by a host whose clock trails the servers' would be shadowed by it.
+func Delete(ctx context.Context, session *gocql.Session, queue string, id uuid.UUID, stamp int64) error {
+	if err := cql.Query(session, remove, stamp, queue, Day(shard.IDTime(id)), gocql.UUID(id)).WithContext(ctx).Exec(); err != nil {
 		return fmt.Errorf("deadletters: deleting dead letter %s: %w", id, err)
 	}
 	return nil

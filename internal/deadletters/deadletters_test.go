@@ -50,7 +50,7 @@ func TestPageAcrossDays(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.Equal(t, ids[1], got.ID)
-	require.NoError(t, deadletters.Delete(ctx, s, "q", ids[1]))
+	require.NoError(t, deadletters.Delete(ctx, s, "q", ids[1], time.Now().UnixMicro()))
 	_, ok, err = deadletters.Get(ctx, s, "q", ids[1])
 	require.NoError(t, err)
 	require.False(t, ok)

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/shardq/shardq/internal/cassandratest"
+	"github.com/shardq/shardq/internal/clustertime"
 	"github.com/shardq/shardq/internal/deadletters"
 	"github.com/shardq/shardq/internal/lwt"
 	"github.com/shardq/shardq/internal/memstore"
@@ -72,6 +73,11 @@ func insert(rows ...taskrow.Row) []store.Mutation {
 func holder() uuid.UUID { return uuid.UUID(gocql.TimeUUID()) }
 
 func token(v int64) *int64 { return &v }
+
+// trailingHost is a host clock that trails the real one, which the node keeps, by itself.
+type trailingHost time.Duration
+
+func (h trailingHost) Now() time.Time { return time.Now().Add(-time.Duration(h)) }
 
 // eventually polls cond until it holds, failing the test after a deadline.
 func eventually(t *testing.T, what string, cond func() bool) {
@@ -549,7 +555,7 @@ var scenarios = []scenario{
 		require.NoError(t, err)
 		require.True(t, ok)
 		require.Equal(t, l1, got)
-		require.NoError(t, dl.Delete(ctx, "q", l2.ID))
+		require.NoError(t, dl.Delete(ctx, "q", l2.ID, time.Now().UnixMicro()))
 		_, ok, err = dl.Get(ctx, "q", l2.ID)
 		require.NoError(t, err)
 		require.False(t, ok)
@@ -558,6 +564,27 @@ var scenarios = []scenario{
 		require.NoError(t, err)
 		require.Equal(t, 2, n)
 		require.Equal(t, deadletters.Days, days)
+	}},
+
+	// A letter is stamped by a coordinator and deleted by a host (a producer's purge or
+	// replay): a delete stamped by a host clock that trails the servers' is shadowed by the
+	// letter, one stamped by the cluster's clock is not.
+	{"a dead letter's delete at the cluster's delete stamp wins whatever the host's clock", func(t *testing.T, ctx context.Context, s store.Store) {
+		dl := s.DeadLetters()
+		host := trailingHost(5 * time.Second)
+		cluster := clustertime.New(s, host, nil)
+		_, err := cluster.Measure(ctx)
+		require.NoError(t, err)
+		l := deadletters.Letter{ID: shard.NewID(cluster.Now()), TaskID: shard.NewID(cluster.Now()), Queue: "q"}
+		require.NoError(t, dl.Write(ctx, l))
+		require.NoError(t, dl.Delete(ctx, "q", l.ID, host.Now().UnixMicro()))
+		_, ok, err := dl.Get(ctx, "q", l.ID)
+		require.NoError(t, err)
+		require.True(t, ok, "a delete at the trailing host's time is shadowed")
+		require.NoError(t, dl.Delete(ctx, "q", l.ID, cluster.DeleteStamp()))
+		_, ok, err = dl.Get(ctx, "q", l.ID)
+		require.NoError(t, err)
+		require.False(t, ok, "a delete at the cluster's delete stamp wins")
 	}},
 
 	{"signal cells", func(t *testing.T, ctx context.Context, s store.Store) {

@@ -110,9 +110,8 @@ func (d letters) Get(ctx context.Context, queue string, id uuid.UUID) (deadlette
 	return letters[0], true, nil
 }
 
-func (d letters) Delete(ctx context.Context, queue string, id uuid.UUID) error {
+func (d letters) Delete(ctx context.Context, queue string, id uuid.UUID, stamp int64) error {
 	pk := letterPK(queue, deadletters.Day(shard.IDTime(id)))
-	stamp := d.clientStamp()
 	err := d.exec(ctx, Request{Table: "dead_letters", Op: "DeadLetters.Delete", Key: pk, Write: true}, writeType(1, false), func(s *state) error {
 		if err := checkUUIDs(gocql.UUID(id)); err != nil {
 			return err

@@ -66,8 +66,8 @@ func (d letters) Get(ctx context.Context, queue string, id uuid.UUID) (deadlette
 	return deadletters.Get(ctx, d.session, queue, id)
 }
 
-func (d letters) Delete(ctx context.Context, queue string, id uuid.UUID) error {
-	return deadletters.Delete(ctx, d.session, queue, id)
+func (d letters) Delete(ctx context.Context, queue string, id uuid.UUID, stamp int64) error {
+	return deadletters.Delete(ctx, d.session, queue, id, stamp)
 }
 
 func (d letters) Count(ctx context.Context, queue string, now time.Time, pageSize int, done func()) (int, error) {

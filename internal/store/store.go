@@ -169,7 +169,10 @@ type DeadLetters interface {
 	Page(ctx context.Context, queue string, now time.Time, after uuid.UUID, limit int) ([]deadletters.Letter, error)
 	// Get returns queue's letter id, and false when it is not kept.
 	Get(ctx context.Context, queue string, id uuid.UUID) (deadletters.Letter, bool, error)
-	Delete(ctx context.Context, queue string, id uuid.UUID) error
+	// Delete deletes queue's letter id at write timestamp stamp, in microseconds, which
+	// must not be below the letter's: Write leaves that to the coordinator, so stamp by the
+	// cluster's clock (clustertime.Clock.DeleteStamp), not this host's.
+	Delete(ctx context.Context, queue string, id uuid.UUID, stamp int64) error
 	// Count counts queue's letters kept at now, reading pages of pageSize rows, and calls
 	// done after each day's partition.
 	Count(ctx context.Context, queue string, now time.Time, pageSize int, done func()) (int, error)
