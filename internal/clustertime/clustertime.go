@@ -17,6 +17,9 @@ import (
 const (
 	// Refresh is how often the offset is measured again.
 	Refresh = time.Minute
+	// RetryFailed is how soon a failed measure is tried again: until one succeeds, a
+	// host's clock ahead of the cluster's leases tasks early.
+	RetryFailed = time.Second
 	// samples are taken per measure; the one with the shortest round trip counts.
 	samples = 3
 	// WriteLag is how far before the cluster's time plain writes are stamped: deletes
@@ -48,6 +51,7 @@ type Clock struct {
 	mu        sync.Mutex
 	offset    time.Duration // cluster minus host
 	attempted time.Time     // host time of the last measure, done or failed; zero before
+	failed    bool          // the last measure failed
 	measuring bool
 }
 
@@ -70,7 +74,11 @@ func (c *Clock) Now() time.Time {
 	now := c.host.Now()
 	c.mu.Lock()
 	off := c.offset
-	stale := !c.measuring && !c.attempted.IsZero() && now.Sub(c.attempted) >= Refresh
+	every := Refresh
+	if c.failed {
+		every = RetryFailed
+	}
+	stale := !c.measuring && !c.attempted.IsZero() && now.Sub(c.attempted) >= every
 	if stale {
 		c.measuring = true
 	}
@@ -128,7 +136,7 @@ func (c *Clock) Measure(ctx context.Context) (time.Duration, error) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.measuring, c.attempted = false, c.host.Now()
+	c.measuring, c.attempted, c.failed = false, c.host.Now(), bestRTT < 0
 	if bestRTT < 0 {
 		return 0, fmt.Errorf("clustertime: reading a coordinator's clock: %w", err)
 	}

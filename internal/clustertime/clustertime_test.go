@@ -2,6 +2,8 @@ package clustertime_test
 
 import (
 	"context"
+	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -38,4 +40,36 @@ func TestMeasuresOffsetAndStampsBehindCluster(t *testing.T) {
 		require.InDelta(t, time.Now().Add(clustertime.WriteLag).UnixMicro(), c.DeleteStamp(), float64(100*time.Millisecond/time.Microsecond),
 			"deletes are stamped WriteLag past the cluster's time, whatever the host's")
 	}
+}
+
+// failFirst fails its first read of the coordinators' clock, as a node that times out.
+type failFirst struct {
+	clustertime.Coordinator
+	failed atomic.Bool
+}
+
+var errTimedOut = errors.New("timed out")
+
+func (f *failFirst) Now(ctx context.Context) (time.Time, error) {
+	if f.failed.CompareAndSwap(false, true) {
+		return time.Time{}, errTimedOut
+	}
+	return f.Coordinator.Now(ctx)
+}
+
+// A failed first measure leaves the host's time in use only until RetryFailed has passed,
+// not a whole Refresh: a host 5 s ahead would lease tasks early all that time.
+func TestFailedMeasureRetriedSoon(t *testing.T) {
+	t.Parallel()
+	s := cassandratest.Session(t)
+	c := clustertime.New(&failFirst{Coordinator: store.Cassandra(s)}, offsetHost(5*time.Second), nil)
+	c.Ready(context.Background())
+	require.Zero(t, c.Offset(), "the first measure failed")
+	deadline := time.Now().Add(15 * time.Second)
+	for c.Offset() == 0 {
+		require.True(t, time.Now().Before(deadline), "not measured again within RetryFailed")
+		c.Now()
+		time.Sleep(50 * time.Millisecond)
+	}
+	require.InDelta(t, float64(-5*time.Second), float64(c.Offset()), float64(100*time.Millisecond))
 }
