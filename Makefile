@@ -7,21 +7,33 @@ FUZZTIME ?= 10s
 
 # The programs, the dashboard and the Prometheus and OpenTelemetry adapters are modules of
 # their own, so that a service importing shardq does not require their dependencies;
-# `go ... ./...` at the root does not enter them, so every target runs in each too. GOWORK=off: a go.work in a clone would
-# build the library with the other modules' requirements mixed in, unlike a service.
+# `go ... ./...` at the root does not enter them, so every target runs in each too.
+# GOWORK=off: a go.work in a clone would build the library with the other modules'
+# requirements mixed in, unlike a service.
 MODULES := bench cmd/demo cmd/shardq shardqprom shardqotel shardqui
 export GOWORK := off
 # $(call each,GO-ARGS): `go GO-ARGS` in every module of MODULES, stopping at the first that fails.
 each = for m in $(MODULES); do $(GO) -C $$m $(1) || exit 1; done
 
-.PHONY: test test-cluster demo bench lint cassandra-start cassandra-stop cassandra-status
+.PHONY: test test-cluster sim demo bench lint cassandra-start cassandra-stop cassandra-status
 
-# Vet, every test with the race detector, then a short run of each fuzz target.
+# Vet, every test with the race detector, a short run of each fuzz target, then the
+# simulator's seeds.
 test:
 	scripts/with-cassandra sh -c '$(GO) vet ./... && $(call each,vet ./...) && \
 		$(GO) test -race -count=1 -timeout 20m ./... && $(call each,test -race -count=1 -timeout 20m ./...) && \
 		$(GO) test -run=^$$ -fuzz=^FuzzKey$$ -fuzztime=$(FUZZTIME) ./shard && \
 		$(GO) test -run=^$$ -fuzz=^FuzzID$$ -fuzztime=$(FUZZTIME) ./shard'
+	$(MAKE) sim
+
+# The deterministic simulator (internal/sim, no Cassandra): SEEDS seeded runs from SEED on,
+# spread over the cores, or as many as fit in BUDGET (a Go duration) when it is set. A
+# failing seed prints the command that replays it.
+SEEDS ?= 2000
+SEED ?= 1
+BUDGET ?=
+sim:
+	SEEDS=$(SEEDS) SEED=$(SEED) BUDGET=$(BUDGET) GO=$(GO) scripts/sim
 
 # On three local nodes (started for it unless SHARDQ_CASSANDRA_HOSTS names a cluster, or
 # three already answer from SHARDQ_CASSANDRA_FIRST_ADDR on): every test again at

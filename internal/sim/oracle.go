@@ -1,0 +1,505 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"reflect"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/consumer"
+	"github.com/shardq/shardq/producer"
+	"github.com/shardq/shardq/shard"
+)
+
+// tolerance is how early a delivery may start against the time a task is due, beyond the
+// error of the delivering process's cluster clock (the shortest round trip of its last
+// measure, and its drift since).
+const tolerance = 50 * time.Millisecond
+
+// oracle records what the processes asked and what they saw, in true time, and checks
+// the queue's promises at the end of a run.
+type oracle struct {
+	mu         sync.Mutex
+	tasks      map[uuid.UUID]*task
+	order      []uuid.UUID // tasks by first schedule, for picking
+	keys       map[string][]keyClaim
+	refusals   []refusal
+	violations []string
+}
+
+// refusal is a schedule refused for a key whose holder had ended before the call began.
+type refusal struct {
+	key    string
+	at     time.Time
+	holder *task
+}
+
+type task struct {
+	id  uuid.UUID
+	key string
+	// ok: a call that schedules it (a schedule or replay) returned success; the task must
+	// run until it succeeds or dies, unless cancelled.
+	ok bool
+	// due is the latest due time a call that returned success gave it; dueFloor the
+	// earliest any call, even one that failed, may have given it since.
+	due      time.Time
+	dueFloor time.Time
+	// cancelled is when a cancel of it returned success (zero: never), and afterLease
+	// whether that cancel let a delivery in flight finish; maybeCancelled that one
+	// returned an error that leaves it unknown.
+	cancelled      time.Time
+	afterLease     bool
+	maybeCancelled bool
+	// ended is when it was last seen to end (a success acked, or dead); mayEnd the earliest
+	// it may have (a handler returned success, or failed its last attempt): from then on
+	// it may hold no key.
+	ended     time.Time
+	mayEnd    time.Time
+	succeeded bool
+	dead      bool
+	// unsettled: a call that moves or cancels it returned an unknown outcome, which
+	// may leave two copies of it.
+	unsettled bool
+	// claimed is when a call that claimed its key began.
+	claimed time.Time
+	// calls lists the calls that scheduled, moved, cancelled or replayed it, for reports.
+	calls []string
+	// replays are when replays of its dead letter began, but for refused ones: two that
+	// both write run it twice, as ReplayDeadLetter says.
+	replays    []time.Time
+	deliveries []*delivery
+}
+
+type delivery struct {
+	task    uuid.UUID
+	proc    *proc
+	at      time.Time // true time the handler started
+	attempt int
+	token   int64
+	timeout time.Duration
+	// raw is the task as handed over, internals included, for reports; source names the
+	// row it was leased from (that row's place in line and its token).
+	raw, source string
+	// deadline is the lease's end as the consumer set it, and due the task's due time.
+	deadline, due time.Time
+	// ended is when the handler returned; ok whether it succeeded.
+	ended time.Time
+	ok    bool
+	acked bool // an Acked event named it
+}
+
+// keyClaim is one success of a call that scheduled a task with a key.
+type keyClaim struct {
+	id       uuid.UUID
+	from, to time.Time // the call's span
+}
+
+func newOracle() *oracle {
+	return &oracle{tasks: map[uuid.UUID]*task{}, keys: map[string][]keyClaim{}}
+}
+
+func (o *oracle) violate(format string, args ...any) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.violations = append(o.violations, fmt.Sprintf(format, args...))
+}
+
+func (o *oracle) get(id uuid.UUID) *task {
+	t, ok := o.tasks[id]
+	if !ok {
+		t = &task{id: id}
+		o.tasks[id] = t
+		o.order = append(o.order, id)
+	}
+	return t
+}
+
+func (o *oracle) scheduled(p *proc, began time.Time, tasks []producer.Task, ids []uuid.UUID, err error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	now := time.Now()
+	var partial *producer.PartialError
+	for i, id := range ids {
+		if i >= len(tasks) || id == uuid.Nil {
+			continue
+		}
+		t := o.get(id)
+		t.key = tasks[i].Key
+		t.calls = append(t.calls, fmt.Sprintf("schedule by %s %s-%s due %s key %q: %v", p.name, stamp(began), stamp(now), stamp(tasks[i].DueAt), tasks[i].Key, err))
+		written := err == nil
+		if errors.As(err, &partial) {
+			written = !slices.Contains(partial.Failed, i)
+		}
+		if t.key != "" && t.claimed.IsZero() {
+			t.claimed = began
+		}
+		if written {
+			t.ok = true
+			t.due = tasks[i].DueAt
+			if t.key != "" {
+				o.keys[t.key] = append(o.keys[t.key], keyClaim{id: id, from: began, to: now})
+			}
+		}
+		if t.dueFloor.IsZero() || tasks[i].DueAt.Before(t.dueFloor) {
+			t.dueFloor = tasks[i].DueAt
+		}
+	}
+	var dup *producer.DuplicateError
+	if errors.As(err, &dup) {
+		// A holder whose end was not recorded in the index (its ack's record failed) is not
+		// found, and its claim is honoured for KeyClaimGrace (README, Keys).
+		if t := o.tasks[dup.ExistingID]; t != nil && len(t.replays) == 0 && (t.endedBefore(began) || t.cancelledBefore(began)) &&
+			began.After(t.claimed.Add(producer.KeyClaimGrace+tolerance)) {
+			o.refusals = append(o.refusals, refusal{key: dup.Key, at: began, holder: t})
+		}
+	}
+}
+
+func (o *oracle) pick(rng *rand.Rand) (uuid.UUID, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.order) == 0 {
+		return uuid.Nil, false
+	}
+	return o.order[rng.IntN(len(o.order))], true
+}
+
+func (o *oracle) cancelled(p *proc, id uuid.UUID, afterLease bool, began time.Time, err error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var inFlight *shardq.TaskInFlightError
+	if err != nil && !definite(err) {
+		o.get(id).unsettled = true
+	}
+	switch {
+	case err == nil:
+		t := o.get(id)
+		t.cancelled, t.afterLease = time.Now(), afterLease
+		t.calls = append(t.calls, fmt.Sprintf("cancel by %s %s-%s after lease %v", p.name, stamp(began), stamp(time.Now()), afterLease))
+	case errors.Is(err, shardq.ErrTaskNotFound), errors.As(err, &inFlight):
+	default:
+		o.get(id).maybeCancelled = true
+	}
+}
+
+func (o *oracle) rescheduled(p *proc, id uuid.UUID, due, began time.Time, err error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	t := o.get(id)
+	t.calls = append(t.calls, fmt.Sprintf("reschedule by %s %s-%s to %s: %v", p.name, stamp(began), stamp(time.Now()), stamp(due), err))
+	if err != nil && !definite(err) {
+		t.unsettled = true
+	}
+	// A reschedule renews the key's claim.
+	if t.key != "" && !definite(err) {
+		t.claimed = began
+	}
+	if due.Before(t.dueFloor) {
+		t.dueFloor = due
+	}
+	if err == nil {
+		t.due = due
+	}
+}
+
+func (o *oracle) replayed(p *proc, id uuid.UUID, began time.Time, err error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	t := o.get(id)
+	t.calls = append(t.calls, fmt.Sprintf("replay by %s %s-%s: %v", p.name, stamp(began), stamp(time.Now()), err))
+	if t.key != "" {
+		t.claimed = began // a replay claims the key again
+	}
+	if !errors.Is(err, producer.ErrDeadLetterNotFound) {
+		t.replays = append(t.replays, began)
+	}
+	// Due now: a replay moves the due time back.
+	t.dueFloor = time.Time{}
+	if err == nil {
+		// Replayed: scheduled anew, whatever stopped it before.
+		t.ok, t.dead, t.succeeded, t.cancelled = true, false, false, time.Time{}
+		t.due, t.ended, t.mayEnd = time.Time{}, time.Time{}, time.Time{}
+	}
+}
+
+func (o *oracle) delivered(p *proc, ct *consumer.Task) *delivery {
+	now := time.Now()
+	// The cluster clock's error at this instant: the process can do no better.
+	clockErr := p.state.Cluster.Now().Sub(now)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	t := o.get(ct.ID)
+	d := &delivery{task: ct.ID, proc: p, at: now, attempt: ct.Attempt, token: ct.Token, timeout: ct.Timeout,
+		deadline: ct.Deadline, due: ct.DueAt, raw: fmt.Sprintf("%+v", *ct), source: sourceOf(ct)}
+	// Due: the earliest time any call gave it (a failed move may still have applied). The
+	// consumer judged it due by its clock when it leased it: that clock's error then is
+	// at least how far its time of the lease is past the handler's start.
+	clockErr = max(clockErr, ct.Deadline.Add(-ct.Timeout).Sub(now))
+	if floor := t.dueFloor; !floor.IsZero() && now.Add(max(clockErr, 0)+tolerance).Before(floor) && ct.Attempt == 1 {
+		o.violations = append(o.violations, fmt.Sprintf("task %s delivered at %s, %s before it was due (%s; cluster clock error %s)",
+			ct.ID, stamp(now), floor.Sub(now), stamp(floor), clockErr))
+	}
+	t.deliveries = append(t.deliveries, d)
+	if d.attempt > maxAttempts {
+		// A copy of a task that died: its dead-lettering left the marker (README, Dead
+		// letters: a duplicate, never a loss).
+		t.unsettled = true
+	}
+	return d
+}
+
+func (o *oracle) finished(d *delivery, err error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	d.ended, d.ok = time.Now(), err == nil && !d.proc.crashed()
+	if t := o.tasks[d.task]; (d.ok || d.attempt >= maxAttempts) && t.mayEnd.IsZero() {
+		t.mayEnd = d.ended
+	}
+}
+
+func (o *oracle) observed(p *proc, e shardq.Event) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	switch e := e.(type) {
+	case shardq.Acked:
+		for _, id := range e.TaskIDs {
+			t := o.get(id)
+			for _, d := range slices.Backward(t.deliveries) {
+				if d.proc == p && d.ok {
+					d.acked = true
+					t.succeeded = true
+					t.ended = time.Now()
+					break
+				}
+			}
+		}
+	case shardq.Retried:
+		t := o.get(e.TaskID)
+		t.calls = append(t.calls, fmt.Sprintf("retried by %s at %s attempt %d delay %s", p.name, stamp(time.Now()), e.Attempt, e.Delay))
+	case shardq.LeaseLost:
+		t := o.get(e.TaskID)
+		t.calls = append(t.calls, fmt.Sprintf("lease lost by %s at %s", p.name, stamp(time.Now())))
+	case shardq.DeadLettered:
+		t := o.get(e.TaskID)
+		t.dead = true
+		t.ended = time.Now()
+	}
+}
+
+func (o *oracle) totals() (scheduled, deliveries int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, t := range o.tasks {
+		if t.ok {
+			scheduled++
+		}
+		deliveries += len(t.deliveries)
+	}
+	return scheduled, deliveries
+}
+
+// check returns every broken promise of the run.
+func (o *oracle) check(w *world, end time.Time) []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	v := slices.Clone(o.violations)
+	left := w.leftovers()
+	ids := slices.Clone(o.order)
+	for id := range left {
+		if _, ok := o.tasks[id]; !ok {
+			ids = append(ids, id)
+		}
+	}
+	for _, id := range ids {
+		t := o.tasks[id]
+		if t == nil {
+			t = &task{id: id}
+		}
+		switch {
+		case left[id] && !t.succeeded && t.cancelled.IsZero():
+			v = append(v, fmt.Sprintf("task %s is still in the store at the end, never run to success (%d deliveries)%s", id, len(t.deliveries), t.history()))
+		case t.ok && t.cancelled.IsZero() && !t.maybeCancelled && !t.ran() && !t.dead:
+			v = append(v, fmt.Sprintf("task %s lost: scheduled with success, never ran to success nor died (%d deliveries, due %s)%s", id, len(t.deliveries), stamp(t.due), t.history()))
+		}
+		if dv := checkDeliveries(t); len(dv) > 0 {
+			v = append(v, strings.Join(dv, "\n  ")+t.history())
+		}
+	}
+	v = append(v, o.checkKeys()...)
+	for _, r := range o.refusals {
+		v = append(v, fmt.Sprintf("key %q refused at %s for %s, which ended at %s%s", r.key, stamp(r.at), r.holder.id, stamp(r.holder.ended), r.holder.history()))
+	}
+	return v
+}
+
+// history tells what a task went through, for a violation's report.
+func (t *task) history() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n      ok %v due %s cancelled %s (after lease %v) ended %s", t.ok, stamp(t.due), stamp(t.cancelled), t.afterLease, stamp(t.ended))
+	for _, c := range t.calls {
+		fmt.Fprintf(&b, "\n      %s", c)
+	}
+	for _, d := range t.deliveries {
+		fmt.Fprintf(&b, "\n      delivered %s by %s attempt %d token %d due %s deadline %s, ended %s ok %v acked %v",
+			stamp(d.at), d.proc.name, d.attempt, d.token, stamp(d.due), stamp(d.deadline), stamp(d.ended), d.ok, d.acked)
+		if os.Getenv("SIM_STACKS") != "" {
+			fmt.Fprintf(&b, "\n        %s", d.raw)
+		}
+	}
+	return b.String()
+}
+
+// checkDeliveries checks that no delivery of a task starts after a cancel of it returned,
+// that a later attempt carries a higher token, and that no row is leased twice while the
+// lease taken from it lasts and its holder lives. Copies of a task (a drop of markers
+// that failed, a move whose outcome stayed unknown, a second replay) are allowed: the
+// README documents each as a duplicate, never a loss.
+func checkDeliveries(t *task) []string {
+	var v []string
+	ds := slices.Clone(t.deliveries)
+	sort.SliceStable(ds, func(i, j int) bool { return ds[i].leased().Before(ds[j].leased()) })
+	for _, d := range ds {
+		if !t.cancelled.IsZero() && d.leased().After(t.cancelled.Add(tolerance)) {
+			v = append(v, fmt.Sprintf("task %s leased at %s, after its cancel returned at %s", t.id, stamp(d.leased()), stamp(t.cancelled)))
+		}
+	}
+	if t.unsettled || len(t.replays) > 1 {
+		return v
+	}
+	for i, d := range ds {
+		at := d.leased().Add(tolerance)
+		for _, e := range ds[:i] {
+			if e.attempt < d.attempt && e.token >= d.token && !t.replayedBetween(e.leased(), d.leased()) {
+				v = append(v, fmt.Sprintf("task %s attempt %d has token %d, not above attempt %d's %d", t.id, d.attempt, d.token, e.attempt, e.token))
+			}
+			if e.source == d.source && e.deadline.After(at) && !crashedBy(e.proc, at) && (e.ended.IsZero() || e.ok || e.ended.After(at)) {
+				v = append(v, fmt.Sprintf("task %s: its row %s leased again at %s while the lease taken at %s by %s lasted",
+					t.id, d.source, stamp(d.leased()), stamp(e.leased()), e.proc.name))
+			}
+		}
+	}
+	return v
+}
+
+func crashedBy(p *proc, at time.Time) bool {
+	return p.crashed() && !p.crashedAt().After(at)
+}
+
+// checkKeys checks that no two tasks held one key at once: a schedule that returned
+// success while another task of its key had been scheduled with success and not ended.
+func (o *oracle) checkKeys() []string {
+	var v []string
+	for key, claims := range o.keys {
+		for i, c := range claims {
+			for _, d := range claims[:i] {
+				other := o.tasks[d.id]
+				if d.id == c.id || len(other.replays) > 0 || other.cancelledBefore(c.from) || !other.mayEnd.IsZero() && other.mayEnd.Before(c.to) {
+					continue
+				}
+				// d held the key before c's call began, and had not ended by its end.
+				if d.to.Before(c.from) && (other.cancelled.IsZero() || other.cancelled.After(c.to)) {
+					v = append(v, fmt.Sprintf("key %q held by %s (scheduled %s) and %s (scheduled %s) at once%s", key, d.id, stamp(d.to), c.id, stamp(c.to), other.history()))
+				}
+			}
+		}
+	}
+	return v
+}
+
+// cancelledBefore reports whether a cancel returned success before at, and the delivery
+// it let finish (AfterLease) had ended or lost its lease by then.
+func (t *task) cancelledBefore(at time.Time) bool {
+	if t.cancelled.IsZero() || !t.cancelled.Before(at) {
+		return false
+	}
+	if t.afterLease {
+		for _, d := range t.deliveries {
+			if d.leased().Before(t.cancelled) && (d.ended.IsZero() || d.ended.After(at)) && d.deadline.After(at) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// sourceOf names the row a delivery was leased from, which consumer.Task keeps to itself:
+// the time it became visible and the token it held.
+func sourceOf(ct *consumer.Task) string {
+	visible := reflect.ValueOf(ct).Elem().FieldByName("visible")
+	return fmt.Sprintf("%v/%d", visible, ct.Token-1)
+}
+
+// definite reports whether a call that returned err left the task as it was.
+func definite(err error) bool {
+	var inFlight *shardq.TaskInFlightError
+	var dup *producer.DuplicateError
+	return errors.Is(err, shardq.ErrTaskNotFound) || errors.As(err, &inFlight) || errors.As(err, &dup) ||
+		errors.Is(err, shardq.ErrInvalid)
+}
+
+// leased is when the delivery's lease began: the consumer's clock, which the oracle
+// takes as true time (its error is the cluster clock's, milliseconds).
+func (d *delivery) leased() time.Time {
+	if l := d.deadline.Add(-d.timeout); l.Before(d.at) {
+		return l
+	}
+	// Its clock was ahead (not yet measured): the lease was taken before the handler ran.
+	return d.at
+}
+
+// replayedBetween reports whether a replay began between a and b: attempts count again
+// from one after it.
+func (t *task) replayedBetween(a, b time.Time) bool {
+	for _, r := range t.replays {
+		if r.After(a) && r.Before(b) {
+			return true
+		}
+	}
+	return false
+}
+
+// ran reports whether a handler returned success for it: at least once is met, even if
+// the ack's outcome stayed unknown.
+func (t *task) ran() bool {
+	for _, d := range t.deliveries {
+		if d.ok {
+			return true
+		}
+	}
+	return false
+}
+
+func (t *task) endedBefore(at time.Time) bool { return !t.ended.IsZero() && t.ended.Before(at) }
+
+// leftovers reads the task IDs of every task row left in the queue's partitions.
+func (w *world) leftovers() map[uuid.UUID]bool {
+	left := map[uuid.UUID]bool{}
+	l := w.queue.Layout()
+	for b := range l.BucketCount {
+		for s := range l.ShardCount {
+			key := shard.FormatKey(w.queue.Name, b, s)
+			if err := w.admin.Scans().TaskIDs(context.Background(), key, 1000, func(id uuid.UUID) { left[id] = true }); err != nil {
+				w.oracle.violations = append(w.oracle.violations, fmt.Sprintf("reading leftovers of %s: %v", key, err))
+			}
+		}
+	}
+	return left
+}
+
+// stamp prints a true time as the offset into the run (bubbles start at 2000-01-01).
+func stamp(t time.Time) string {
+	if t.IsZero() {
+		return "never"
+	}
+	return t.Sub(time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)).String()
+}

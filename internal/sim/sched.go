@@ -1,0 +1,229 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"hash/fnv"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/shardq/shardq/internal/memstore"
+)
+
+// errCrashed is what a crashed process's requests return: nothing of them applied.
+var errCrashed = errors.New("sim: process crashed")
+
+// sched is the network between the processes and the simulated cluster. Every request
+// waits in pending until its latency, drawn from the seed, has passed; the driver
+// (run's goroutine) admits the due requests one at a time, once every other goroutine is
+// blocked, so the order of requests, their faults and latencies depend on the seed and on
+// what the processes asked, not on the Go scheduler.
+type sched struct {
+	seed uint64
+	// faults is the chance of a fault per request, in parts per 10,000 (0 while healed).
+	faults int
+
+	mu      sync.Mutex
+	pending []*request
+	seen    map[string]int // requests so far by identity, to draw each one's fate
+	wake    chan struct{}  // a request was added
+	trace   uint64         // a hash of every admission, to tell two runs apart
+	steps   int
+	log     func(*request, memstore.Fault) // when set, sees every admission
+	counts  [memstore.NoResponseApplied + 1]int
+}
+
+type request struct {
+	proc  *proc
+	req   memstore.Request
+	ident string
+	due   time.Time
+	admit chan memstore.Fault
+}
+
+func newSched(seed uint64) *sched {
+	return &sched{seed: seed, seen: map[string]int{}, wake: make(chan struct{}, 1), trace: seed}
+}
+
+// gate is p's memstore.Gate.
+func (s *sched) gate(p *proc) memstore.Gate {
+	return func(ctx context.Context, r memstore.Request) (memstore.Fault, error) {
+		select {
+		case <-p.dead:
+			return 0, errCrashed
+		default:
+		}
+		// A request's identity names its process, statement, partition and the code path
+		// that sent it (its call stack), not the order in which goroutines ran.
+		stack := callers()
+		ident := p.name + "|" + r.Op + "|" + r.Key + "|" + stack
+		s.mu.Lock()
+		n := s.seen[ident]
+		s.seen[ident] = n + 1
+		ident += "|" + strconv.Itoa(n)
+		q := &request{proc: p, req: r, ident: ident, due: time.Now().Add(s.latency(ident)), admit: make(chan memstore.Fault, 1)}
+		s.pending = append(s.pending, q)
+		s.mu.Unlock()
+		select {
+		case s.wake <- struct{}{}:
+		default:
+		}
+		select {
+		case f := <-q.admit:
+			return f, nil
+		case <-p.dead:
+			s.drop(q)
+			return 0, errCrashed
+		case <-ctx.Done():
+			s.drop(q)
+			return 0, ctx.Err()
+		}
+	}
+}
+
+func (s *sched) drop(q *request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pending = slices.DeleteFunc(s.pending, func(r *request) bool { return r == q })
+}
+
+// latency is a request's time on the wire: mostly a millisecond or two, now and then a
+// slow replica's hundreds.
+func (s *sched) latency(ident string) time.Duration {
+	h := s.draw("latency", ident)
+	if h%100 < 3 {
+		return time.Duration(50+h/100%450) * time.Millisecond
+	}
+	return time.Duration(200+h/100%2800) * time.Microsecond
+}
+
+// draw is a number fixed by the seed, what and the request's identity.
+func (s *sched) draw(what, ident string) uint64 {
+	h := fnv.New64a()
+	var b [8]byte
+	for i := range b {
+		b[i] = byte(s.seed >> (8 * i))
+	}
+	h.Write(b[:])
+	h.Write([]byte(what))
+	h.Write([]byte(ident))
+	return mix(h.Sum64())
+}
+
+func mix(x uint64) uint64 {
+	x ^= x >> 33
+	x *= 0xff51afd7ed558ccd
+	x ^= x >> 33
+	x *= 0xc4ceb9fe1a85ec53
+	return x ^ x>>33
+}
+
+// fault is a request's fate.
+func (s *sched) fault(q *request) memstore.Fault {
+	h := s.draw("fault", q.ident)
+	if int(h%10000) >= s.faults {
+		return memstore.None
+	}
+	switch h / 10000 % 6 {
+	case 0:
+		return memstore.Unavailable
+	case 1:
+		return memstore.Overloaded
+	case 2:
+		return memstore.TimeoutLost
+	case 3:
+		return memstore.TimeoutApplied
+	case 4:
+		return memstore.NoResponseLost
+	}
+	return memstore.NoResponseApplied
+}
+
+// next returns the request to admit now, or how long until one is due (zero with none).
+func (s *sched) next() (*request, time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.pending) == 0 {
+		return nil, 0
+	}
+	// The requests due first, in an order that does not depend on when their goroutines ran.
+	slices.SortFunc(s.pending, func(a, b *request) int {
+		if c := a.due.Compare(b.due); c != 0 {
+			return c
+		}
+		return compare(a.ident, b.ident)
+	})
+	first := s.pending[0]
+	if wait := time.Until(first.due); wait > 0 {
+		return nil, wait
+	}
+	s.pending = s.pending[1:]
+	return first, 0
+}
+
+func compare(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func (s *sched) admit(q *request) {
+	f := s.fault(q)
+	s.mu.Lock()
+	s.steps++
+	s.counts[f]++
+	h := fnv.New64a()
+	var b [8]byte
+	for i := range b {
+		b[i] = byte(s.trace >> (8 * i))
+	}
+	h.Write(b[:])
+	h.Write([]byte(q.ident))
+	h.Write([]byte{byte(f)})
+	h.Write([]byte(time.Now().Format(time.RFC3339Nano)))
+	s.trace = h.Sum64()
+	s.mu.Unlock()
+	if s.log != nil {
+		s.log(q, f)
+	}
+	q.admit <- f
+}
+
+// callers hashes the calling goroutine's stack: the same code path hashes the same from
+// run to run of one binary.
+func callers() string {
+	var pcs [48]uintptr
+	n := runtime.Callers(3, pcs[:])
+	if os.Getenv("SIM_STACKS") != "" {
+		var names []string
+		frames := runtime.CallersFrames(pcs[:n])
+		for {
+			f, more := frames.Next()
+			if strings.Contains(f.Function, "shardq/shardq/") && !strings.Contains(f.Function, "memstore") && !strings.Contains(f.Function, "internal/sim") {
+				names = append(names, f.Function[strings.LastIndex(f.Function, "/")+1:]+":"+strconv.Itoa(f.Line))
+			}
+			if !more {
+				break
+			}
+		}
+		return strings.Join(names, "<")
+	}
+	h := fnv.New64a()
+	var b [8]byte
+	for _, pc := range pcs[:n] {
+		for i := range b {
+			b[i] = byte(pc >> (8 * i))
+		}
+		h.Write(b[:])
+	}
+	return strconv.FormatUint(h.Sum64(), 36)
+}

@@ -1,0 +1,472 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/gocql/gocql"
+	"github.com/google/uuid"
+
+	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/consumer"
+	"github.com/shardq/shardq/internal/memstore"
+	"github.com/shardq/shardq/internal/random"
+	"github.com/shardq/shardq/internal/sessionstate"
+	"github.com/shardq/shardq/internal/store"
+	"github.com/shardq/shardq/producer"
+	"github.com/shardq/shardq/worker"
+)
+
+// Limits of a run's world.
+const (
+	// MaxSkew bounds a process's clock skew: within the consumers' default MaxClockSkew.
+	MaxSkew = consumer.DefaultMaxClockSkew
+	// maxDrift bounds a clock's drift, in parts per million.
+	maxDrift = 200
+	// workload is how long producers schedule, cancel and move tasks, faults and crashes
+	// happen; heal is how long the world then runs without them, for every task to end.
+	workload = 90 * time.Second
+	heal     = 150 * time.Second
+	// maxDelay bounds how far ahead a task is due.
+	maxDelay = 30 * time.Second
+	// maxAttempts is the workers' MaxAttempts.
+	maxAttempts = 3
+)
+
+// Config is one run.
+type Config struct {
+	Seed uint64
+	// Faults is the chance of a fault per request in parts per 10,000, drawn from the seed
+	// when negative.
+	Faults int
+	// Log, when set, receives a line per request admitted.
+	Log io.Writer
+}
+
+// Result is what a run did and what the oracle found wrong.
+type Result struct {
+	Seed       uint64
+	Trace      uint64 // differs between two runs that did not do the same
+	Requests   int
+	Faults     int
+	Crashes    int
+	Scheduled  int
+	Deliveries int
+	Violations []string
+	// World describes the run's queue and processes as the seed made them; Processes
+	// what became of each incarnation.
+	World, Processes string
+}
+
+// clock is a process's clock: the true time, skewed and drifting.
+type clock struct {
+	start time.Time
+	skew  time.Duration
+	drift float64
+}
+
+func (c *clock) Now() time.Time {
+	now := time.Now()
+	return now.Add(c.skew + time.Duration(float64(now.Sub(c.start))*c.drift))
+}
+
+// proc is one simulated process's incarnation: its parts share one session State.
+type proc struct {
+	name    string
+	clock   *clock
+	state   *sessionstate.State
+	session *gocql.Session
+	dead    chan struct{}
+	once    sync.Once
+	diedAt  atomic.Int64 // true time of the crash, in Unix nanoseconds
+}
+
+func (p *proc) crash() {
+	p.once.Do(func() {
+		p.diedAt.Store(time.Now().UnixNano())
+		close(p.dead)
+	})
+}
+
+func (p *proc) crashedAt() time.Time { return time.Unix(0, p.diedAt.Load()) }
+
+func (p *proc) crashed() bool {
+	select {
+	case <-p.dead:
+		return true
+	default:
+		return false
+	}
+}
+
+// world is one run: the cluster, the network, the processes and the oracle.
+type world struct {
+	cfg     Config
+	rng     *rand.Rand // the run's setup; each process draws from its own (see rngFor)
+	sched   *sched
+	cluster *memstore.Cluster
+	admin   store.Store // ungated: sets up and reads back
+	queue   shardq.QueueConfig
+	oracle  *oracle
+	crashes atomic.Int64
+
+	mu    sync.Mutex
+	procs []*proc
+}
+
+// Run runs one seed in a synctest bubble and returns what the oracle found.
+func Run(t *testing.T, cfg Config) (res Result, err error) {
+	synctest.Test(t, func(*testing.T) { res, err = run(cfg) })
+	return res, err
+}
+
+func run(cfg Config) (Result, error) {
+	restore := random.Seed(cfg.Seed)
+	defer restore()
+	rng := rand.New(rand.NewPCG(cfg.Seed, 0x5eed))
+	if cfg.Faults < 0 {
+		cfg.Faults = []int{0, 20, 100, 300}[rng.IntN(4)]
+	}
+	w := &world{cfg: cfg, rng: rng, sched: newSched(cfg.Seed), oracle: newOracle()}
+	w.sched.faults = cfg.Faults
+	if cfg.Log != nil {
+		w.sched.log = func(q *request, f memstore.Fault) {
+			fmt.Fprintf(cfg.Log, "%s %s %s %s fault %d %s\n", stamp(time.Now()), q.proc.name, q.req.Op, q.req.Key, f, q.ident)
+		}
+	}
+	var err error
+	if w.cluster, err = memstore.New(memstore.Config{Now: time.Now}); err != nil {
+		return Result{}, err
+	}
+	w.admin = w.cluster.Client(memstore.ClientConfig{Clock: time.Now})
+	w.queue = shardq.QueueConfig{
+		Name:           "q",
+		ShardCount:     1 + rng.IntN(3),
+		BucketCount:    []int{4, 8, 60}[rng.IntN(3)],
+		BucketDuration: []time.Duration{5 * time.Second, 10 * time.Second, time.Minute}[rng.IntN(3)],
+		DefaultTimeout: []time.Duration{3 * time.Second, 10 * time.Second}[rng.IntN(2)],
+	}.WithDefaults()
+	if err := w.queue.Validate(); err != nil {
+		return Result{}, err
+	}
+	if _, _, err := w.admin.Queues().Create(context.Background(), store.Queue(w.queue)); err != nil {
+		return Result{}, err
+	}
+
+	start := time.Now()
+	end := start.Add(workload + heal)
+	var wg sync.WaitGroup
+	producers := 1 + rng.IntN(2)
+	for i := range producers {
+		wg.Go(func() { w.producer(i, start.Add(workload)) })
+	}
+	workers := 1 + rng.IntN(3)
+	for i := range workers {
+		wg.Go(func() { w.worker(i, start.Add(workload), end) })
+	}
+	w.drive(start.Add(workload))
+	w.sched.mu.Lock()
+	w.sched.faults = 0
+	w.sched.mu.Unlock()
+	w.drive(end)
+	// Every process has ended by now or ends at end; drive until they all have.
+	stopped := make(chan struct{})
+	go func() { wg.Wait(); close(stopped) }()
+	for {
+		select {
+		case <-stopped:
+		default:
+			w.drive(time.Now().Add(time.Second))
+			continue
+		}
+		break
+	}
+	res := Result{Seed: cfg.Seed, Trace: w.sched.trace, Requests: w.sched.steps, Crashes: int(w.crashes.Load())}
+	for f, n := range w.sched.counts {
+		if memstore.Fault(f) != memstore.None {
+			res.Faults += n
+		}
+	}
+	res.Scheduled, res.Deliveries = w.oracle.totals()
+	res.Violations = w.oracle.check(w, end)
+	res.World, res.Processes = w.describe()
+	return res, nil
+}
+
+// describe tells the run's world as the seed made it: the queue and each process's
+// clock, and (after the run) each incarnation's measured offset and whether it crashed.
+func (w *world) describe() (world, diag string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	procs := slices.SortedFunc(slices.Values(w.procs), func(a, b *proc) int { return strings.Compare(a.name, b.name) })
+	var wb, db strings.Builder
+	fmt.Fprintf(&wb, "queue %+v, faults %d/10000\n", w.queue, w.cfg.Faults)
+	for _, p := range procs {
+		if strings.HasSuffix(p.name, ".0") {
+			fmt.Fprintf(&wb, "  %s: skew %s drift %.0f ppm\n", strings.TrimSuffix(p.name, ".0"), p.clock.skew, p.clock.drift*1e6)
+		}
+		fmt.Fprintf(&db, "  %s: cluster clock offset %s, crashed %v\n", p.name, p.state.Cluster.Offset(), p.crashed())
+	}
+	return wb.String(), db.String()
+}
+
+// drive admits requests until until.
+func (w *world) drive(until time.Time) {
+	for time.Now().Before(until) {
+		synctest.Wait()
+		q, wait := w.sched.next()
+		if q != nil {
+			w.sched.admit(q)
+			continue
+		}
+		d := time.Until(until)
+		if wait > 0 && wait < d {
+			d = wait
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-w.sched.wake:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// newProc starts an incarnation of process name, on a clock of its own (kept across
+// restarts: the host is the same).
+func (w *world) newProc(name string, c *clock) *proc {
+	p := &proc{name: name, clock: c, dead: make(chan struct{}), session: new(gocql.Session)}
+	tables := w.cluster.Client(memstore.ClientConfig{Clock: c.Now, Gate: w.sched.gate(p)})
+	p.state = sessionstate.New(tables, c, nil)
+	sessionstate.Bind(p.session, p.state)
+	w.mu.Lock()
+	w.procs = append(w.procs, p)
+	w.mu.Unlock()
+	return p
+}
+
+// rngFor is the script of process name: what it does, and when. A source per process
+// keeps its draws apart from the order in which goroutines run.
+func (w *world) rngFor(name string) *rand.Rand {
+	return rand.New(rand.NewPCG(w.cfg.Seed, w.sched.draw("script", name)))
+}
+
+func newClock(rng *rand.Rand) *clock {
+	return &clock{
+		start: time.Now(),
+		skew:  time.Duration(rng.Int64N(int64(2*MaxSkew))) - MaxSkew,
+		drift: float64(rng.IntN(2*maxDrift+1)-maxDrift) / 1e6,
+	}
+}
+
+// producer schedules, cancels, moves and replays tasks until until, crashing now and then.
+func (w *world) producer(i int, until time.Time) {
+	name := fmt.Sprintf("producer-%d", i)
+	rng := w.rngFor(name)
+	c := newClock(rng)
+	for incarnation := 0; time.Now().Before(until); incarnation++ {
+		p := w.newProc(fmt.Sprintf("%s.%d", name, incarnation), c)
+		ctx, cancel := context.WithCancel(context.Background())
+		crashAt := time.Now().Add(time.Duration(rng.Int64N(int64(3 * workload))))
+		go func() {
+			t := time.NewTimer(time.Until(crashAt))
+			defer t.Stop()
+			select {
+			case <-t.C:
+				w.crashes.Add(1)
+				p.crash()
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		w.produce(ctx, rng, p, until)
+		cancel()
+		if !p.crashed() {
+			return
+		}
+		time.Sleep(time.Duration(rng.Int64N(int64(5 * time.Second))))
+	}
+}
+
+func (w *world) produce(ctx context.Context, rng *rand.Rand, p *proc, until time.Time) {
+	pr, err := producer.New(p.session, producer.Config{})
+	if err != nil {
+		panic(err)
+	}
+	for time.Now().Before(until) && ctx.Err() == nil {
+		time.Sleep(time.Duration(rng.Int64N(int64(2 * time.Second))))
+		switch op := rng.IntN(20); {
+		case op < 12:
+			w.schedule(ctx, rng, p, pr)
+		case op < 15:
+			w.cancel(ctx, rng, p, pr)
+		case op < 18:
+			w.reschedule(ctx, rng, p, pr)
+		default:
+			w.replay(ctx, rng, p, pr)
+		}
+	}
+}
+
+func (w *world) schedule(ctx context.Context, rng *rand.Rand, p *proc, pr *producer.Producer) {
+	n := 1
+	if rng.IntN(4) == 0 {
+		n = 2 + rng.IntN(4)
+	}
+	tasks := make([]producer.Task, n)
+	for i := range tasks {
+		tasks[i] = producer.Task{
+			Queue:    w.queue.Name,
+			Payload:  []byte(fmt.Sprintf("p%d", rng.IntN(1000))),
+			DueAt:    p.state.Cluster.Now().Add(time.Duration(rng.Int64N(int64(maxDelay)))),
+			Priority: rng.IntN(3),
+		}
+		if rng.IntN(3) == 0 {
+			tasks[i].Key = fmt.Sprintf("k%d", rng.IntN(4))
+		}
+	}
+	began := time.Now()
+	ids, err := pr.ScheduleTasks(ctx, tasks)
+	w.oracle.scheduled(p, began, tasks, ids, err)
+}
+
+func (w *world) cancel(ctx context.Context, rng *rand.Rand, p *proc, pr *producer.Producer) {
+	id, ok := w.oracle.pick(rng)
+	if !ok {
+		return
+	}
+	opts := producer.CancelOptions{AfterLease: rng.IntN(2) == 0}
+	began := time.Now()
+	err := pr.Cancel(ctx, id, opts)
+	w.oracle.cancelled(p, id, opts.AfterLease, began, err)
+}
+
+func (w *world) reschedule(ctx context.Context, rng *rand.Rand, p *proc, pr *producer.Producer) {
+	id, ok := w.oracle.pick(rng)
+	if !ok {
+		return
+	}
+	due := p.state.Cluster.Now().Add(time.Duration(rng.Int64N(int64(maxDelay))))
+	began := time.Now()
+	err := pr.Reschedule(ctx, id, producer.RescheduleOptions{DueAt: due})
+	w.oracle.rescheduled(p, id, due, began, err)
+}
+
+// replay replays a dead letter, picked by reading them as an operator would.
+func (w *world) replay(ctx context.Context, rng *rand.Rand, p *proc, pr *producer.Producer) {
+	letters, err := w.admin.DeadLetters().Page(ctx, w.queue.Name, time.Now(), uuid.Nil, 100)
+	if err != nil || len(letters) == 0 {
+		return
+	}
+	l := letters[rng.IntN(len(letters))]
+	began := time.Now()
+	_, err = pr.ReplayDeadLetter(ctx, w.queue.Name, l.ID)
+	w.oracle.replayed(p, l.TaskID, began, err)
+}
+
+// worker runs a worker until until, crashing and restarting it now and then, then runs
+// one without crashes until end.
+func (w *world) worker(i int, until, end time.Time) {
+	name := fmt.Sprintf("worker-%d", i)
+	rng := w.rngFor(name)
+	c := newClock(rng)
+	for incarnation := 0; ; incarnation++ {
+		p := w.newProc(fmt.Sprintf("%s.%d", name, incarnation), c)
+		stopAt := end
+		crash := false
+		if time.Now().Before(until) && rng.IntN(3) > 0 {
+			stopAt = time.Now().Add(time.Duration(rng.Int64N(int64(workload))))
+			crash = stopAt.Before(until)
+			if !crash {
+				stopAt = end
+			}
+		}
+		w.runWorker(rng, p, stopAt, crash)
+		if !crash {
+			return
+		}
+		time.Sleep(time.Duration(rng.Int64N(int64(10 * time.Second))))
+	}
+}
+
+func (w *world) runWorker(rng *rand.Rand, p *proc, stopAt time.Time, crash bool) {
+	h := &handler{w: w, p: p}
+	wk, err := worker.New(p.session, worker.Config{
+		Queue:       w.queue.Name,
+		Handler:     h,
+		Concurrency: 1 + rng.IntN(4),
+		MaxAttempts: maxAttempts,
+		Backoff:     func(int) time.Duration { return time.Second },
+		Observer:    shardq.ObserverFunc(func(_ context.Context, e shardq.Event) { w.oracle.observed(p, e) }),
+	})
+	if err != nil {
+		panic(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := wk.Start(ctx); err != nil {
+		panic(err)
+	}
+	time.Sleep(time.Until(stopAt))
+	if crash {
+		w.crashes.Add(1)
+		p.crash()
+		cancel()
+	}
+	sctx, scancel := context.WithTimeout(context.Background(), time.Minute)
+	defer scancel()
+	if err := wk.Stop(sctx); err != nil && !crash && !errors.Is(err, context.Canceled) {
+		w.oracle.violate("worker %s stop: %v", p.name, err)
+	}
+}
+
+// handler runs tasks as the seed says: most succeed at once or after a while, some fail
+// (and retry), some outlast their lease.
+type handler struct {
+	w *world
+	p *proc
+}
+
+func (h *handler) Handle(ctx context.Context, t *consumer.Task) error {
+	d := h.w.oracle.delivered(h.p, t)
+	fate := mix(h.w.cfg.Seed ^ uint64(t.Token) ^ uint64(t.Attempt)<<32 ^ uuidBits(t.ID))
+	var err error
+	switch fate % 20 {
+	case 0, 1, 2:
+		err = fmt.Errorf("sim: task %s fails attempt %d", t.ID, t.Attempt)
+	case 3:
+		// Outlast the lease.
+		sleep(ctx, t.Timeout+time.Duration(fate>>8%uint64(5*time.Second)))
+	default:
+		sleep(ctx, time.Duration(fate>>8%uint64(t.Timeout/2)))
+	}
+	h.w.oracle.finished(d, err)
+	return err
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+func uuidBits(id uuid.UUID) uint64 {
+	var x uint64
+	for _, b := range id[8:] {
+		x = x<<8 | uint64(b)
+	}
+	return x
+}
