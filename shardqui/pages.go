@@ -277,17 +277,25 @@ func (h *Handler) queueView(ctx context.Context, name string) (*queueView, error
 }
 
 func (h *Handler) queuePage(w http.ResponseWriter, r *http.Request) {
-	v, err := h.queueView(r.Context(), r.PathValue("queue"))
+	// The peek runs beside the wait for the queue's counts, which a first visitor waits
+	// for a whole pass over the lap.
+	name := r.PathValue("queue")
+	var peeked *inspect.Peeked
+	var peekErr error
+	var peeking sync.WaitGroup
+	peeking.Go(func() { peeked, peekErr = h.in.Peek(r.Context(), name, h.cfg.PeekSize) })
+	v, err := h.queueView(r.Context(), name)
+	peeking.Wait()
 	if err != nil {
 		h.failed(w, r, err)
 		return
 	}
-	if p, err := h.in.Peek(r.Context(), v.Name, h.cfg.PeekSize); err != nil {
-		v.PeekErr = err.Error()
+	if peekErr != nil {
+		v.PeekErr = peekErr.Error()
 	} else {
-		v.Peek = p.Tasks
-		if len(p.Failed) > 0 {
-			v.PeekErr = fmt.Sprintf("%d partitions could not be read; the first: %v", len(p.Failed), p.Failed[0])
+		v.Peek = peeked.Tasks
+		if len(peeked.Failed) > 0 {
+			v.PeekErr = fmt.Sprintf("%d partitions could not be read; the first: %v", len(peeked.Failed), peeked.Failed[0])
 		}
 	}
 	h.render(w, r, http.StatusOK, "queue", "Queue "+v.Name, heatmapPage{v, h.cfg.Prefix}, done(r))
