@@ -70,7 +70,8 @@ type task struct {
 	// unsettled: a call that moves or cancels it returned an unknown outcome, which
 	// may leave two copies of it.
 	unsettled bool
-	// claimed is when a call that claimed its key began.
+	// claimed is when the last call that claimed its key returned: the claim it wrote
+	// bears a time before that, from which KeyClaimGrace runs.
 	claimed time.Time
 	// calls lists the calls that scheduled, moved, cancelled or replayed it, for reports.
 	calls []string
@@ -90,6 +91,9 @@ type delivery struct {
 	// raw is the task as handed over, internals included, for reports; source names the
 	// row it was leased from (that row's place in line and its token).
 	raw, source string
+	// made is when the row it was leased from was made, if a lease made it (its place in
+	// line less the task's timeout).
+	made time.Time
 	// deadline is the lease's end as the consumer set it, and due the task's due time.
 	deadline, due time.Time
 	// ended is when the handler returned; ok whether it succeeded.
@@ -141,7 +145,7 @@ func (o *oracle) scheduled(p *proc, began time.Time, tasks []producer.Task, ids 
 			written = !slices.Contains(partial.Failed, i)
 		}
 		if t.key != "" && t.claimed.IsZero() {
-			t.claimed = began
+			t.claimed = time.Now()
 		}
 		if written {
 			t.ok = true
@@ -202,7 +206,7 @@ func (o *oracle) rescheduled(p *proc, id uuid.UUID, due, began time.Time, err er
 	}
 	// A reschedule renews the key's claim.
 	if t.key != "" && !definite(err) {
-		t.claimed = began
+		t.claimed = time.Now()
 	}
 	if due.Before(t.dueFloor) {
 		t.dueFloor = due
@@ -218,7 +222,7 @@ func (o *oracle) replayed(p *proc, id uuid.UUID, began time.Time, err error) {
 	t := o.get(id)
 	t.calls = append(t.calls, fmt.Sprintf("replay by %s %s-%s: %v", p.name, stamp(began), stamp(time.Now()), err))
 	if t.key != "" {
-		t.claimed = began // a replay claims the key again
+		t.claimed = time.Now() // a replay claims the key again
 	}
 	if !errors.Is(err, producer.ErrDeadLetterNotFound) {
 		t.replays = append(t.replays, began)
@@ -240,7 +244,7 @@ func (o *oracle) delivered(p *proc, ct *consumer.Task) *delivery {
 	defer o.mu.Unlock()
 	t := o.get(ct.ID)
 	d := &delivery{task: ct.ID, proc: p, at: now, attempt: ct.Attempt, token: ct.Token, timeout: ct.Timeout,
-		deadline: ct.Deadline, due: ct.DueAt, raw: fmt.Sprintf("%+v", *ct), source: sourceOf(ct)}
+		deadline: ct.Deadline, due: ct.DueAt, raw: fmt.Sprintf("%+v", *ct), source: sourceOf(ct), made: visibleOf(ct).Add(-ct.Timeout)}
 	// Due: the earliest time any call gave it (a failed move may still have applied). The
 	// consumer judged it due by its clock when it leased it: that clock's error then is
 	// at least how far its time of the lease is past the handler's start.
@@ -331,7 +335,7 @@ func (o *oracle) check(w *world, end time.Time) []string {
 		case t.ok && t.cancelled.IsZero() && !t.maybeCancelled && !t.ran() && !t.dead:
 			v = append(v, fmt.Sprintf("task %s lost: scheduled with success, never ran to success nor died (%d deliveries, due %s)%s", id, len(t.deliveries), stamp(t.due), t.history()))
 		}
-		if dv := checkDeliveries(t); len(dv) > 0 {
+		if dv := checkDeliveries(t, w.sched.leaseFaults); len(dv) > 0 {
 			v = append(v, strings.Join(dv, "\n  ")+t.history())
 		}
 	}
@@ -364,7 +368,7 @@ func (t *task) history() string {
 // lease taken from it lasts and its holder lives. Copies of a task (a drop of markers
 // that failed, a move whose outcome stayed unknown, a second replay) are allowed: the
 // README documents each as a duplicate, never a loss.
-func checkDeliveries(t *task) []string {
+func checkDeliveries(t *task, leaseFaults []time.Time) []string {
 	var v []string
 	ds := slices.Clone(t.deliveries)
 	sort.SliceStable(ds, func(i, j int) bool { return ds[i].leased().Before(ds[j].leased()) })
@@ -382,13 +386,26 @@ func checkDeliveries(t *task) []string {
 			if e.attempt < d.attempt && e.token >= d.token && !t.replayedBetween(e.leased(), d.leased()) {
 				v = append(v, fmt.Sprintf("task %s attempt %d has token %d, not above attempt %d's %d", t.id, d.attempt, d.token, e.attempt, e.token))
 			}
-			if e.source == d.source && e.deadline.After(at) && !crashedBy(e.proc, at) && (e.ended.IsZero() || e.ok || e.ended.After(at)) {
+			if e.source == d.source && e.deadline.After(at) && !crashedBy(e.proc, at) && (e.ended.IsZero() || e.ok || e.ended.After(at)) &&
+				!faultNear(leaseFaults, d.made) {
 				v = append(v, fmt.Sprintf("task %s: its row %s leased again at %s while the lease taken at %s by %s lasted",
 					t.id, d.source, stamp(d.leased()), stamp(e.leased()), e.proc.name))
 			}
 		}
 	}
 	return v
+}
+
+// faultNear reports whether a lease request met a fault within a second of at: two rows
+// of one task made then (one a marker left by a swap whose outcome stayed unknown, or by a
+// drop that failed) look like one row leased twice.
+func faultNear(faults []time.Time, at time.Time) bool {
+	for _, f := range faults {
+		if f.Sub(at).Abs() <= time.Second {
+			return true
+		}
+	}
+	return false
 }
 
 func crashedBy(p *proc, at time.Time) bool {
@@ -435,8 +452,15 @@ func (t *task) cancelledBefore(at time.Time) bool {
 // sourceOf names the row a delivery was leased from, which consumer.Task keeps to itself:
 // the time it became visible and the token it held.
 func sourceOf(ct *consumer.Task) string {
-	visible := reflect.ValueOf(ct).Elem().FieldByName("visible")
-	return fmt.Sprintf("%v/%d", visible, ct.Token-1)
+	return fmt.Sprintf("%s/%d", stamp(visibleOf(ct)), ct.Token-1)
+}
+
+// visibleOf reads the task's unexported place in line, a time without a monotonic
+// reading: wall holds its nanoseconds, ext its seconds since year 1.
+func visibleOf(ct *consumer.Task) time.Time {
+	v := reflect.ValueOf(ct).Elem().FieldByName("visible")
+	const unixToYear1 = 62135596800
+	return time.Unix(v.FieldByName("ext").Int()-unixToYear1, int64(v.FieldByName("wall").Uint()&(1<<30-1)))
 }
 
 // definite reports whether a call that returned err left the task as it was.

@@ -34,6 +34,10 @@ type sched struct {
 	wake    chan struct{}  // a request was added
 	trace   uint64         // a hash of every admission, to tell two runs apart
 	steps   int
+	// leaseFaults are when a request that makes or unmakes a lease met a fault: a swap or
+	// a lease move whose outcome stayed unknown, or a drop of markers that failed, leaves
+	// a marker behind, and a copy of the task with it (a documented duplicate).
+	leaseFaults []time.Time
 	log     func(*request, memstore.Fault) // when set, sees every admission
 	counts  [memstore.NoResponseApplied + 1]int
 }
@@ -123,6 +127,9 @@ func mix(x uint64) uint64 {
 	return x ^ x>>33
 }
 
+var leaseOps = map[string]bool{"Leasing.Swap": true, "Leasing.WriteMarkers": true, "Leasing.DropMarkers": true,
+	"Leasing.ReplaceMarker": true, "Leasing.DeleteMarker": true, "Leasing.MarkersThere": true, "Locks.Receipt": true}
+
 // fault is a request's fate.
 func (s *sched) fault(q *request) memstore.Fault {
 	h := s.draw("fault", q.ident)
@@ -181,6 +188,9 @@ func (s *sched) admit(q *request) {
 	s.mu.Lock()
 	s.steps++
 	s.counts[f]++
+	if f != memstore.None && leaseOps[q.req.Op] {
+		s.leaseFaults = append(s.leaseFaults, time.Now())
+	}
 	h := fnv.New64a()
 	var b [8]byte
 	for i := range b {
@@ -198,32 +208,38 @@ func (s *sched) admit(q *request) {
 	q.admit <- f
 }
 
-// callers hashes the calling goroutine's stack: the same code path hashes the same from
-// run to run of one binary.
+// callers names the calling goroutine's code path: the functions on its stack, by name,
+// so that a seed gives a request the same fate in another build unless its path changed
+// (program counters move with any edit). With SIM_STACKS set, it lists them, for reading.
 func callers() string {
 	var pcs [48]uintptr
 	n := runtime.Callers(3, pcs[:])
-	if os.Getenv("SIM_STACKS") != "" {
-		var names []string
-		frames := runtime.CallersFrames(pcs[:n])
-		for {
-			f, more := frames.Next()
-			if strings.Contains(f.Function, "shardq/shardq/") && !strings.Contains(f.Function, "memstore") && !strings.Contains(f.Function, "internal/sim") {
-				names = append(names, f.Function[strings.LastIndex(f.Function, "/")+1:]+":"+strconv.Itoa(f.Line))
-			}
-			if !more {
-				break
-			}
+	verbose := os.Getenv("SIM_STACKS") != ""
+	var names []string
+	h := fnv.New64a()
+	for _, pc := range pcs[:n] {
+		name := funcName(pc)
+		h.Write([]byte(name))
+		if verbose && strings.Contains(name, "shardq/shardq/") && !strings.Contains(name, "memstore") && !strings.Contains(name, "internal/sim") {
+			names = append(names, name[strings.LastIndex(name, "/")+1:])
 		}
+	}
+	if verbose {
 		return strings.Join(names, "<")
 	}
-	h := fnv.New64a()
-	var b [8]byte
-	for _, pc := range pcs[:n] {
-		for i := range b {
-			b[i] = byte(pc >> (8 * i))
-		}
-		h.Write(b[:])
-	}
 	return strconv.FormatUint(h.Sum64(), 36)
+}
+
+var funcNames sync.Map // pc -> function name
+
+func funcName(pc uintptr) string {
+	if name, ok := funcNames.Load(pc); ok {
+		return name.(string)
+	}
+	name := "?"
+	if f := runtime.FuncForPC(pc - 1); f != nil {
+		name = f.Name()
+	}
+	funcNames.Store(pc, name)
+	return name
 }
