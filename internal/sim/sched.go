@@ -38,8 +38,8 @@ type sched struct {
 	// a lease move whose outcome stayed unknown, or a drop of markers that failed, leaves
 	// a marker behind, and a copy of the task with it (a documented duplicate).
 	leaseFaults []time.Time
-	log     func(*request, memstore.Fault) // when set, sees every admission
-	counts  [memstore.NoResponseApplied + 1]int
+	log         func(*request, memstore.Fault) // when set, sees every admission
+	counts      [memstore.NoResponseApplied + 1]int
 }
 
 type request struct {
