@@ -71,11 +71,14 @@ func For(session *gocql.Session, log *slog.Logger) *State {
 
 // Bind makes st the State of session, which must have none yet, so that the public
 // constructors, which take a session, build parts on st's store: the simulator binds a
-// placeholder session per simulated process to a store of its own.
-func Bind(session *gocql.Session, st *State) {
-	if got := bind(session, weak.Make(session), st); got != st {
+// placeholder session per simulated process to a store of its own. unbind forgets it: a
+// State that reaches its session (a simulated store does) keeps both alive until then.
+func Bind(session *gocql.Session, st *State) (unbind func()) {
+	key := weak.Make(session)
+	if got := bind(session, key, st); got != st {
 		panic("sessionstate: Bind on a session that has a State")
 	}
+	return func() { states.CompareAndDelete(key, st) }
 }
 
 func bind(session *gocql.Session, key weak.Pointer[gocql.Session], st *State) *State {

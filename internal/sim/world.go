@@ -89,6 +89,7 @@ type proc struct {
 	dead    chan struct{}
 	once    sync.Once
 	diedAt  atomic.Int64 // true time of the crash, in Unix nanoseconds
+	unbind  func()
 }
 
 func (p *proc) crash() {
@@ -200,6 +201,9 @@ func run(cfg Config) (Result, error) {
 	res.Scheduled, res.Deliveries = w.oracle.totals()
 	res.Violations = w.oracle.check(w, end)
 	res.World, res.Processes = w.describe()
+	for _, p := range w.procs {
+		p.unbind()
+	}
 	return res, nil
 }
 
@@ -248,7 +252,7 @@ func (w *world) newProc(name string, c *clock) *proc {
 	p := &proc{name: name, clock: c, dead: make(chan struct{}), session: new(gocql.Session)}
 	tables := w.cluster.Client(memstore.ClientConfig{Clock: c.Now, Gate: w.sched.gate(p)})
 	p.state = sessionstate.New(tables, c, nil)
-	sessionstate.Bind(p.session, p.state)
+	p.unbind = sessionstate.Bind(p.session, p.state)
 	w.mu.Lock()
 	w.procs = append(w.procs, p)
 	w.mu.Unlock()
