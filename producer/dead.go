@@ -26,9 +26,6 @@ func (p *Producer) deadLetter(ctx context.Context, queue string, id uuid.UUID) (
 	if err := tasklookup.CheckID("id", id); err != nil {
 		return deadletters.Letter{}, err
 	}
-	// What follows stamps by the cluster's clock: the replayed row, and the letter's
-	// delete, which a host whose clock trails would otherwise stamp below the letter.
-	p.cluster.Ready(ctx)
 	l, ok, err := p.store.DeadLetters().Get(ctx, queue, id)
 	switch {
 	case err != nil:

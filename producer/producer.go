@@ -203,7 +203,6 @@ func (p *Producer) scheduleTasks(ctx context.Context, tasks []Task) ([]uuid.UUID
 		}
 		queues[i] = q
 	}
-	p.cluster.Ready(ctx)
 	// "Now" is taken once the settings are loaded, right before the write: a row's ID is
 	// never earlier than the time it is written, which consumers' read floors rest on.
 	now := p.cfg.Clock.Now()
@@ -427,6 +426,11 @@ func checkHeaders(field string, h map[string]string) (int, error) {
 	return n, nil
 }
 
+// Every call that writes asks for its queue first, so this is where the cluster's clock
+// is measured before anything is stamped by it: a host ahead of the cluster by more than
+// clustertime.WriteLag would stamp rows that a later delete cannot shadow (a Reschedule's
+// row outliving the Cancel that followed it, say).
 func (p *Producer) queue(ctx context.Context, name string) (shardq.QueueConfig, error) {
+	p.cluster.Ready(ctx)
 	return p.state.Queue(ctx, name)
 }
