@@ -230,8 +230,12 @@ func (o *oracle) replayed(p *proc, id uuid.UUID, began time.Time, err error) {
 	// Due now: a replay moves the due time back.
 	t.dueFloor = time.Time{}
 	if err == nil {
-		// Replayed: scheduled anew, whatever stopped it before.
-		t.ok, t.dead, t.succeeded, t.cancelled = true, false, false, time.Time{}
+		// Replayed: scheduled anew, whatever stopped it before; but a cancel that returned
+		// after the replay began may have removed the replayed task.
+		t.ok, t.dead, t.succeeded = true, false, false
+		if t.cancelled.Before(began) {
+			t.cancelled = time.Time{}
+		}
 		t.due, t.ended, t.mayEnd = time.Time{}, time.Time{}, time.Time{}
 	}
 }
@@ -373,7 +377,9 @@ func checkDeliveries(t *task, leaseFaults []time.Time) []string {
 	ds := slices.Clone(t.deliveries)
 	sort.SliceStable(ds, func(i, j int) bool { return ds[i].leased().Before(ds[j].leased()) })
 	for _, d := range ds {
-		if !t.cancelled.IsZero() && d.leased().After(t.cancelled.Add(tolerance)) {
+		// A marker left by a lease fault (a swap whose outcome stayed unknown, a drop that
+		// failed) is a copy Cancel cannot see (README, Cancel and Reschedule).
+		if !t.cancelled.IsZero() && d.leased().After(t.cancelled.Add(tolerance)) && !(d.attempt > 1 && faultNear(leaseFaults, d.made)) {
 			v = append(v, fmt.Sprintf("task %s leased at %s, after its cancel returned at %s", t.id, stamp(d.leased()), stamp(t.cancelled)))
 		}
 	}

@@ -87,7 +87,8 @@ func TestSeedDecidesTheWorld(t *testing.T) {
 }
 
 // Seeds that broke a promise with a fix reverted (each the first failing seed of a run of
-// the simulator on HEAD with that fix undone); they pass with it. A seed's world survives
+// the simulator on HEAD with that fix undone, or the seed that found the defect); they
+// pass with it. A seed's world survives
 // edits that keep its code paths, so these replay the defect's scenario.
 var regressions = []struct {
 	seed uint64
@@ -97,6 +98,7 @@ var regressions = []struct {
 	{1, "c8de518 (issue 24, F5): plain writes stamped by the cluster's time less WriteLag"},
 	{6, "c8de518 (issue 24, F7): consumers judge due-ness by the cluster's clock"},
 	{193, "1c26f2f (issue 24, F4): Cancel and Reschedule delete the copy a move left"},
+	{7000425, "this issue: a Reschedule measures the cluster's clock before it stamps"},
 }
 
 func TestRegressionSeeds(t *testing.T) {
