@@ -184,15 +184,23 @@ func New(session *gocql.Session, cfg Config) (*Consumer, error) {
 // init loads the queue's settings once; a failure is retried on the next call.
 func (c *Consumer) init(ctx context.Context) error {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.locker != nil {
+	done := c.locker != nil
+	c.mu.Unlock()
+	if done {
 		return nil
 	}
+	// Read without the lock, which callers of Queue and NextDue take: two first calls
+	// both read the settings (the session caches them) rather than one wait on the other.
 	q, err := c.state.Queue(ctx, c.cfg.Queue)
 	if err != nil {
 		return err
 	}
 	c.cluster.Ready(ctx)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.locker != nil {
+		return nil
+	}
 	locker, err := locking.New(c.state.Store.Locks(), locking.Config{TTL: q.LockTTL, Logger: c.log})
 	if err != nil {
 		return err

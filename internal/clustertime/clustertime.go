@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -43,10 +44,11 @@ func (systemClock) Now() time.Time { return time.Now() }
 
 // Clock is the cluster's time as seen from this host. Safe for concurrent use.
 type Clock struct {
-	coord Coordinator
-	host  Host
-	log   *slog.Logger
-	first sync.Once
+	coord    Coordinator
+	host     Host
+	log      *slog.Logger
+	started  atomic.Bool   // Ready's first measure began
+	measured chan struct{} // closed once it ended
 
 	mu        sync.Mutex
 	offset    time.Duration // cluster minus host
@@ -64,7 +66,7 @@ func New(coord Coordinator, host Host, log *slog.Logger) *Clock {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Clock{coord: coord, host: host, log: log}
+	return &Clock{coord: coord, host: host, log: log, measured: make(chan struct{})}
 }
 
 // Now returns the host's time corrected by the last measured offset, and measures again
@@ -90,17 +92,24 @@ func (c *Clock) Now() time.Time {
 }
 
 // Ready measures the offset the first time it is called, and waits for that measure, so
-// that the times a process hands out are corrected from its first task on. A failed
-// measure is logged: the host's time serves until one succeeds.
+// that the times a process hands out are corrected from its first task on, or for ctx. A
+// failed measure is logged: the host's time serves until one succeeds.
 func (c *Clock) Ready(ctx context.Context) {
-	c.first.Do(func() {
-		c.mu.Lock()
-		c.measuring = true
-		c.mu.Unlock()
-		if _, err := c.Measure(ctx); err != nil {
-			c.log.WarnContext(ctx, "measuring the cluster's clock; using this host's until it succeeds", "error", err)
+	if !c.started.CompareAndSwap(false, true) {
+		// Waiting on a channel, not a lock held across the read, lets ctx end the wait.
+		select {
+		case <-c.measured:
+		case <-ctx.Done():
 		}
-	})
+		return
+	}
+	defer close(c.measured)
+	c.mu.Lock()
+	c.measuring = true
+	c.mu.Unlock()
+	if _, err := c.Measure(ctx); err != nil {
+		c.log.WarnContext(ctx, "measuring the cluster's clock; using this host's until it succeeds", "error", err)
+	}
 }
 
 // Offset returns how far the cluster's clock was last measured ahead of the host's.

@@ -144,10 +144,12 @@ var allPriorities = func() []int8 {
 // again when none does (a queue made since).
 func (fi *Finder) queuesHinted(ctx context.Context, hint uint16) ([]string, error) {
 	fi.hintsMu.Lock()
-	defer fi.hintsMu.Unlock()
-	if names, ok := fi.hints[hint]; ok {
+	names, ok := fi.hints[hint]
+	fi.hintsMu.Unlock()
+	if ok {
 		return names, nil
 	}
+	// Read without the lock: lookups do not queue behind one slow read.
 	names, err := fi.store.Queues().Names(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("tasklookup: listing queues: %w", err)
@@ -157,7 +159,9 @@ func (fi *Finder) queuesHinted(ctx context.Context, hint uint16) ([]string, erro
 		h := taskid.HintOf(name)
 		hints[h] = append(hints[h], name)
 	}
+	fi.hintsMu.Lock()
 	fi.hints = hints
+	fi.hintsMu.Unlock()
 	return hints[hint], nil
 }
 
