@@ -196,6 +196,16 @@ func (o *oracle) cancelled(p *proc, id uuid.UUID, afterLease bool, began time.Ti
 	}
 }
 
+// rescheduling notes a reschedule about to be sent: its row may be leased before the call
+// returns.
+func (o *oracle) rescheduling(id uuid.UUID, due time.Time) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if t := o.get(id); due.Before(t.dueFloor) {
+		t.dueFloor = due
+	}
+}
+
 func (o *oracle) rescheduled(p *proc, id uuid.UUID, due, began time.Time, err error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -204,8 +214,8 @@ func (o *oracle) rescheduled(p *proc, id uuid.UUID, due, began time.Time, err er
 	if err != nil && !definite(err) {
 		t.unsettled = true
 	}
-	// A reschedule renews the key's claim.
-	if t.key != "" && !definite(err) {
+	// A reschedule renews the key's claim before it finds the task in flight or gone.
+	if t.key != "" {
 		t.claimed = time.Now()
 	}
 	if due.Before(t.dueFloor) {
@@ -255,7 +265,7 @@ func (o *oracle) delivered(p *proc, ct *consumer.Task) *delivery {
 	clockErr = max(clockErr, ct.Deadline.Add(-ct.Timeout).Sub(now))
 	if floor := t.dueFloor; !floor.IsZero() && now.Add(max(clockErr, 0)+tolerance).Before(floor) && ct.Attempt == 1 {
 		o.violations = append(o.violations, fmt.Sprintf("task %s delivered at %s, %s before it was due (%s; cluster clock error %s)",
-			ct.ID, stamp(now), floor.Sub(now), stamp(floor), clockErr))
+			ct.ID, stamp(now), floor.Sub(now), stamp(floor), clockErr)+t.history()+fmt.Sprintf("\n      this delivery: attempt %d due %s visible %s deadline %s", ct.Attempt, stamp(ct.DueAt), stamp(visibleOf(ct)), stamp(ct.Deadline)))
 	}
 	t.deliveries = append(t.deliveries, d)
 	if d.attempt > maxAttempts {

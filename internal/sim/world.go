@@ -361,6 +361,7 @@ func (w *world) reschedule(ctx context.Context, rng *rand.Rand, p *proc, pr *pro
 		return
 	}
 	due := p.state.Cluster.Now().Add(time.Duration(rng.Int64N(int64(maxDelay))))
+	w.oracle.rescheduling(id, due)
 	began := time.Now()
 	err := pr.Reschedule(ctx, id, producer.RescheduleOptions{DueAt: due})
 	w.oracle.rescheduled(p, id, due, began, err)
