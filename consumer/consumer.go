@@ -119,9 +119,9 @@ type Task struct {
 	// when it has none. Changing them changes nothing stored.
 	Headers map[string]string
 
-	marker  taskrow.Row // the timeout marker Ack deletes
-	visible time.Time   // when the row it was taken from became visible: its place in line
-	steps   int64       // index writes this delivery made after the swap (taskindex.Stamp)
+	marker taskrow.Row // the timeout marker Ack deletes
+	source uuid.UUID   // the ID of the row it was taken from, whose time is its place in line
+	steps  int64       // index writes this delivery made after the swap (taskindex.Stamp)
 }
 
 // Consumer takes and acks tasks of one queue. It is safe for concurrent use.
@@ -275,7 +275,7 @@ func (c *Consumer) AcquireTasks(ctx context.Context, n int) ([]*Task, error) {
 		if a.Priority != b.Priority {
 			return b.Priority - a.Priority
 		}
-		return a.visible.Compare(b.visible)
+		return shard.IDTime(a.source).Compare(shard.IDTime(b.source))
 	})
 	return out, nil
 }

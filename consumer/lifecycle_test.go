@@ -431,9 +431,18 @@ func (e *env) unfinishedSwap(how string) time.Time {
 		ctx = lwt.SettleBy(ctx, time.Now()) // settling gives up at once
 	}
 	deadline := e.clock.Now().Add(e.q.DefaultTimeout)
+	key := e.q.Layout().Key(e.q.Layout().Bucket(e.clock.Now()), 0)
 	got, err := c.AcquireTasks(ctx, 1)
 	require.NoError(e.t, err)
 	require.Empty(e.t, got)
+	// A crashed consumer's lock outlives it by its TTL: until then no one could take the
+	// partition, and a test that expects nothing delivered would pass without trying.
+	require.Eventually(e.t, func() bool {
+		var holder *gocql.UUID
+		require.NoError(e.t, e.s.Query(`SELECT lock_holder FROM tasks WHERE shard_key = ? AND kind = 0 AND priority = 0
+			AND id = ?`, key, taskrow.LockID).Consistency(lwt.Serial).Scan(&holder))
+		return holder == nil
+	}, 20*time.Second, 50*time.Millisecond, "the crashed consumer's lock never expired")
 	return deadline
 }
 
@@ -804,4 +813,23 @@ func TestDeadLettersPageReplayPurge(t *testing.T) {
 	got = e.acquire(c, 5)
 	require.Equal(t, []uuid.UUID{taskIDs[4]}, ids(got), "only the replayed task is back")
 	require.Equal(t, 1, got[0].Attempt)
+}
+
+// TestCopiesInOneTakeRunOnce leaves a crashed swap's timeout marker beside the task's
+// pending row in one partition. Once both are visible, one take deletes both and leases
+// the task once: the copy does not run beside it, and nothing of the task is left.
+func TestCopiesInOneTakeRunOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 4, BucketDuration: time.Hour})
+	id := e.schedule(producer.Task{Payload: []byte("x")})[0]
+	deadline := e.unfinishedSwap("crash")
+	e.clock.Add(deadline.Sub(e.clock.Now()) + time.Millisecond)
+
+	c := e.consumer()
+	got := e.acquire(c, 10)
+	require.Equal(t, []uuid.UUID{id}, ids(got), "the task and its copy are leased as one")
+	require.Equal(t, 2, got[0].Attempt, "the copy's attempt counts")
+	require.NoError(t, c.AckTasks(context.Background(), got...))
+	e.clock.Add(time.Hour)
+	require.Empty(t, e.acquire(c, 10), "a copy of the task was left")
 }

@@ -143,9 +143,10 @@ func (c *Consumer) lockedRead(ctx context.Context, pt *scanplan.Part, want int, 
 // new floors and leaves lk's receipt, which settles an unknown outcome. Markers of
 // a swap that did not apply are deleted.
 func (c *Consumer) swap(ctx context.Context, pt *scanplan.Part, lk *locking.Lock, rows []taskrow.Row, s scanplan.Span, now time.Time) ([]*Task, error) {
-	tasks := make([]*Task, len(rows))
-	markers := make([]taskrow.Row, len(rows))
-	for i, r := range rows {
+	leased := onePerTask(rows)
+	tasks := make([]*Task, len(leased))
+	markers := make([]taskrow.Row, len(leased))
+	for i, r := range leased {
 		deadline := now.Add(r.Timeout)
 		markers[i] = c.marker(r, deadline)
 		markers[i].Attempt++
@@ -154,12 +155,12 @@ func (c *Consumer) swap(ctx context.Context, pt *scanplan.Part, lk *locking.Lock
 		tasks[i] = &Task{ID: uuid.UUID(r.TaskID), Queue: c.q.Name, Payload: r.Payload, DueAt: r.DueAt,
 			Priority: int(r.Priority), Attempt: markers[i].Attempt, Deadline: deadline, Timeout: r.Timeout,
 			Token: markers[i].Token, Series: r.Series, Headers: maps.Clone(r.Headers), marker: markers[i],
-			visible: shard.IDTime(uuid.UUID(r.ID))}
+			source: uuid.UUID(r.ID)}
 	}
 	// The index learns of the move before it happens: if the swap then fails, the entry
 	// names the rows read as the previous place, which readers find still there.
-	index := make([]taskindex.Write, len(rows))
-	for i, r := range rows {
+	index := make([]taskindex.Write, len(leased))
+	for i, r := range leased {
 		index[i] = c.moveEntry(tasks[i], taskindex.InFlight, markers[i], rowState(r), r, 0)
 	}
 	var indexErr error
@@ -207,6 +208,26 @@ func (c *Consumer) swap(ctx context.Context, pt *scanplan.Part, lk *locking.Lock
 	c.advanceSeries(ctx, tasks, true)
 	c.log.DebugContext(ctx, "leased tasks", "partition_key", pt.Key, "tasks", len(tasks), "lock_token", lk.Token())
 	return tasks, nil
+}
+
+// onePerTask returns rows with one row per task: of two copies of a task (a marker
+// orphaned by a crashed or failed swap beside the task's live row), the one with the
+// higher token, then attempt. The swap deletes every copy and leases the task once, so a
+// copy does not run beside the task it copies.
+func onePerTask(rows []taskrow.Row) []taskrow.Row {
+	at := make(map[gocql.UUID]int, len(rows))
+	out := make([]taskrow.Row, 0, len(rows))
+	for _, r := range rows {
+		i, seen := at[r.TaskID]
+		switch {
+		case !seen:
+			at[r.TaskID] = len(out)
+			out = append(out, r)
+		case r.Token > out[i].Token || (r.Token == out[i].Token && r.Attempt > out[i].Attempt):
+			out[i] = r
+		}
+	}
+	return out
 }
 
 // marker returns r's timeout marker visible at at: a copy of the row in the partition of

@@ -465,18 +465,22 @@ func (t *task) cancelledBefore(at time.Time) bool {
 	return true
 }
 
-// sourceOf names the row a delivery was leased from, which consumer.Task keeps to itself:
-// the time it became visible and the token it held.
+// sourceOf names the row a delivery was leased from, which consumer.Task keeps to itself.
 func sourceOf(ct *consumer.Task) string {
-	return fmt.Sprintf("%s/%d", stamp(visibleOf(ct)), ct.Token-1)
+	return uuid.UUID(sourceID(ct)).String()
 }
 
-// visibleOf reads the task's unexported place in line, a time without a monotonic
-// reading: wall holds its nanoseconds, ext its seconds since year 1.
+func sourceID(ct *consumer.Task) (id [16]byte) {
+	v := reflect.ValueOf(ct).Elem().FieldByName("source")
+	for i := range id {
+		id[i] = byte(v.Index(i).Uint())
+	}
+	return id
+}
+
+// visibleOf is when the row a delivery was leased from became visible.
 func visibleOf(ct *consumer.Task) time.Time {
-	v := reflect.ValueOf(ct).Elem().FieldByName("visible")
-	const unixToYear1 = 62135596800
-	return time.Unix(v.FieldByName("ext").Int()-unixToYear1, int64(v.FieldByName("wall").Uint()&(1<<30-1)))
+	return shard.IDTime(uuid.UUID(sourceID(ct)))
 }
 
 // definite reports whether a call that returned err left the task as it was.
