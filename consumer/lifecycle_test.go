@@ -15,6 +15,7 @@ import (
 	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/inspect"
 	"github.com/shardq/shardq/internal/lwt"
+	"github.com/shardq/shardq/internal/store"
 	"github.com/shardq/shardq/internal/taskrow"
 	"github.com/shardq/shardq/lock"
 	"github.com/shardq/shardq/producer"
@@ -832,4 +833,36 @@ func TestCopiesInOneTakeRunOnce(t *testing.T) {
 	require.NoError(t, c.AckTasks(context.Background(), got...))
 	e.clock.Add(time.Hour)
 	require.Empty(t, e.acquire(c, 10), "a copy of the task was left")
+}
+
+// TestCancelledTaskOrphanMarker leaves beside a pending task a timeout marker its index
+// entry never named, as a lease whose index write and marker drop both failed does. The
+// cancel cannot see it and succeeds; when the marker comes due, the consumer drops it
+// rather than run the cancelled task.
+func TestCancelledTaskOrphanMarker(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 4, BucketDuration: time.Hour})
+	ctx := context.Background()
+	id := e.schedule(producer.Task{Payload: []byte("x")})[0]
+	key := e.q.Layout().Key(e.q.Layout().Bucket(e.clock.Now()), 0)
+	rows, _, err := store.Cassandra(e.s).Leasing().Rows(ctx, key, []int8{0}, shard.MinID(base.Add(-time.Hour)),
+		shard.MaxID(e.clock.Now()), 10, 10, consumer.MaxTakeBytes)
+	require.NoError(t, err)
+	require.Len(t, rows, 1)
+	deadline := e.clock.Now().Add(e.q.DefaultTimeout)
+	m := rows[0]
+	m.ID, m.Attempt, m.Token = gocql.UUID(shard.NewID(deadline)), 1, 1
+	stmt, args := m.Insert(time.Now().Add(-time.Second).UnixMicro())
+	require.NoError(t, e.s.Query(stmt, args...).Exec())
+
+	require.NoError(t, e.p.Cancel(ctx, id, producer.CancelOptions{}))
+	e.clock.Add(deadline.Sub(e.clock.Now()) + time.Millisecond)
+	d := &deliveries{at: map[uuid.UUID][]time.Time{}}
+	e.drain(d)
+	require.Empty(t, d.of(id), "the orphan marker ran the cancelled task")
+	left, _, err := store.Cassandra(e.s).Leasing().Rows(ctx, key, []int8{0}, shard.MinID(base.Add(-time.Hour)),
+		shard.MaxID(e.clock.Now()), 10, 10, consumer.MaxTakeBytes)
+	require.NoError(t, err)
+	require.Empty(t, left, "the orphan marker was not dropped")
+	e.notFound(id)
 }

@@ -143,7 +143,7 @@ func (c *Consumer) lockedRead(ctx context.Context, pt *scanplan.Part, want int, 
 // new floors and leaves lk's receipt, which settles an unknown outcome. Markers of
 // a swap that did not apply are deleted.
 func (c *Consumer) swap(ctx context.Context, pt *scanplan.Part, lk *locking.Lock, rows []taskrow.Row, s scanplan.Span, now time.Time) ([]*Task, error) {
-	leased := onePerTask(rows)
+	leased := c.notEnded(ctx, onePerTask(rows))
 	tasks := make([]*Task, len(leased))
 	markers := make([]taskrow.Row, len(leased))
 	for i, r := range leased {
@@ -226,6 +226,45 @@ func onePerTask(rows []taskrow.Row) []taskrow.Row {
 		case r.Token > out[i].Token || (r.Token == out[i].Token && r.Attempt > out[i].Attempt):
 			out[i] = r
 		}
+	}
+	return out
+}
+
+// notEnded returns rows without the timeout markers of tasks whose index entry says they
+// ended: markers a lease fault left behind (a swap whose outcome stayed unknown, a drop
+// that failed), which the cancel or ack that ended the task could not see. The swap
+// deletes them with the others. Only expired markers are looked up, which only expired
+// or faulted leases leave; a lookup that fails leases the task, a duplicate at worst.
+func (c *Consumer) notEnded(ctx context.Context, rows []taskrow.Row) []taskrow.Row {
+	var expired []int
+	for i, r := range rows {
+		if r.Attempt > 0 && !r.Retrying {
+			expired = append(expired, i)
+		}
+	}
+	if len(expired) == 0 {
+		return rows
+	}
+	ended := make([]bool, len(expired))
+	_ = fanout.Each(len(expired), c.cfg.PartitionsInFlight, func(i int) error {
+		e, _, err := c.state.Store.Index().Read(ctx, uuid.UUID(rows[expired[i]].TaskID))
+		ended[i] = err == nil && e.State.Final()
+		if err != nil && !errors.Is(err, taskindex.ErrNotFound) {
+			c.log.DebugContext(ctx, "looking up the task of an expired marker", "task_id", uuid.UUID(rows[expired[i]].TaskID), "error", err)
+		}
+		return nil
+	})
+	out := make([]taskrow.Row, 0, len(rows))
+	next := 0
+	for i, r := range rows {
+		if next < len(expired) && expired[next] == i {
+			next++
+			if ended[next-1] {
+				c.log.DebugContext(ctx, "dropping the marker of an ended task", "task_id", uuid.UUID(r.TaskID))
+				continue
+			}
+		}
+		out = append(out, r)
 	}
 	return out
 }

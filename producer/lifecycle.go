@@ -91,11 +91,13 @@ func (p *Producer) Cancel(ctx context.Context, id uuid.UUID, opts CancelOptions)
 		case !removed:
 			continue // it moved under us: look again
 		}
-		// A cancelled task is not found; only its key's next claimer needs to see it ended.
+		// A cancelled task is not found, but its entry stays: its key's next claimer needs
+		// to see it ended, and a consumer that comes upon a timeout marker a lease fault
+		// left behind, unseen by this cancel, drops it rather than run the task. Such a
+		// marker comes due within the task's timeout.
 		done := taskindex.Write{Entry: taskindex.Entry{TaskID: id, Queue: l.Entry.Queue, State: taskindex.Cancelled,
 			DueAt: l.Row.DueAt, Attempt: l.Row.Attempt, Token: l.Row.Token, DoneAt: p.cfg.Clock.Now()},
-			Stamp: taskindex.Stamp(id, l.Row.Token, taskindex.Final), TTL: taskindex.Finished,
-			Replace: l.Row.Keyed, Delete: !l.Row.Keyed}
+			Stamp: taskindex.Stamp(id, l.Row.Token, taskindex.Final), TTL: taskindex.Finished + l.Row.Timeout, Replace: true}
 		if _, err := p.store.Index().Write(ctx, []taskindex.Write{done}, 1); err != nil {
 			// The row is gone, so readers find the entry's rows gone: not found.
 			p.cfg.Logger.WarnContext(ctx, "recording a cancel in the index", "task_id", id, "error", err)

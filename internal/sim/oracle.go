@@ -387,9 +387,7 @@ func checkDeliveries(t *task, leaseFaults []time.Time) []string {
 	ds := slices.Clone(t.deliveries)
 	sort.SliceStable(ds, func(i, j int) bool { return ds[i].leased().Before(ds[j].leased()) })
 	for _, d := range ds {
-		// A marker left by a lease fault (a swap whose outcome stayed unknown, a drop that
-		// failed) is a copy Cancel cannot see (README, Cancel and Reschedule).
-		if !t.cancelled.IsZero() && d.leased().After(t.cancelled.Add(tolerance)) && !(d.attempt > 1 && faultNear(leaseFaults, d.made)) {
+		if !t.cancelled.IsZero() && d.leased().After(t.cancelled.Add(tolerance)) {
 			v = append(v, fmt.Sprintf("task %s leased at %s, after its cancel returned at %s", t.id, stamp(d.leased()), stamp(t.cancelled)))
 		}
 	}
