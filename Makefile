@@ -53,8 +53,10 @@ test-cluster:
 demo:
 	scripts/with-cassandra $(GO) -C cmd/demo run .
 
-# The standard benchmark set (about 8 minutes here): every workload at its default size,
-# then trickle again at 2,000 tasks/s (all runs it at its default 10/s).
+# The standard benchmark set (about 8 minutes here before steady, which adds its 20 s of
+# due tasks and a lead of about 10 s): every workload at its default size, steady right
+# after burst-worker, whose Cassandra CPU per task it is compared with, then trickle again
+# at 2,000 tasks/s (all runs it at its default 10/s).
 # Results go to bench/results/: JSON lines, and the sweep's chart. The bench runs in bench/
 # (its module), so its paths are relative to that.
 bench:

@@ -35,6 +35,7 @@ func TestWorkloadsSmall(t *testing.T) {
 		workloads: "all", jsonPath: filepath.Join(dir, "out.jsonl"), chartPath: filepath.Join(dir, "sweep.png"),
 		shards: 4, buckets: 60, bucket: time.Second, timeout: 30 * time.Second, consumers: 4, batch: 50,
 		burstTasks: 600, burstWorkerTasks: 2000, burstWorkerHandlers: 64,
+		steadyRate: 200, steadyDuration: 2 * time.Second,
 		spreadTasks: 300, spreadOver: 2 * time.Second, spreadHandlers: 16,
 		trickleRate: 20, trickleDuration: 2 * time.Second,
 		idleFor: 2 * time.Second, idleBuckets: 50, idleShards: 20, cassandraPIDFile: "/nonexistent", rf: 1,
@@ -63,6 +64,7 @@ func TestWorkloadsSmall(t *testing.T) {
 	want := map[string][]string{
 		"burst":        {"schedule_tasks_per_s", "drain_tasks_per_s", "lateness_p50_ms", "lateness_p99_ms", "lateness_max_ms", "lost", "duplicates", "left", "settle_s"},
 		"burst-worker": {"tasks", "handlers", "drain_tasks_per_s", "requests_per_task", "schedule_tasks_per_s", "lost", "duplicates", "left", "settle_s"},
+		"steady":       {"rate", "duration_s", "tasks", "handlers", "lateness_p50_ms", "lateness_p99_ms", "lateness_max_ms", "early", "lost", "duplicates", "left", "settle_s", "window_s", "requests", "requests_per_task", "requests_per_s"},
 		"spread":       {"lateness_p50_ms", "lateness_p99_ms", "lateness_max_ms", "lost", "duplicates", "left", "settle_s"},
 		"trickle":      {"rate", "rate_reached", "schedule_window_s", "duration_s", "tasks", "lateness_p50_ms", "lateness_p99_ms", "lateness_max_ms", "lost", "duplicates", "left", "settle_s", "cpu_window_s", "producer_cpu_s", "worker_cpu_s", "bench_cpu_s"},
 		"idle":         {"idle_requests_per_s"},
@@ -79,6 +81,9 @@ func TestWorkloadsSmall(t *testing.T) {
 	}
 	// The rate reached is the tasks scheduled over the producer's window, which the CPU
 	// window (until the last task ran) spans.
+	// A task is never delivered before its due time; steady's due times are all ahead.
+	require.Zero(t, byWorkload["steady"]["early"])
+	require.EqualValues(t, 400, byWorkload["steady"]["tasks"])
 	tr := byWorkload["trickle"]
 	require.InDelta(t, tr["tasks"].(float64)/tr["schedule_window_s"].(float64), tr["rate_reached"], 1e-9)
 	require.InDelta(t, o.trickleDuration.Seconds(), tr["schedule_window_s"], 1, "the producer held the small rate")

@@ -44,6 +44,10 @@ type options struct {
 	spreadOver     time.Duration
 	spreadHandlers int
 
+	steadyRate     int
+	steadyDuration time.Duration
+	steadyLead     time.Duration
+
 	trickleRate     int
 	trickleDuration time.Duration
 	profileDir      string
@@ -78,7 +82,7 @@ func main() {
 	var o options
 	flag.StringVar(&o.hosts, "hosts", "127.0.0.1", "comma-separated Cassandra hosts (SHARDQ_CASSANDRA_HOSTS wins when set)")
 	flag.StringVar(&o.keyspace, "keyspace", "shardq_bench", "keyspace each workload drops and makes again")
-	flag.StringVar(&o.workloads, "workload", "burst", "comma-separated workloads: burst, burst-worker, spread, trickle, idle, soak, sweep, ceiling, skew, or all (all but skew)")
+	flag.StringVar(&o.workloads, "workload", "burst", "comma-separated workloads: burst, burst-worker, steady, spread, trickle, idle, soak, sweep, ceiling, skew, or all (all but skew)")
 	flag.StringVar(&o.jsonPath, "json", "", "append JSON lines to this file (default: print them on stdout)")
 	flag.StringVar(&o.chartPath, "chart", "sweep.png", "PNG file for the sweep's chart")
 
@@ -94,7 +98,11 @@ func main() {
 	flag.IntVar(&o.burstTasks, "burst-tasks", 100_000, "burst: tasks scheduled due at once")
 
 	flag.IntVar(&o.burstWorkerTasks, "burst-worker-tasks", 100_000, "burst-worker: tasks scheduled due at once, on a queue with default settings")
-	flag.IntVar(&o.burstWorkerHandlers, "burst-worker-handlers", 64, "burst-worker: Concurrency of the one worker that drains them")
+	flag.IntVar(&o.burstWorkerHandlers, "burst-worker-handlers", 64, "burst-worker, steady: Concurrency of the one worker that drains them")
+
+	flag.IntVar(&o.steadyRate, "rate", 2500, "steady: tasks due per second, all scheduled up front")
+	flag.DurationVar(&o.steadyDuration, "duration", 20*time.Second, "steady: how long tasks come due")
+	flag.DurationVar(&o.steadyLead, "steady-lead", 0, "steady: from the start of scheduling to the first due time (0: 5 s plus 1 s per 10,000 tasks)")
 
 	flag.IntVar(&o.spreadTasks, "spread-tasks", 50_000, "spread: tasks scheduled while workers run")
 	flag.DurationVar(&o.spreadOver, "spread-over", 20*time.Second, "spread: due times uniform over this long")
@@ -109,7 +117,7 @@ func main() {
 	flag.IntVar(&o.idleShards, "idle-shards", shardq.DefaultShardCount, "idle: queue concurrency shards")
 	flag.DurationVar(&o.idleInterval, "idle-interval", 0, "idle: worker MaxIdleInterval (0: the worker's default)")
 	flag.IntVar(&o.idlePending, "pending", 0, "idle: tasks left backed off, their retries spread over the lap")
-	flag.StringVar(&o.cassandraPIDFile, "cassandra-pid", "../.run/cassandra/node1/pid", "idle, burst-worker: comma-separated PID files of the local nodes whose CPU seconds are summed")
+	flag.StringVar(&o.cassandraPIDFile, "cassandra-pid", "../.run/cassandra/node1/pid", "idle, burst-worker, steady: comma-separated PID files of the local nodes whose CPU seconds are summed")
 	flag.IntVar(&o.rf, "rf", 1, "replication factor of the bench keyspace")
 
 	flag.IntVar(&o.soakTasks, "soak-tasks", 1_000_000, "soak: tasks pushed through")
@@ -147,7 +155,7 @@ func run(ctx context.Context, o options) error {
 	}
 	names := strings.Split(o.workloads, ",")
 	if o.workloads == "all" {
-		names = []string{"burst", "burst-worker", "ceiling", "spread", "trickle", "idle", "sweep", "soak"}
+		names = []string{"burst", "burst-worker", "steady", "ceiling", "spread", "trickle", "idle", "sweep", "soak"}
 	}
 	b, err := newBench(o)
 	if err != nil {
@@ -155,7 +163,7 @@ func run(ctx context.Context, o options) error {
 	}
 	defer b.close()
 	workloads := map[string]func(context.Context) error{
-		"burst": b.burst, "burst-worker": b.burstWorker, "spread": b.spread, "trickle": b.trickle,
+		"burst": b.burst, "burst-worker": b.burstWorker, "steady": b.steady, "spread": b.spread, "trickle": b.trickle,
 		"idle": b.idle, "soak": b.soak, "sweep": b.sweep, "ceiling": b.ceiling,
 		"skew": b.skew,
 	}
