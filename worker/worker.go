@@ -35,6 +35,7 @@ const (
 	DefaultMaxAttempts     = 25
 	DefaultAckInterval     = 50 * time.Millisecond
 	DefaultSignalInterval  = 250 * time.Millisecond
+	DefaultBatchDelay      = 200 * time.Millisecond
 	DefaultSeriesInterval  = 30 * time.Second
 	// MaxPrefetch bounds an adaptive Prefetch.
 	MaxPrefetch = 1000
@@ -96,6 +97,13 @@ type Config struct {
 	// those miss: leases of crashed workers, and writes later than MaxClockSkew.
 	// Defaults to DefaultMaxIdleInterval.
 	MaxIdleInterval time.Duration
+	// BatchDelay is the shortest time between two fetches while tasks come due steadily:
+	// after a fetch that found some tasks but fewer than it asked for, tasks coming due
+	// wait up to this long, so that each fetch, whose reads and lightweight transactions
+	// cost the same for one task as for hundreds, takes many. It adds at most BatchDelay
+	// to a task's lateness, and nothing after a fetch that found none. Defaults to
+	// DefaultBatchDelay.
+	BatchDelay time.Duration
 	// MaxAttempts is how many deliveries a failing task gets before it is dead-lettered.
 	// Defaults to DefaultMaxAttempts.
 	MaxAttempts int
@@ -214,6 +222,7 @@ func New(session *gocql.Session, cfg Config) (*Worker, error) {
 	for _, err := range []error{
 		defaults.NonNegative(&cfg.Prefetch, 0, "Config.Prefetch"),
 		defaults.NonNegative(&cfg.MaxIdleInterval, DefaultMaxIdleInterval, "Config.MaxIdleInterval"),
+		defaults.NonNegative(&cfg.BatchDelay, DefaultBatchDelay, "Config.BatchDelay"),
 		defaults.NonNegative(&cfg.MaxAttempts, DefaultMaxAttempts, "Config.MaxAttempts"),
 		defaults.NonNegative(&cfg.AckInterval, DefaultAckInterval, "Config.AckInterval"),
 		defaults.NonNegative(&cfg.SignalInterval, DefaultSignalInterval, "Config.SignalInterval"),
@@ -415,7 +424,7 @@ func (w *Worker) fetch(ctx context.Context) {
 		}
 		looked := time.Now()
 		got, err := w.acquire(ctx, n)
-		var wake time.Time
+		var wake, notBefore time.Time
 		switch {
 		case err != nil:
 			if ctx.Err() != nil {
@@ -430,8 +439,12 @@ func (w *Worker) fetch(ctx context.Context) {
 			continue
 		default:
 			wake = w.idleWake()
+			if got > 0 {
+				// Tasks are coming due one after another: gather them into fewer fetches.
+				notBefore = looked.Add(w.cfg.BatchDelay)
+			}
 		}
-		if !w.wait(ctx, sub, wake, looked) {
+		if !w.wait(ctx, sub, wake, notBefore, looked) {
 			return
 		}
 	}
@@ -509,8 +522,10 @@ func (w *Worker) idleWake() time.Time {
 // wait sleeps until wake, or until a task due before then is scheduled: by a producer
 // in this process (the in-process bus), or in another (the queue's wake-up signals,
 // read every SignalInterval; touches before looked, less the allowed clock skew, concern
-// tasks the last fetch already looked for). It reports false when the worker is stopping.
-func (w *Worker) wait(ctx context.Context, sub *wakeup.Sub, wake, looked time.Time) bool {
+// tasks the last fetch already looked for), but not before notBefore. It reports false
+// when the worker is stopping.
+func (w *Worker) wait(ctx context.Context, sub *wakeup.Sub, wake, notBefore, looked time.Time) bool {
+	wake = later(wake, notBefore)
 	timer := time.NewTimer(time.Until(wake))
 	defer timer.Stop()
 	tick := time.NewTicker(w.cfg.SignalInterval)
@@ -520,12 +535,17 @@ func (w *Worker) wait(ctx context.Context, sub *wakeup.Sub, wake, looked time.Ti
 		case <-timer.C:
 			return true
 		case <-tick.C:
-			if w.signalled(ctx, wake, looked) {
+			if wake.After(notBefore) && w.signalled(ctx, wake, looked) {
+				if time.Now().Before(notBefore) {
+					wake = notBefore
+					timer.Reset(time.Until(wake))
+					continue
+				}
 				return true
 			}
 		case <-sub.C:
 			if due := sub.Take(); !due.IsZero() && due.Before(wake) {
-				wake = due
+				wake = later(due, notBefore)
 				timer.Reset(time.Until(wake))
 			}
 		case <-w.stopFetch:
@@ -534,6 +554,14 @@ func (w *Worker) wait(ctx context.Context, sub *wakeup.Sub, wake, looked time.Ti
 			return false
 		}
 	}
+}
+
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // signalled reads the wake-up signals of the buckets from just before now to wake.

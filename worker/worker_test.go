@@ -531,6 +531,7 @@ func TestBadConfig(t *testing.T) {
 		"Config.Concurrency":     {Queue: e.q.Name, Handler: h, Concurrency: -1},
 		"Config.Prefetch":        {Queue: e.q.Name, Handler: h, Prefetch: -1},
 		"Config.MaxIdleInterval": {Queue: e.q.Name, Handler: h, MaxIdleInterval: -time.Second},
+		"Config.BatchDelay":      {Queue: e.q.Name, Handler: h, BatchDelay: -time.Second},
 		"Config.MaxAttempts":     {Queue: e.q.Name, Handler: h, MaxAttempts: -1},
 		"Config.AckInterval":     {Queue: e.q.Name, Handler: h, AckInterval: -time.Second},
 		"Config.Queue":           {Queue: "Not Valid", Handler: h},
