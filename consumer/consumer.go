@@ -267,7 +267,9 @@ func (c *Consumer) AcquireTasks(ctx context.Context, n int) ([]*Task, error) {
 		c.plan.Advance(parts, now)
 		out = append(out, got...)
 	}
-	c.plan.End(len(out) < n)
+	// A call that took tasks, however few, has the next read due rows only: under a steady
+	// stream, reading ahead on every call would cost more than the tasks it takes.
+	c.plan.End(len(out) == 0)
 	if len(out) == 0 && readErr != nil {
 		return nil, readErr
 	}

@@ -97,14 +97,14 @@ func (c *Consumer) firstVisible(ctx context.Context, pt *scanplan.Part, now time
 	return shard.IDTime(refs[0].ID), true
 }
 
-// peekAll peeks at the partitions of buckets up to now. A consumer whose last call came
-// up short reads up to LookAhead past now at once, and the look-ahead buckets with them,
+// peekAll peeks at the partitions of buckets up to now. A consumer whose last call found
+// nothing reads up to LookAhead past now at once, and the look-ahead buckets with them,
 // those the plan chooses from the signal cells (scanplan.Plan.IdleReads); one that was
-// busy reads due rows only, and looks ahead only if those fall short of want: rows coming
-// due later matter for NextDue, which matters only to a consumer that is about to go
-// idle. That look-ahead is returned to run, not run: it only sets the parts' Next, so it
-// can run beside the takes. A partition that fails is skipped; the error returned is the
-// joined failures when every partition failed.
+// busy reads due rows only, and looks ahead only if it finds none: rows coming due later
+// matter for NextDue, which matters only to a consumer about to go idle, and one that
+// finds some is told to come back now. That look-ahead is returned to run, not run: it
+// only sets the parts' Next, so it can run beside the takes. A partition that fails is
+// skipped; the error returned is the joined failures when every partition failed.
 func (c *Consumer) peekAll(ctx context.Context, parts []scanplan.Part, want int, now time.Time, idle bool) (look func(), err error) {
 	current, ahead := scanplan.Split(parts)
 	upper := now
@@ -150,7 +150,17 @@ func (c *Consumer) peekAll(ctx context.Context, parts []scanplan.Part, want int,
 		}
 		avail += parts[i].Avail
 	}
-	if !idle && avail < want && !scanplan.Backlogged(parts, current, now) {
+	switch {
+	case idle || avail >= want || scanplan.Backlogged(parts, current, now):
+	case avail > 0:
+		// Rows are coming due now: the caller, which takes them, is back soon, so the
+		// look-ahead, which reads every partition again, is left to a call that finds none.
+		for _, i := range current {
+			if parts[i].Avail > 0 {
+				parts[i].Next = now
+			}
+		}
+	default:
 		look = func() { c.lookAhead(ctx, parts, ahead, now) }
 	}
 	if failed > 0 && failed == len(current) {

@@ -98,7 +98,7 @@ type Plan struct {
 	keptFloors   map[string]lapFloors // per partition, the floors of the latest lap forgotten
 	next         int                  // the concurrency shard the next scan starts at
 	nextDue      time.Time            // earliest upcoming row the last scan saw; zero if none
-	short        bool                 // the last call found fewer tasks than it asked for
+	idle         bool                 // the last call found no task
 	pageRows     int                  // rows per page of a locked read, from the largest payload seen
 	fullAt       time.Time            // when an idle scan last read every candidate
 	fullCells    Cells                // the signal cells as that scan found them
@@ -129,19 +129,19 @@ func (p *Plan) lapStart(now time.Time) int64 {
 }
 
 // Begin starts a call: it forgets the last call's NextDue and reports whether that call
-// came up short (the consumer is idle).
+// found no task (the consumer is idle).
 func (p *Plan) Begin() (idle bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.nextDue = time.Time{}
-	return p.short
+	return p.idle
 }
 
-// End records whether the call found fewer tasks than it asked for.
-func (p *Plan) End(short bool) {
+// End records whether the call found no task.
+func (p *Plan) End(idle bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.short = short
+	p.idle = idle
 }
 
 // NextDue is the earliest time the last call saw a row become visible; see
