@@ -165,8 +165,15 @@ func (w Write) stmts() (stmts []string, args [][]any) {
 	return append(stmts, stmt), append(args, append(vals, w.Stamp, max(int64(w.TTL/time.Second), 1)))
 }
 
-// Apply writes ws, one unlogged batch per index partition, inflight batches at once. On
-// error, failed lists the indexes of ws that may not be written.
+// batchPartitions is the most index partitions one request writes: Cassandra warns of
+// unlogged batches across more (unlogged_batch_across_partitions_warn_threshold).
+const batchPartitions = 10
+
+// Apply writes ws, in unlogged batches of up to batchPartitions index partitions each,
+// inflight batches at once. The entries of one consumer's fetch or ack lie in as many
+// partitions as tasks (a partition per minute and slot of task IDs); a request each would
+// cost more than the writes. On error, failed lists the indexes of ws that may not be
+// written.
 func Apply(ctx context.Context, session *gocql.Session, ws []Write, inflight int) (failed []int, err error) {
 	if len(ws) == 0 {
 		return nil, nil
@@ -185,11 +192,19 @@ func Apply(ctx context.Context, session *gocql.Session, ws []Write, inflight int
 		}
 		groups[k] = append(groups[k], i)
 	}
-	bad := make([]bool, len(order))
-	err = fanout.Each(len(order), max(inflight, 1), func(i int) error {
+	chunks := (len(order) + batchPartitions - 1) / batchPartitions
+	members := func(c int) []int {
+		var idx []int
+		for _, k := range order[c*batchPartitions : min((c+1)*batchPartitions, len(order))] {
+			idx = append(idx, groups[k]...)
+		}
+		return idx
+	}
+	bad := make([]bool, chunks)
+	err = fanout.Each(chunks, max(inflight, 1), func(c int) error {
 		var stmts []string
 		var args [][]any
-		for _, j := range groups[order[i]] {
+		for _, j := range members(c) {
 			s, a := ws[j].stmts()
 			stmts, args = append(stmts, s...), append(args, a...)
 		}
@@ -204,14 +219,14 @@ func Apply(ctx context.Context, session *gocql.Session, ws []Write, inflight int
 			err = session.ExecuteBatch(b)
 		}
 		if err != nil {
-			bad[i] = true
+			bad[c] = true
 			return fmt.Errorf("writing the task index: %w", err)
 		}
 		return nil
 	})
-	for i, b := range bad {
+	for c, b := range bad {
 		if b {
-			failed = append(failed, groups[order[i]]...)
+			failed = append(failed, members(c)...)
 		}
 	}
 	return failed, err
