@@ -18,7 +18,9 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/internal/cqlcluster"
+	"github.com/shardq/shardq/worker"
 )
 
 // bench holds what every workload shares: the cluster, a session whose every request
@@ -287,4 +289,18 @@ func (b *bench) ratios() {
 	if len(r) > 1 {
 		b.emit(r)
 	}
+}
+
+// startRecording starts a default worker of queue with handlers handlers, each recording its
+// task's delivery and lateness in tr.
+func startRecording(ctx context.Context, s *gocql.Session, queue string, handlers int, tr *tracker) (*worker.Worker, error) {
+	w, err := worker.New(s, worker.Config{Queue: queue, Concurrency: handlers,
+		Handler: worker.HandlerFunc(func(_ context.Context, t *consumer.Task) error {
+			tr.record(t.ID, time.Since(t.DueAt))
+			return nil
+		})})
+	if err != nil {
+		return nil, err
+	}
+	return w, w.Start(ctx)
 }

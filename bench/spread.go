@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/worker"
 )
 
@@ -19,15 +18,8 @@ func (b *bench) spread(ctx context.Context) error {
 	}
 	n := b.o.spreadTasks
 	tr := newTracker(n)
-	w, err := worker.New(s, worker.Config{Queue: q.Name, Concurrency: b.o.spreadHandlers,
-		Handler: worker.HandlerFunc(func(_ context.Context, t *consumer.Task) error {
-			tr.record(t.ID, time.Since(t.DueAt))
-			return nil
-		})})
+	w, err := startRecording(ctx, s, q.Name, b.o.spreadHandlers, tr)
 	if err != nil {
-		return err
-	}
-	if err := w.Start(ctx); err != nil {
 		return err
 	}
 	start := time.Now().Add(time.Second)

@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"github.com/shardq/shardq"
-	"github.com/shardq/shardq/consumer"
-	"github.com/shardq/shardq/worker"
 )
 
 // steady measures the queue under steady load (issue 27): rate × duration tasks, all
@@ -46,15 +44,8 @@ func (b *bench) steady(ctx context.Context) error {
 		return err
 	}
 	tr := newTracker(n)
-	w, err := worker.New(s, worker.Config{Queue: q.Name, Concurrency: b.o.burstWorkerHandlers,
-		Handler: worker.HandlerFunc(func(_ context.Context, t *consumer.Task) error {
-			tr.record(t.ID, time.Since(t.DueAt))
-			return nil
-		})})
+	w, err := startRecording(ctx, s, q.Name, b.o.burstWorkerHandlers, tr)
 	if err != nil {
-		return err
-	}
-	if err := w.Start(ctx); err != nil {
 		return err
 	}
 	for w.Stats().Polls == 0 && time.Now().Before(first) {
