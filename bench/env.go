@@ -304,3 +304,17 @@ func startRecording(ctx context.Context, s *gocql.Session, queue string, handler
 	}
 	return w, w.Start(ctx)
 }
+
+// stopRecording lets w deliver what is left, unless waiting for the tasks ids failed with
+// waitErr, stops it, and counts the tasks lost and duplicated.
+func (b *bench) stopRecording(ctx context.Context, s *gocql.Session, q shardq.QueueConfig, w *worker.Worker, tr *tracker,
+	ids []uuid.UUID, waitErr error) (set settled, lost, dups int, err error) {
+	if waitErr == nil {
+		set, waitErr = b.settle(ctx, s, q)
+	}
+	if err := stopWorker(ctx, w, waitErr); err != nil {
+		return set, 0, 0, err
+	}
+	lost, dups = tr.lostAndDuplicates(ids, set.left)
+	return set, lost, dups, nil
+}

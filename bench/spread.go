@@ -39,14 +39,10 @@ func (b *bench) spread(ctx context.Context) error {
 		waitErr = fmt.Errorf("only %d of %d tasks ran", tr.delivered.Load(), n)
 	}
 	close(stop)
-	var set settled
-	if waitErr == nil { // the worker goes on delivering what is left
-		set, waitErr = b.settle(ctx, s, q)
-	}
-	if err := stopWorker(ctx, w, waitErr); err != nil {
+	set, lost, dups, err := b.stopRecording(ctx, s, q, w, tr, ids, waitErr)
+	if err != nil {
 		return err
 	}
-	lost, dups := tr.lostAndDuplicates(ids, set.left)
 	p50, p99, mx := percentiles(tr.lateness)
 	b.emit(result{"workload": "spread", "tasks": n, "over_s": b.o.spreadOver.Seconds(), "handlers": b.o.spreadHandlers,
 		"shards": q.ShardCount, "lateness_p50_ms": p50, "lateness_p99_ms": p99, "lateness_max_ms": mx,

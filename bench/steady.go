@@ -73,14 +73,10 @@ func (b *bench) steady(ctx context.Context) error {
 	cpu1, cpuErr1 := cpuSeconds(pid)
 	reqs, window := b.requests.Load()-req0, time.Since(start)
 	close(stop)
-	var set settled
-	if waitErr == nil { // the worker goes on delivering what is left
-		set, waitErr = b.settle(ctx, s, q)
-	}
-	if err := stopWorker(ctx, w, waitErr); err != nil {
+	set, lost, dups, err := b.stopRecording(ctx, s, q, w, tr, ids, waitErr)
+	if err != nil {
 		return err
 	}
-	lost, dups := tr.lostAndDuplicates(ids, set.left)
 	early := 0
 	for _, l := range tr.lateness {
 		if l < 0 {
