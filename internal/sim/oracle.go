@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -17,8 +18,10 @@ import (
 
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/consumer"
+	"github.com/shardq/shardq/internal/signal"
 	"github.com/shardq/shardq/producer"
 	"github.com/shardq/shardq/shard"
+	"github.com/shardq/shardq/worker"
 )
 
 // tolerance is how early a delivery may start against the time a task is due, beyond the
@@ -54,6 +57,14 @@ type task struct {
 	// earliest any call, even one that failed, may have given it since.
 	due      time.Time
 	dueFloor time.Time
+	// dueCeil is the latest due time any call gave it, and written when the last call that
+	// wrote it (a schedule or a reschedule, even one that failed) returned: from the later
+	// of the two, it is due and its row is in the store.
+	dueCeil time.Time
+	written time.Time
+	// writes are the spans of the calls that wrote it, each until its deferred touch
+	// (signal.Coalesce) was sent and admitted.
+	writes [][2]time.Time
 	// cancelled is when a cancel of it returned success (zero: never), and afterLease
 	// whether that cancel let a delivery in flight finish; maybeCancelled that one
 	// returned an error that leaves it unknown.
@@ -157,6 +168,8 @@ func (o *oracle) scheduled(p *proc, began time.Time, tasks []producer.Task, ids 
 		if t.dueFloor.IsZero() || tasks[i].DueAt.Before(t.dueFloor) {
 			t.dueFloor = tasks[i].DueAt
 		}
+		t.dueCeil, t.written = maxTime(t.dueCeil, tasks[i].DueAt), now
+		t.writes = append(t.writes, [2]time.Time{began, now.Add(time.Second)})
 	}
 	var dup *producer.DuplicateError
 	if errors.As(err, &dup) {
@@ -201,9 +214,11 @@ func (o *oracle) cancelled(p *proc, id uuid.UUID, afterLease bool, began time.Ti
 func (o *oracle) rescheduling(id uuid.UUID, due time.Time) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if t := o.get(id); due.Before(t.dueFloor) {
+	t := o.get(id)
+	if due.Before(t.dueFloor) {
 		t.dueFloor = due
 	}
+	t.dueCeil = maxTime(t.dueCeil, due)
 }
 
 func (o *oracle) rescheduled(p *proc, id uuid.UUID, due, began time.Time, err error) {
@@ -224,6 +239,8 @@ func (o *oracle) rescheduled(p *proc, id uuid.UUID, due, began time.Time, err er
 	if err == nil {
 		t.due = due
 	}
+	t.written = time.Now()
+	t.writes = append(t.writes, [2]time.Time{began, t.written.Add(time.Second)})
 }
 
 func (o *oracle) replayed(p *proc, id uuid.UUID, began time.Time, err error) {
@@ -354,6 +371,7 @@ func (o *oracle) check(w *world, end time.Time) []string {
 		}
 	}
 	v = append(v, o.checkKeys()...)
+	v = append(v, o.checkLateness(w, end)...)
 	for _, r := range o.refusals {
 		v = append(v, fmt.Sprintf("key %q refused at %s for %s, which ended at %s%s", r.key, stamp(r.at), r.holder.id, stamp(r.holder.ended), r.holder.history()))
 	}
@@ -426,6 +444,117 @@ func faultNear(faults []time.Time, at time.Time) bool {
 
 func crashedBy(p *proc, at time.Time) bool {
 	return p.crashed() && !p.crashedAt().After(at)
+}
+
+// lateness bounds how late the first delivery of a task may start after it is due (or
+// after the call that wrote it returned, if later), when nothing the README allows to delay
+// it happened near: "Idle workers read the queue's small wake-up signal every
+// SignalInterval (250 ms), so a task scheduled in any process starts within about that
+// long" (README, Workers). The rest of the bound is the work between reading a touched
+// signal and starting the handler, which the README does not bound: the touch's Coalesce
+// (20 ms), and the signal read, the take (lock, read, markers, the batch that deletes the
+// rows and frees the lock) and the index writes, a dozen requests at the simulated
+// network's latency, of which one in 30 takes up to 500 ms: allowing two seconds for them
+// (a chain of four slow requests) keeps the bound far below what a stranded task waits
+// (an idle worker's poll, up to MaxIdleInterval, 10 s; a sweep, SweepInterval, 10 s; a
+// lap, 20 s at least here), and above the tail of a run without faults. The clocks' error adds nothing: consumers judge
+// due-ness by the cluster's clock, whose error is milliseconds (tolerance), and every
+// process's skew is within MaxClockSkew (MaxSkew), so touches are never read as too old.
+const lateness = worker.DefaultSignalInterval + signal.Coalesce + 2*time.Second
+
+// checkLateness checks that a task due while the workers were live and had a free handler
+// starts within lateness of being due. Exempt are tasks that saw a fault from an idle
+// poll's interval (MaxIdleInterval) before they were due to when they must start (a
+// failed look-ahead leaves a worker asleep until its next poll; a lock taken or released
+// with an unknown outcome lasts its LockTTL; a failed take leaves rows for the next), or
+// a crash from a lock's TTL before (a dead holder's lock lasts its LockTTL; a dead
+// worker's tasks wait for another),
+// or any worker running as many handlers as its Concurrency (the task may be leased by it
+// and wait in its queue, as the README's Prefetch says), or no worker alive throughout;
+// and tasks whose due time a call may have changed without telling (an unknown outcome,
+// a cancel, a replay).
+func (o *oracle) checkLateness(w *world, end time.Time) []string {
+	var workers []*proc
+	var crashes []time.Time
+	for _, p := range w.procs {
+		if p.crashed() {
+			crashes = append(crashes, p.crashedAt())
+		}
+		if p.concurrency > 0 {
+			workers = append(workers, p)
+		}
+	}
+	near := func(times []time.Time, from, to time.Time) bool {
+		return slices.ContainsFunc(times, func(at time.Time) bool { return !at.Before(from) && !at.After(to) })
+	}
+	var v []string
+	for _, id := range o.order {
+		t := o.tasks[id]
+		if !t.ok || t.unsettled || len(t.replays) > 0 || !t.cancelled.IsZero() || t.maybeCancelled {
+			continue
+		}
+		due := maxTime(t.dueCeil, t.written)
+		by := due.Add(lateness)
+		if by.After(end) || near(w.sched.faultsAt, due.Add(-worker.DefaultMaxIdleInterval), by) || near(crashes, due.Add(-w.queue.LockTTL), by) ||
+			slices.ContainsFunc(t.writes, func(c [2]time.Time) bool { return near(w.sched.faultsAt, c[0], c[1]) }) {
+			continue
+		}
+		first := slices.MinFunc(append(slices.Clone(t.deliveries), &delivery{at: end}), func(a, b *delivery) int { return a.at.Compare(b.at) })
+		// A first delivery of a later attempt follows a lease whose handler never started:
+		// its holder crashed, or it ran out waiting for a handler (README, Workers).
+		if !first.at.After(by.Add(tolerance)) || first.attempt > 1 || !o.workersReady(workers, due, by) {
+			continue
+		}
+		v = append(v, fmt.Sprintf("task %s due %s first delivered at %s, %s late (bound %s)%s", id, stamp(due), stamp(first.at),
+			first.at.Sub(due), lateness, t.history()))
+	}
+	return v
+}
+
+// workersReady reports whether a worker was alive from from to to, and none of those alive
+// then ran as many handlers as its Concurrency at any moment in between.
+func (o *oracle) workersReady(workers []*proc, from, to time.Time) bool {
+	live := false
+	for _, p := range workers {
+		gone := p.crashed() && p.crashedAt().Before(to)
+		if p.started.After(to) || p.crashed() && p.crashedAt().Before(from) {
+			continue
+		}
+		live = live || !p.started.After(from) && !gone
+		// Handlers running at from, then each start and end in the window in time order.
+		type step struct {
+			at time.Time
+			n  int
+		}
+		running := 0
+		var steps []step
+		for _, t := range o.tasks {
+			for _, d := range t.deliveries {
+				if d.proc != p || d.at.After(to) || !d.ended.IsZero() && d.ended.Before(from) {
+					continue
+				}
+				if d.at.After(from) {
+					steps = append(steps, step{d.at, 1})
+				} else {
+					running++
+				}
+				if !d.ended.IsZero() && !d.ended.After(to) {
+					steps = append(steps, step{d.ended, -1})
+				}
+			}
+		}
+		slices.SortFunc(steps, func(a, b step) int { return cmp.Or(a.at.Compare(b.at), b.n-a.n) })
+		for _, s := range steps {
+			if running >= p.concurrency {
+				return false
+			}
+			running += s.n
+		}
+		if running >= p.concurrency {
+			return false
+		}
+	}
+	return live
 }
 
 // checkKeys checks that no two tasks held one key at once: a schedule that returned
@@ -521,6 +650,13 @@ func (t *task) ran() bool {
 		}
 	}
 	return false
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 func (t *task) endedBefore(at time.Time) bool { return !t.ended.IsZero() && t.ended.Before(at) }

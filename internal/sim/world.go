@@ -90,6 +90,9 @@ type proc struct {
 	once    sync.Once
 	diedAt  atomic.Int64 // true time of the crash, in Unix nanoseconds
 	unbind  func()
+	// A worker's: when it started, and its Concurrency (zero for other processes).
+	started     time.Time
+	concurrency int
 }
 
 func (p *proc) crash() {
@@ -406,10 +409,11 @@ func (w *world) worker(i int, until, end time.Time) {
 
 func (w *world) runWorker(rng *rand.Rand, p *proc, stopAt time.Time, crash bool) {
 	h := &handler{w: w, p: p}
+	p.started, p.concurrency = time.Now(), 1+rng.IntN(4)
 	wk, err := worker.New(p.session, worker.Config{
 		Queue:       w.queue.Name,
 		Handler:     h,
-		Concurrency: 1 + rng.IntN(4),
+		Concurrency: p.concurrency,
 		MaxAttempts: maxAttempts,
 		Backoff:     func(int) time.Duration { return time.Second },
 		Observer:    shardq.ObserverFunc(func(_ context.Context, e shardq.Event) { w.oracle.observed(p, e) }),
