@@ -38,6 +38,22 @@ type oracle struct {
 	keys       map[string][]keyClaim
 	refusals   []refusal
 	violations []string
+	series     *seriesLog // nil unless the run keeps a series
+}
+
+// seriesLog is what the run's series owner asked, and of what.
+type seriesLog struct {
+	every, timeout time.Duration
+	calls          []seriesCall
+}
+
+// seriesCall is a call on the series: create, pause or resume; last marks the resume
+// that keeps it going to the end.
+type seriesCall struct {
+	op, by   string
+	last     bool
+	from, to time.Time
+	err      error
 }
 
 // refusal is a schedule refused for a key whose holder had ended before the call began.
@@ -50,6 +66,9 @@ type refusal struct {
 type task struct {
 	id  uuid.UUID
 	key string
+	// series names the series it is an occurrence of, and nominal its time in it.
+	series  string
+	nominal time.Time
 	// ok: a call that schedules it (a schedule or replay) returned success; the task must
 	// run until it succeeds or dies, unless cancelled.
 	ok bool
@@ -188,7 +207,10 @@ func (o *oracle) pick(rng *rand.Rand) (uuid.UUID, bool) {
 	if len(o.order) == 0 {
 		return uuid.Nil, false
 	}
-	return o.order[rng.IntN(len(o.order))], true
+	// Occurrences of a series are the series' to move: the oracle checks them against its
+	// promises, not a producer's.
+	id := o.order[rng.IntN(len(o.order))]
+	return id, o.tasks[id].series == ""
 }
 
 func (o *oracle) cancelled(p *proc, id uuid.UUID, afterLease bool, began time.Time, err error) {
@@ -284,6 +306,16 @@ func (o *oracle) delivered(p *proc, ct *consumer.Task) *delivery {
 		o.violations = append(o.violations, fmt.Sprintf("task %s delivered at %s, %s before it was due (%s; cluster clock error %s)",
 			ct.ID, stamp(now), floor.Sub(now), stamp(floor), clockErr)+t.history()+fmt.Sprintf("\n      this delivery: attempt %d due %s visible %s deadline %s", ct.Attempt, stamp(ct.DueAt), stamp(visibleOf(ct)), stamp(ct.Deadline)))
 	}
+	if ct.Series != "" {
+		t.series, t.nominal = ct.Series, ct.DueAt
+		// "Every runs the series at a fixed interval" (series.Series.Every), and DueAt "is
+		// then the occurrence's time in the series" (consumer.Task.Series): no occurrence
+		// runs before its time.
+		if now.Add(max(clockErr, 0) + tolerance).Before(ct.DueAt) {
+			o.violations = append(o.violations, fmt.Sprintf("occurrence %s of series %s delivered at %s, %s before its time %s (cluster clock error %s)",
+				ct.ID, ct.Series, stamp(now), ct.DueAt.Sub(now), stamp(ct.DueAt), clockErr))
+		}
+	}
 	t.deliveries = append(t.deliveries, d)
 	if d.attempt > maxAttempts {
 		// A copy of a task that died: its dead-lettering left the marker (README, Dead
@@ -331,6 +363,18 @@ func (o *oracle) observed(p *proc, e shardq.Event) {
 	}
 }
 
+func (o *oracle) seriesKept(every, timeout time.Duration) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.series = &seriesLog{every: every, timeout: timeout}
+}
+
+func (o *oracle) seriesCalled(p *proc, op string, last bool, began time.Time, err error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.series.calls = append(o.series.calls, seriesCall{op: op, by: p.name, last: last, from: began, to: time.Now(), err: err})
+}
+
 func (o *oracle) totals() (scheduled, deliveries int) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -349,6 +393,12 @@ func (o *oracle) check(w *world, end time.Time) []string {
 	defer o.mu.Unlock()
 	v := slices.Clone(o.violations)
 	left := w.leftovers()
+	if o.series != nil {
+		// Its outstanding occurrence waits in the store: the series goes on.
+		if r, err := w.admin.Series().Get(context.Background(), w.queue.Name, seriesName, true); err == nil && r.Open {
+			delete(left, r.TaskID)
+		}
+	}
 	ids := slices.Clone(o.order)
 	for id := range left {
 		if _, ok := o.tasks[id]; !ok {
@@ -372,6 +422,7 @@ func (o *oracle) check(w *world, end time.Time) []string {
 	}
 	v = append(v, o.checkKeys()...)
 	v = append(v, o.checkLateness(w, end)...)
+	v = append(v, o.checkSeries(w, end)...)
 	for _, r := range o.refusals {
 		v = append(v, fmt.Sprintf("key %q refused at %s for %s, which ended at %s%s", r.key, stamp(r.at), r.holder.id, stamp(r.holder.ended), r.holder.history()))
 	}
@@ -555,6 +606,117 @@ func (o *oracle) workersReady(workers []*proc, from, to time.Time) bool {
 		}
 	}
 	return live
+}
+
+// checkSeries checks the promises of the README's "Recurring series" for the run's series,
+// if it kept one. Duplicates of one occurrence (one task) are checkDeliveries'.
+func (o *oracle) checkSeries(w *world, end time.Time) []string {
+	sl := o.series
+	if sl == nil {
+		return nil
+	}
+	var v []string
+	var occs []*task
+	for _, id := range o.order {
+		// A replay of a dead occurrence runs it again, outside the series' order.
+		if t := o.tasks[id]; t.series != "" && len(t.deliveries) > 0 && len(t.replays) == 0 {
+			occs = append(occs, t)
+		}
+	}
+	calls := func() string {
+		var b strings.Builder
+		for _, c := range sl.calls {
+			fmt.Fprintf(&b, "\n      %s by %s %s-%s: %v", c.op, c.by, stamp(c.from), stamp(c.to), c.err)
+		}
+		return b.String()
+	}
+	leaseFaults := w.sched.leaseFaults
+	// "The occurrence a move makes is named, with its place and write timestamp, in the
+	// series' row before it is written, so writing it again after a crash writes the same
+	// row and never a second occurrence": no two occurrences run for one time.
+	byTime := map[time.Time]*task{}
+	for _, t := range occs {
+		if u := byTime[t.nominal]; u != nil {
+			v = append(v, fmt.Sprintf("series %s ran two occurrences, %s and %s, for its time %s%s%s", seriesName, u.id, t.id, stamp(t.nominal), u.history(), t.history()))
+		}
+		byTime[t.nominal] = t
+	}
+	// "A series has one occurrence outstanding (pending, in flight or retrying)": with
+	// OnAck, no occurrence starts while a delivery of another holds a live lease and runs
+	// (a holder past its lease, or crashed, may still run; a copy of a task that a lease
+	// fault left is documented as a duplicate).
+	for _, a := range occs {
+		for _, b := range occs {
+			if a == b {
+				continue
+			}
+			for _, da := range a.deliveries {
+				for _, db := range b.deliveries {
+					at := db.at
+					if da.at.Before(at) && (da.ended.IsZero() || da.ended.After(at.Add(tolerance))) && da.deadline.After(at.Add(tolerance)) &&
+						!crashedBy(da.proc, at) && !(da.attempt > 1 && faultNear(leaseFaults, da.made)) {
+						v = append(v, fmt.Sprintf("series %s: occurrence %s started at %s while occurrence %s ran (since %s, lease until %s)%s%s",
+							seriesName, b.id, stamp(at), a.id, stamp(da.at), stamp(da.deadline), a.history(), b.history()))
+					}
+				}
+			}
+		}
+	}
+	// "Pause cancels the pending occurrence (one in flight finishes)": from a pause that
+	// returned success to the next resume, no occurrence is leased but one leased before
+	// the pause returned (in flight or retrying then), or a copy a lease fault left.
+	for i, c := range sl.calls {
+		if c.op != "pause" || c.err != nil {
+			continue
+		}
+		until := end
+		for _, r := range sl.calls[i+1:] {
+			if r.op == "resume" || r.op == "create" {
+				until = r.from
+				break
+			}
+		}
+		for _, t := range occs {
+			// Leased before: a delivery started, or a later attempt's row was made (a lease
+			// that expired, its handler never started) before the pause returned.
+			before := slices.ContainsFunc(t.deliveries, func(d *delivery) bool {
+				return !d.leased().After(c.to.Add(tolerance)) || d.attempt > 1 && !d.made.After(c.to.Add(tolerance))
+			})
+			for _, d := range t.deliveries {
+				if d.leased().After(c.to.Add(tolerance)) && d.leased().Before(until) && !before && !(d.attempt > 1 && faultNear(leaseFaults, d.made)) {
+					v = append(v, fmt.Sprintf("series %s paused at %s (until %s), yet occurrence %s leased at %s%s%s",
+						seriesName, stamp(c.to), stamp(until), t.id, stamp(d.leased()), t.history(), calls()))
+				}
+			}
+		}
+	}
+	// "Every worker runs a keeper ... a series stalls at most that long" (SeriesInterval):
+	// after the last resume, with no faults nor crashes, an occurrence starts at least
+	// once per interval, plus the time an occurrence may take (every attempt outlasting
+	// its lease, and a backoff between) and the lateness of its start.
+	gap := sl.every + maxAttempts*(sl.timeout+time.Second) + worker.DefaultSeriesInterval*11/10 + lateness
+	var resumed time.Time
+	for _, c := range sl.calls {
+		if c.last && c.err == nil {
+			resumed = c.to
+		}
+	}
+	if !resumed.IsZero() {
+		starts := []time.Time{resumed, end}
+		for _, t := range occs {
+			if first := t.deliveries[0].at; first.After(resumed) {
+				starts = append(starts, first)
+			}
+		}
+		slices.SortFunc(starts, time.Time.Compare)
+		for i := 1; i < len(starts); i++ {
+			if starts[i].Sub(starts[i-1]) > gap {
+				v = append(v, fmt.Sprintf("series %s (every %s) stalled: no occurrence started from %s to %s (bound %s)%s", seriesName, sl.every,
+					stamp(starts[i-1]), stamp(starts[i]), gap, calls()))
+			}
+		}
+	}
+	return v
 }
 
 // checkKeys checks that no two tasks held one key at once: a schedule that returned
