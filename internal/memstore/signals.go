@@ -1,17 +1,14 @@
 package memstore
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"math"
-	"slices"
 	"time"
 
 	"github.com/gocql/gocql"
 
 	"github.com/shardq/shardq/internal/signal"
-	"github.com/shardq/shardq/shard"
 )
 
 // The queue_signals table: PRIMARY KEY (queue, bucket), with a default TTL of a day.
@@ -22,63 +19,25 @@ const (
 
 type signals struct{ *client }
 
-// slotKey is signal's map key of an entry's slot.
-func slotKey(e signal.Entry) int64 { return int64(e.Slot<<16 | e.Shard) }
-
 func fromSlotKey(k int64) (slot, shard int) { return int(k >> 16), int(k & 0xffff) }
 
-// Touch mirrors signal.Write: one statement per queue and bucket, stamped by the
-// coordinator. It sends them in the order of queue and bucket, where signal.Write
-// follows a map's.
+// Touch writes the rows of signal.Group as signal.Write does: one statement per queue and
+// bucket, stamped by the coordinator.
 func (g signals) Touch(ctx context.Context, cells []signal.Touch) error {
-	type rowKey struct {
-		queue  string
-		bucket int64
-	}
-	type entries struct {
-		shards   map[int]gocql.UUID
-		earliest map[int]time.Time
-		slots    map[int64]gocql.UUID
-		until    time.Time
-	}
-	rows := map[rowKey]*entries{}
-	for _, c := range cells {
-		r := rowKey{c.Queue, c.Bucket}
-		e := rows[r]
-		if e == nil {
-			e = &entries{shards: map[int]gocql.UUID{}, earliest: map[int]time.Time{}, slots: map[int64]gocql.UUID{}}
-			rows[r] = e
-		}
-		e.slots[slotKey(c.Entry)] = gocql.UUID(shard.NewID(c.Earliest))
-		if at, ok := e.earliest[c.Shard]; !ok || c.Earliest.Before(at) {
-			e.earliest[c.Shard] = c.Earliest
-			e.shards[c.Shard] = gocql.UUID(shard.NewID(c.Earliest))
-		}
-		if c.Until.After(e.until) {
-			e.until = c.Until
-		}
-	}
-	order := make([]rowKey, 0, len(rows))
-	for r := range rows {
-		order = append(order, r)
-	}
-	slices.SortFunc(order, func(a, b rowKey) int { return cmp.Or(cmp.Compare(a.queue, b.queue), cmp.Compare(a.bucket, b.bucket)) })
-	for _, r := range order {
-		e := rows[r]
-		ttl := min(int(max(e.until.Sub(g.clock()), 0)/time.Second)+86400, maxTTL)
-		o := op{ck: ckInt64(r.bucket), key: []any{r.bucket}, ttl: int32(ttl)}
-		for s, v := range e.shards {
+	for _, r := range signal.Group(cells) {
+		o := op{ck: ckInt64(r.Bucket), key: []any{r.Bucket}, ttl: int32(r.TTL(g.clock()))}
+		for s, v := range r.Shards {
 			o.adds = append(o.adds, add{colShards, int64(s), v})
 		}
-		for k, v := range e.slots {
-			o.adds = append(o.adds, add{colSlots, k, v})
+		for k, v := range r.Slots {
+			o.adds = append(o.adds, add{colSlots, int64(k), v})
 		}
-		err := g.exec(ctx, Request{Table: "queue_signals", Op: "Signals.Touch", Key: r.queue, Write: true}, writeType(1, false), func(s *state) error {
-			s.apply(s.c.signals, r.queue, o, s.serverStamp())
+		err := g.exec(ctx, Request{Table: "queue_signals", Op: "Signals.Touch", Key: r.Queue, Write: true}, writeType(1, false), func(s *state) error {
+			s.apply(s.c.signals, r.Queue, o, s.serverStamp())
 			return nil
 		})
 		if err != nil {
-			return fmt.Errorf("signal: touching %s bucket %d: %w", r.queue, r.bucket, err)
+			return fmt.Errorf("signal: touching %s bucket %d: %w", r.Queue, r.Bucket, err)
 		}
 	}
 	return nil

@@ -16,6 +16,7 @@
 package signal
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -206,50 +207,65 @@ func (t *Toucher) flush() {
 	}
 }
 
-// Write touches cells, one statement per queue and bucket: the entry of each shard, with the
-// earliest row time written into it, and of each slot.
-func Write(ctx context.Context, session *gocql.Session, cells []Touch) error {
-	type row struct {
+// Row is the touch of one queue_signals row, a queue's bucket: the entries its cells give.
+type Row struct {
+	Queue  string
+	Bucket int64
+	// Shards holds the entry of each shard: the earliest row time touched in it.
+	Shards map[int]gocql.UUID
+	// Slots holds the entry of each slot, by its map key (the slot and the shard).
+	Slots map[int]gocql.UUID
+	// Until is the latest end of bucket among the cells, which the row outlives by a day.
+	Until time.Time
+}
+
+// TTL is the row's time to live, in seconds, written at now.
+func (r Row) TTL(now time.Time) int {
+	return min(int(max(r.Until.Sub(now), 0)/time.Second)+86400, maxTTL)
+}
+
+// Group gathers cells into the rows a touch writes, one per queue and bucket, in the order
+// of queue and bucket.
+func Group(cells []Touch) []Row {
+	type key struct {
 		queue  string
 		bucket int64
 	}
-	type entries struct {
-		shards   map[int]gocql.UUID
-		earliest map[int]time.Time
-		slots    map[int]gocql.UUID
-		until    time.Time
-	}
-	rows := map[row]*entries{}
+	idx := map[key]int{}
+	var rows []Row
+	earliest := map[Cell]time.Time{}
 	for _, c := range cells {
-		r := row{c.Queue, c.Bucket}
-		e := rows[r]
-		if e == nil {
-			e = &entries{shards: map[int]gocql.UUID{}, earliest: map[int]time.Time{}, slots: map[int]gocql.UUID{}}
-			rows[r] = e
+		k := key{c.Queue, c.Bucket}
+		i, ok := idx[k]
+		if !ok {
+			i = len(rows)
+			idx[k] = i
+			rows = append(rows, Row{Queue: c.Queue, Bucket: c.Bucket, Shards: map[int]gocql.UUID{}, Slots: map[int]gocql.UUID{}})
 		}
-		e.slots[mapKey(c.Entry)] = gocql.UUID(shard.NewID(c.Earliest))
-		if at, ok := e.earliest[c.Shard]; !ok || c.Earliest.Before(at) {
-			e.earliest[c.Shard] = c.Earliest
-			e.shards[c.Shard] = gocql.UUID(shard.NewID(c.Earliest))
+		r := &rows[i]
+		r.Slots[mapKey(c.Entry)] = gocql.UUID(shard.NewID(c.Earliest))
+		if at, ok := earliest[c.Cell]; !ok || c.Earliest.Before(at) {
+			earliest[c.Cell] = c.Earliest
+			r.Shards[c.Shard] = gocql.UUID(shard.NewID(c.Earliest))
 		}
-		e.until = maxTime(e.until, c.Until)
+		if c.Until.After(r.Until) {
+			r.Until = c.Until
+		}
 	}
-	for r, e := range rows {
-		ttl := min(int(max(time.Until(e.until), 0)/time.Second)+86400, maxTTL)
+	slices.SortFunc(rows, func(a, b Row) int { return cmp.Or(cmp.Compare(a.Queue, b.Queue), cmp.Compare(a.Bucket, b.Bucket)) })
+	return rows
+}
+
+// Write touches cells, one statement per row of Group.
+func Write(ctx context.Context, session *gocql.Session, cells []Touch) error {
+	for _, r := range Group(cells) {
 		// Stamped by the coordinator: an entry must keep the touch made last in real time.
-		err := cql.Query(session, touchStmt, ttl, e.shards, e.slots, r.queue, r.bucket).WithContext(ctx).DefaultTimestamp(false).Exec()
+		err := cql.Query(session, touchStmt, r.TTL(time.Now()), r.Shards, r.Slots, r.Queue, r.Bucket).WithContext(ctx).DefaultTimestamp(false).Exec()
 		if err != nil {
-			return fmt.Errorf("signal: touching %s bucket %d: %w", r.queue, r.bucket, err)
+			return fmt.Errorf("signal: touching %s bucket %d: %w", r.Queue, r.Bucket, err)
 		}
 	}
 	return nil
-}
-
-func maxTime(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
 }
 
 // Cells reads the cells of queue's buckets from..to (within their time to live): the

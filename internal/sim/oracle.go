@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -17,8 +18,10 @@ import (
 
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/consumer"
+	"github.com/shardq/shardq/internal/signal"
 	"github.com/shardq/shardq/producer"
 	"github.com/shardq/shardq/shard"
+	"github.com/shardq/shardq/worker"
 )
 
 // tolerance is how early a delivery may start against the time a task is due, beyond the
@@ -35,6 +38,22 @@ type oracle struct {
 	keys       map[string][]keyClaim
 	refusals   []refusal
 	violations []string
+	series     *seriesLog // nil unless the run keeps a series
+}
+
+// seriesLog is what the run's series owner asked, and of what.
+type seriesLog struct {
+	every, timeout time.Duration
+	calls          []seriesCall
+}
+
+// seriesCall is a call on the series: create, pause or resume; last marks the resume
+// that keeps it going to the end.
+type seriesCall struct {
+	op, by   string
+	last     bool
+	from, to time.Time
+	err      error
 }
 
 // refusal is a schedule refused for a key whose holder had ended before the call began.
@@ -47,6 +66,9 @@ type refusal struct {
 type task struct {
 	id  uuid.UUID
 	key string
+	// series names the series it is an occurrence of, and nominal its time in it.
+	series  string
+	nominal time.Time
 	// ok: a call that schedules it (a schedule or replay) returned success; the task must
 	// run until it succeeds or dies, unless cancelled.
 	ok bool
@@ -54,6 +76,14 @@ type task struct {
 	// earliest any call, even one that failed, may have given it since.
 	due      time.Time
 	dueFloor time.Time
+	// dueCeil is the latest due time any call gave it, and written when the last call that
+	// wrote it (a schedule or a reschedule, even one that failed) returned: from the later
+	// of the two, it is due and its row is in the store.
+	dueCeil time.Time
+	written time.Time
+	// writes are the spans of the calls that wrote it, each until its deferred touch
+	// (signal.Coalesce) was sent and admitted.
+	writes [][2]time.Time
 	// cancelled is when a cancel of it returned success (zero: never), and afterLease
 	// whether that cancel let a delivery in flight finish; maybeCancelled that one
 	// returned an error that leaves it unknown.
@@ -157,6 +187,8 @@ func (o *oracle) scheduled(p *proc, began time.Time, tasks []producer.Task, ids 
 		if t.dueFloor.IsZero() || tasks[i].DueAt.Before(t.dueFloor) {
 			t.dueFloor = tasks[i].DueAt
 		}
+		t.dueCeil, t.written = maxTime(t.dueCeil, tasks[i].DueAt), now
+		t.writes = append(t.writes, [2]time.Time{began, now.Add(time.Second)})
 	}
 	var dup *producer.DuplicateError
 	if errors.As(err, &dup) {
@@ -175,7 +207,10 @@ func (o *oracle) pick(rng *rand.Rand) (uuid.UUID, bool) {
 	if len(o.order) == 0 {
 		return uuid.Nil, false
 	}
-	return o.order[rng.IntN(len(o.order))], true
+	// Occurrences of a series are the series' to move: the oracle checks them against its
+	// promises, not a producer's.
+	id := o.order[rng.IntN(len(o.order))]
+	return id, o.tasks[id].series == ""
 }
 
 func (o *oracle) cancelled(p *proc, id uuid.UUID, afterLease bool, began time.Time, err error) {
@@ -201,9 +236,11 @@ func (o *oracle) cancelled(p *proc, id uuid.UUID, afterLease bool, began time.Ti
 func (o *oracle) rescheduling(id uuid.UUID, due time.Time) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if t := o.get(id); due.Before(t.dueFloor) {
+	t := o.get(id)
+	if due.Before(t.dueFloor) {
 		t.dueFloor = due
 	}
+	t.dueCeil = maxTime(t.dueCeil, due)
 }
 
 func (o *oracle) rescheduled(p *proc, id uuid.UUID, due, began time.Time, err error) {
@@ -224,6 +261,8 @@ func (o *oracle) rescheduled(p *proc, id uuid.UUID, due, began time.Time, err er
 	if err == nil {
 		t.due = due
 	}
+	t.written = time.Now()
+	t.writes = append(t.writes, [2]time.Time{began, t.written.Add(time.Second)})
 }
 
 func (o *oracle) replayed(p *proc, id uuid.UUID, began time.Time, err error) {
@@ -266,6 +305,16 @@ func (o *oracle) delivered(p *proc, ct *consumer.Task) *delivery {
 	if floor := t.dueFloor; !floor.IsZero() && now.Add(max(clockErr, 0)+tolerance).Before(floor) && ct.Attempt == 1 {
 		o.violations = append(o.violations, fmt.Sprintf("task %s delivered at %s, %s before it was due (%s; cluster clock error %s)",
 			ct.ID, stamp(now), floor.Sub(now), stamp(floor), clockErr)+t.history()+fmt.Sprintf("\n      this delivery: attempt %d due %s visible %s deadline %s", ct.Attempt, stamp(ct.DueAt), stamp(visibleOf(ct)), stamp(ct.Deadline)))
+	}
+	if ct.Series != "" {
+		t.series, t.nominal = ct.Series, ct.DueAt
+		// "Every runs the series at a fixed interval" (series.Series.Every), and DueAt "is
+		// then the occurrence's time in the series" (consumer.Task.Series): no occurrence
+		// runs before its time.
+		if now.Add(max(clockErr, 0) + tolerance).Before(ct.DueAt) {
+			o.violations = append(o.violations, fmt.Sprintf("occurrence %s of series %s delivered at %s, %s before its time %s (cluster clock error %s)",
+				ct.ID, ct.Series, stamp(now), ct.DueAt.Sub(now), stamp(ct.DueAt), clockErr))
+		}
 	}
 	t.deliveries = append(t.deliveries, d)
 	if d.attempt > maxAttempts {
@@ -314,6 +363,18 @@ func (o *oracle) observed(p *proc, e shardq.Event) {
 	}
 }
 
+func (o *oracle) seriesKept(every, timeout time.Duration) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.series = &seriesLog{every: every, timeout: timeout}
+}
+
+func (o *oracle) seriesCalled(p *proc, op string, last bool, began time.Time, err error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.series.calls = append(o.series.calls, seriesCall{op: op, by: p.name, last: last, from: began, to: time.Now(), err: err})
+}
+
 func (o *oracle) totals() (scheduled, deliveries int) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -332,6 +393,12 @@ func (o *oracle) check(w *world, end time.Time) []string {
 	defer o.mu.Unlock()
 	v := slices.Clone(o.violations)
 	left := w.leftovers()
+	if o.series != nil {
+		// Its outstanding occurrence waits in the store: the series goes on.
+		if r, err := w.admin.Series().Get(context.Background(), w.queue.Name, seriesName, true); err == nil && r.Open {
+			delete(left, r.TaskID)
+		}
+	}
 	ids := slices.Clone(o.order)
 	for id := range left {
 		if _, ok := o.tasks[id]; !ok {
@@ -354,6 +421,8 @@ func (o *oracle) check(w *world, end time.Time) []string {
 		}
 	}
 	v = append(v, o.checkKeys()...)
+	v = append(v, o.checkLateness(w, end)...)
+	v = append(v, o.checkSeries(w, end)...)
 	for _, r := range o.refusals {
 		v = append(v, fmt.Sprintf("key %q refused at %s for %s, which ended at %s%s", r.key, stamp(r.at), r.holder.id, stamp(r.holder.ended), r.holder.history()))
 	}
@@ -424,6 +493,240 @@ func faultNear(faults []time.Time, at time.Time) bool {
 
 func crashedBy(p *proc, at time.Time) bool {
 	return p.crashed() && !p.crashedAt().After(at)
+}
+
+// lateness bounds how late the first delivery of a task may start after it is due (or
+// after the call that wrote it returned, if later), when nothing the README allows to delay
+// it happened near: "Idle workers read the queue's small wake-up signal every
+// SignalInterval (250 ms), so a task scheduled in any process starts within about that
+// long" (README, Workers). The rest of the bound is the work between reading a touched
+// signal and starting the handler, which the README does not bound: the touch's Coalesce
+// (20 ms), and the signal read, the take (lock, read, markers, the batch that deletes the
+// rows and frees the lock) and the index writes, a dozen requests at the simulated
+// network's latency, of which one in 30 takes up to 500 ms: allowing two seconds for them
+// (a chain of four slow requests) keeps the bound far below what a stranded task waits
+// (an idle worker's poll, up to MaxIdleInterval, 10 s; a sweep, SweepInterval, 10 s; a
+// lap, 20 s at least here), and above the tail of a run without faults. The clocks' error adds nothing: consumers judge
+// due-ness by the cluster's clock, whose error is milliseconds (tolerance), and every
+// process's skew is within MaxClockSkew (MaxSkew), so touches are never read as too old.
+const lateness = worker.DefaultSignalInterval + signal.Coalesce + 2*time.Second
+
+// checkLateness checks that a task due while the workers were live and had a free handler
+// starts within lateness of being due. Exempt are tasks that saw a fault from an idle
+// poll's interval (MaxIdleInterval) before they were due to when they must start (a
+// failed look-ahead leaves a worker asleep until its next poll; a lock taken or released
+// with an unknown outcome lasts its LockTTL; a failed take leaves rows for the next), or
+// a crash from a lock's TTL before (a dead holder's lock lasts its LockTTL; a dead
+// worker's tasks wait for another),
+// or any worker running as many handlers as its Concurrency (the task may be leased by it
+// and wait in its queue, as the README's Prefetch says), or no worker alive throughout;
+// and tasks whose due time a call may have changed without telling (an unknown outcome,
+// a cancel, a replay).
+func (o *oracle) checkLateness(w *world, end time.Time) []string {
+	var workers []*proc
+	var crashes []time.Time
+	for _, p := range w.procs {
+		if p.crashed() {
+			crashes = append(crashes, p.crashedAt())
+		}
+		if p.concurrency > 0 {
+			workers = append(workers, p)
+		}
+	}
+	near := func(times []time.Time, from, to time.Time) bool {
+		return slices.ContainsFunc(times, func(at time.Time) bool { return !at.Before(from) && !at.After(to) })
+	}
+	var v []string
+	for _, id := range o.order {
+		t := o.tasks[id]
+		if !t.ok || t.unsettled || len(t.replays) > 0 || !t.cancelled.IsZero() || t.maybeCancelled {
+			continue
+		}
+		due := maxTime(t.dueCeil, t.written)
+		by := due.Add(lateness)
+		if by.After(end) || near(w.sched.faultsAt, due.Add(-worker.DefaultMaxIdleInterval), by) || near(crashes, due.Add(-w.queue.LockTTL), by) ||
+			slices.ContainsFunc(t.writes, func(c [2]time.Time) bool { return near(w.sched.faultsAt, c[0], c[1]) }) {
+			continue
+		}
+		first := slices.MinFunc(append(slices.Clone(t.deliveries), &delivery{at: end}), func(a, b *delivery) int { return a.at.Compare(b.at) })
+		// A first delivery of a later attempt follows a lease whose handler never started:
+		// its holder crashed, or it ran out waiting for a handler (README, Workers).
+		if !first.at.After(by.Add(tolerance)) || first.attempt > 1 || !o.workersReady(workers, due, by) {
+			continue
+		}
+		v = append(v, fmt.Sprintf("task %s due %s first delivered at %s, %s late (bound %s)%s", id, stamp(due), stamp(first.at),
+			first.at.Sub(due), lateness, t.history()))
+	}
+	return v
+}
+
+// workersReady reports whether a worker was alive from from to to, and none of those alive
+// then ran as many handlers as its Concurrency at any moment in between.
+func (o *oracle) workersReady(workers []*proc, from, to time.Time) bool {
+	live := false
+	for _, p := range workers {
+		gone := p.crashed() && p.crashedAt().Before(to)
+		if p.started.After(to) || p.crashed() && p.crashedAt().Before(from) {
+			continue
+		}
+		live = live || !p.started.After(from) && !gone
+		// Handlers running at from, then each start and end in the window in time order.
+		type step struct {
+			at time.Time
+			n  int
+		}
+		running := 0
+		var steps []step
+		for _, t := range o.tasks {
+			for _, d := range t.deliveries {
+				if d.proc != p || d.at.After(to) || !d.ended.IsZero() && d.ended.Before(from) {
+					continue
+				}
+				if d.at.After(from) {
+					steps = append(steps, step{d.at, 1})
+				} else {
+					running++
+				}
+				if !d.ended.IsZero() && !d.ended.After(to) {
+					steps = append(steps, step{d.ended, -1})
+				}
+			}
+		}
+		slices.SortFunc(steps, func(a, b step) int { return cmp.Or(a.at.Compare(b.at), b.n-a.n) })
+		for _, s := range steps {
+			if running >= p.concurrency {
+				return false
+			}
+			running += s.n
+		}
+		if running >= p.concurrency {
+			return false
+		}
+	}
+	return live
+}
+
+// checkSeries checks the promises of the README's "Recurring series" for the run's series,
+// if it kept one. Duplicates of one occurrence (one task) are checkDeliveries'.
+func (o *oracle) checkSeries(w *world, end time.Time) []string {
+	sl := o.series
+	if sl == nil {
+		return nil
+	}
+	var v []string
+	var occs []*task
+	for _, id := range o.order {
+		// A replay of a dead occurrence runs it again, outside the series' order.
+		if t := o.tasks[id]; t.series != "" && len(t.deliveries) > 0 && len(t.replays) == 0 {
+			occs = append(occs, t)
+		}
+	}
+	calls := func() string {
+		var b strings.Builder
+		for _, c := range sl.calls {
+			fmt.Fprintf(&b, "\n      %s by %s %s-%s: %v", c.op, c.by, stamp(c.from), stamp(c.to), c.err)
+		}
+		return b.String()
+	}
+	leaseFaults := w.sched.leaseFaults
+	// "The occurrence a move makes is named, with its place and write timestamp, in the
+	// series' row before it is written, so writing it again after a crash writes the same
+	// row and never a second occurrence": no two occurrences run for one time.
+	byTime := map[time.Time]*task{}
+	for _, t := range occs {
+		if u := byTime[t.nominal]; u != nil {
+			v = append(v, fmt.Sprintf("series %s ran two occurrences, %s and %s, for its time %s%s%s", seriesName, u.id, t.id, stamp(t.nominal), u.history(), t.history()))
+		}
+		byTime[t.nominal] = t
+	}
+	// "A series has one occurrence outstanding (pending, in flight or retrying)": with
+	// OnAck, no occurrence starts while a delivery of another holds a live lease and runs
+	// (a holder past its lease, or crashed, may still run; a copy of a task that a lease
+	// fault left is documented as a duplicate).
+	for _, a := range occs {
+		for _, b := range occs {
+			if a == b {
+				continue
+			}
+			for _, da := range a.deliveries {
+				for _, db := range b.deliveries {
+					at := db.at
+					if db.attempt > 1 && (faultNear(leaseFaults, db.made) || b.ackRaced(db)) {
+						continue // a copy of b that may run after b's ack: a documented duplicate
+					}
+					if da.at.Before(at) && (da.ended.IsZero() || da.ended.After(at.Add(tolerance))) && da.deadline.After(at.Add(tolerance)) &&
+						!crashedBy(da.proc, at) && !(da.attempt > 1 && faultNear(leaseFaults, da.made)) {
+						v = append(v, fmt.Sprintf("series %s: occurrence %s started at %s while occurrence %s ran (since %s, lease until %s)%s%s",
+							seriesName, b.id, stamp(at), a.id, stamp(da.at), stamp(da.deadline), a.history(), b.history()))
+					}
+				}
+			}
+		}
+	}
+	// "Pause cancels the pending occurrence (one in flight finishes)": from a pause that
+	// returned success to the next resume, no occurrence is leased but one leased before
+	// the pause returned (in flight or retrying then), or a copy a lease fault left.
+	for i, c := range sl.calls {
+		if c.op != "pause" || c.err != nil {
+			continue
+		}
+		until := end
+		for _, r := range sl.calls[i+1:] {
+			if r.op == "resume" || r.op == "create" {
+				until = r.from
+				break
+			}
+		}
+		for _, t := range occs {
+			// Leased before: a delivery started, or a later attempt's row was made (a lease
+			// that expired, its handler never started) before the pause returned.
+			before := slices.ContainsFunc(t.deliveries, func(d *delivery) bool {
+				return !d.leased().After(c.to.Add(tolerance)) || d.attempt > 1 && !d.made.After(c.to.Add(tolerance))
+			})
+			for _, d := range t.deliveries {
+				if d.leased().After(c.to.Add(tolerance)) && d.leased().Before(until) && !before && !(d.attempt > 1 && faultNear(leaseFaults, d.made)) {
+					v = append(v, fmt.Sprintf("series %s paused at %s (until %s), yet occurrence %s leased at %s%s%s",
+						seriesName, stamp(c.to), stamp(until), t.id, stamp(d.leased()), t.history(), calls()))
+				}
+			}
+		}
+	}
+	// "Every worker runs a keeper ... a series stalls at most that long" (SeriesInterval):
+	// after the last resume, with no faults nor crashes, an occurrence starts at least
+	// once per interval, plus the time an occurrence may take (every attempt outlasting
+	// its lease, and a backoff between) and the lateness of its start.
+	gap := sl.every + maxAttempts*(sl.timeout+time.Second) + worker.DefaultSeriesInterval*11/10 + lateness
+	var resumed time.Time
+	for _, c := range sl.calls {
+		if c.last && c.err == nil {
+			resumed = c.to
+		}
+	}
+	if !resumed.IsZero() {
+		starts := []time.Time{resumed, end}
+		for _, t := range occs {
+			if first := t.deliveries[0].at; first.After(resumed) {
+				starts = append(starts, first)
+			}
+		}
+		slices.SortFunc(starts, time.Time.Compare)
+		for i := 1; i < len(starts); i++ {
+			if starts[i].Sub(starts[i-1]) > gap {
+				v = append(v, fmt.Sprintf("series %s (every %s) stalled: no occurrence started from %s to %s (bound %s)%s", seriesName, sl.every,
+					stamp(starts[i-1]), stamp(starts[i]), gap, calls()))
+			}
+		}
+	}
+	return v
+}
+
+// ackRaced reports whether an earlier delivery than d succeeded so near its lease's end
+// that its ack (sent within AckInterval) may have come after it: the marker then delivers
+// the task again ("a marker not deleted by its deadline delivers the task again").
+func (t *task) ackRaced(d *delivery) bool {
+	return slices.ContainsFunc(t.deliveries, func(e *delivery) bool {
+		return e.attempt < d.attempt && e.ok && !e.ended.Add(worker.DefaultAckInterval+tolerance).Before(e.deadline)
+	})
 }
 
 // checkKeys checks that no two tasks held one key at once: a schedule that returned
@@ -519,6 +822,13 @@ func (t *task) ran() bool {
 		}
 	}
 	return false
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 func (t *task) endedBefore(at time.Time) bool { return !t.ended.IsZero() && t.ended.Before(at) }

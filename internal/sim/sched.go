@@ -38,8 +38,10 @@ type sched struct {
 	// a lease move whose outcome stayed unknown, or a drop of markers that failed, leaves
 	// a marker behind, and a copy of the task with it (a documented duplicate).
 	leaseFaults []time.Time
-	log         func(*request, memstore.Fault) // when set, sees every admission
-	counts      [memstore.NoResponseApplied + 1]int
+	// faultsAt are when any request met a fault, for the lateness bound.
+	faultsAt []time.Time
+	log      func(*request, memstore.Fault) // when set, sees every admission
+	counts   [memstore.NoResponseApplied + 1]int
 }
 
 type request struct {
@@ -188,8 +190,11 @@ func (s *sched) admit(q *request) {
 	s.mu.Lock()
 	s.steps++
 	s.counts[f]++
-	if f != memstore.None && leaseOps[q.req.Op] {
-		s.leaseFaults = append(s.leaseFaults, time.Now())
+	if f != memstore.None {
+		s.faultsAt = append(s.faultsAt, time.Now())
+		if leaseOps[q.req.Op] {
+			s.leaseFaults = append(s.leaseFaults, time.Now())
+		}
 	}
 	h := fnv.New64a()
 	var b [8]byte

@@ -119,6 +119,7 @@ var regressions = []struct {
 	{6, "c8de518 (issue 24, F7): consumers judge due-ness by the cluster's clock"},
 	{193, "1c26f2f (issue 24, F4): Cancel and Reschedule delete the copy a move left"},
 	{7000425, "this issue: a Reschedule measures the cluster's clock before it stamps"},
+	{101, "ae913fe: a series client measures the cluster's clock before it stamps an occurrence"},
 }
 
 func TestRegressionSeeds(t *testing.T) {

@@ -25,6 +25,7 @@ import (
 	"github.com/shardq/shardq/internal/sessionstate"
 	"github.com/shardq/shardq/internal/store"
 	"github.com/shardq/shardq/producer"
+	"github.com/shardq/shardq/series"
 	"github.com/shardq/shardq/worker"
 )
 
@@ -91,6 +92,9 @@ type proc struct {
 	once    sync.Once
 	diedAt  atomic.Int64 // true time of the crash, in Unix nanoseconds
 	unbind  func()
+	// A worker's: when it started, and its Concurrency (zero for other processes).
+	started     time.Time
+	concurrency int
 }
 
 func (p *proc) crash() {
@@ -175,6 +179,7 @@ func run(cfg Config) (Result, error) {
 	for i := range producers {
 		wg.Go(func() { w.producer(i, start.Add(workload)) })
 	}
+	wg.Go(func() { w.seriesOwner(start.Add(workload)) })
 	workers := 1 + rng.IntN(3)
 	for i := range workers {
 		wg.Go(func() { w.worker(i, start.Add(workload), end) })
@@ -388,6 +393,97 @@ func (w *world) replay(ctx context.Context, rng *rand.Rand, p *proc, pr *produce
 	w.oracle.replayed(p, l.TaskID, began, err)
 }
 
+// seriesName names the series that a share of runs keeps.
+const seriesName = "s"
+
+// seriesOwner, in a third of the runs, creates a series and pauses and resumes it until
+// until, crashing now and then, then resumes it for good: workers run its occurrences
+// under the same faults and crashes as other tasks. Its draws come from a source of its
+// own, which leaves the worlds of other seeds as they were.
+func (w *world) seriesOwner(until time.Time) {
+	rng := w.rngFor("series-0")
+	if rng.IntN(3) > 0 {
+		return
+	}
+	every := time.Duration(1+rng.IntN(8)) * time.Second
+	w.oracle.seriesKept(every, w.queue.DefaultTimeout)
+	c := newClock(rng)
+	for incarnation := 0; time.Now().Before(until); incarnation++ {
+		p := w.newProc(fmt.Sprintf("series-0.%d", incarnation), c)
+		ctx, cancel := context.WithCancel(context.Background())
+		crashAt := time.Now().Add(time.Duration(rng.Int64N(int64(3 * workload))))
+		go func() {
+			t := time.NewTimer(time.Until(crashAt))
+			defer t.Stop()
+			select {
+			case <-t.C:
+				w.crashes.Add(1)
+				p.crash()
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		w.keepSeries(ctx, rng, p, every, until)
+		cancel()
+		if !p.crashed() {
+			break
+		}
+		time.Sleep(time.Duration(rng.Int64N(int64(5 * time.Second))))
+	}
+	// Faults have stopped: the last incarnation resumes the series for good.
+	p := w.newProc("series-0.last", c)
+	cl := w.seriesClient(p)
+	for {
+		began := time.Now()
+		err := cl.Resume(context.Background(), w.queue.Name, seriesName)
+		if errors.Is(err, series.ErrNotFound) {
+			err = w.createSeries(context.Background(), cl, every)
+		}
+		w.oracle.seriesCalled(p, "resume", true, began, err)
+		if err == nil {
+			return
+		}
+	}
+}
+
+func (w *world) seriesClient(p *proc) *series.Client {
+	cl, err := series.New(p.session, series.Config{})
+	if err != nil {
+		panic(err)
+	}
+	return cl
+}
+
+func (w *world) createSeries(ctx context.Context, cl *series.Client, every time.Duration) error {
+	_, err := cl.Create(ctx, series.Series{Queue: w.queue.Name, Name: seriesName, Every: every, Payload: []byte("s")})
+	return err
+}
+
+// keepSeries creates the series (again: an equal definition changes nothing) and pauses
+// and resumes it now and then until until.
+func (w *world) keepSeries(ctx context.Context, rng *rand.Rand, p *proc, every time.Duration, until time.Time) {
+	cl := w.seriesClient(p)
+	for ctx.Err() == nil && time.Now().Before(until) {
+		began := time.Now()
+		err := w.createSeries(ctx, cl, every)
+		w.oracle.seriesCalled(p, "create", false, began, err)
+		if err == nil {
+			break
+		}
+	}
+	for time.Now().Before(until) && ctx.Err() == nil {
+		time.Sleep(time.Duration(rng.Int64N(int64(10 * time.Second))))
+		began := time.Now()
+		if rng.IntN(2) == 0 {
+			err := cl.Pause(ctx, w.queue.Name, seriesName)
+			w.oracle.seriesCalled(p, "pause", false, began, err)
+		} else {
+			err := cl.Resume(ctx, w.queue.Name, seriesName)
+			w.oracle.seriesCalled(p, "resume", false, began, err)
+		}
+	}
+}
+
 // worker runs a worker until until, crashing and restarting it now and then, then runs
 // one without crashes until end.
 func (w *world) worker(i int, until, end time.Time) {
@@ -415,10 +511,11 @@ func (w *world) worker(i int, until, end time.Time) {
 
 func (w *world) runWorker(rng *rand.Rand, p *proc, stopAt time.Time, crash bool) {
 	h := &handler{w: w, p: p}
+	p.started, p.concurrency = time.Now(), 1+rng.IntN(4)
 	wk, err := worker.New(p.session, worker.Config{
 		Queue:       w.queue.Name,
 		Handler:     h,
-		Concurrency: 1 + rng.IntN(4),
+		Concurrency: p.concurrency,
 		MaxAttempts: maxAttempts,
 		Backoff:     func(int) time.Duration { return time.Second },
 		Observer:    shardq.ObserverFunc(func(_ context.Context, e shardq.Event) { w.oracle.observed(p, e) }),
