@@ -342,3 +342,33 @@ func TestKeeperWritesLostOccurrence(t *testing.T) {
 	require.Equal(t, lost, got.ID)
 	require.Equal(t, start.Add(time.Minute), got.DueAt.UTC())
 }
+
+// An occurrence left unwritten for over half a lap would, written at its place, lie in a
+// bucket consumers have passed: the keeper writes it at a new place instead, with its time
+// kept, and deletes the old one.
+func TestKeeperReplacesOccurrenceLostForALap(t *testing.T) {
+	t.Parallel()
+	start := time.Date(2026, 1, 5, 12, 0, 0, 0, time.UTC)
+	e := newEnv(t, start.Add(-time.Second))
+	ctx := context.Background()
+	_, err := e.c.Create(ctx, series.Series{Queue: e.q.Name, Name: "l", Every: time.Minute, Start: start})
+	require.NoError(t, err)
+	e.next("l")
+	in, err := e.c.Get(ctx, e.q.Name, "l")
+	require.NoError(t, err)
+	require.NoError(t, e.p.Cancel(ctx, in.NextID, producer.CancelOptions{}))
+	lost := taskid.New(in.NextAt, e.q.Name)
+	require.NoError(t, e.s.Query(`UPDATE series SET task_id = ?, written = null WHERE queue = ? AND name = ?`,
+		gocql.UUID(lost), e.q.Name, "l").Exec())
+
+	e.clock.Add(in.NextAt.Sub(e.clock.Now()) + e.q.Layout().Window())
+	require.NoError(t, e.c.Keep(ctx, e.q.Name))
+	again, err := e.c.Get(ctx, e.q.Name, "l")
+	require.NoError(t, err)
+	require.NotEqual(t, lost, again.NextID, "written at a place a lap old")
+	_, err = e.insp.Task(ctx, lost)
+	require.ErrorIs(t, err, shardq.ErrTaskNotFound)
+	got := e.next("l")
+	require.Equal(t, again.NextID, got.ID)
+	require.Equal(t, start.Add(time.Minute), got.DueAt.UTC(), "the occurrence keeps its time")
+}

@@ -9,6 +9,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/internal/store"
+	"github.com/shardq/shardq/internal/taskid"
 	"github.com/shardq/shardq/shard"
 )
 
@@ -79,6 +81,9 @@ func (e *Env) keep(ctx context.Context, q shardq.QueueConfig, name string, statu
 		if s != Gone {
 			return e.markWritten(ctx, st)
 		}
+		if now.After(shard.IDTime(st.TaskID).Add(q.Layout().Window() / 2)) {
+			return e.replace(ctx, q, st)
+		}
 		e.Log.WarnContext(ctx, "writing an occurrence of a series its scheduler did not write",
 			"queue", q.Name, "series", name, "task_id", st.TaskID)
 		return e.Write(ctx, q, st)
@@ -91,6 +96,28 @@ func (e *Env) keep(ctx context.Context, q shardq.QueueConfig, name string, statu
 	}
 	e.Log.InfoContext(ctx, "moving a series whose consumer died before moving it", "queue", q.Name, "series", name, "task_id", st.TaskID)
 	return e.Advance(ctx, q, name, st.TaskID, s == Taken)
+}
+
+// replace gives st's unwritten occurrence, whose place is over half a lap old, a new
+// place now: a row written there would lie in a bucket consumers have passed, found only
+// by a sweep within the lap, and past the lap never. Its old place is deleted first,
+// stamped past the occurrence's own write, so a write of it still on its way adds
+// nothing; the occurrence keeps its number and time.
+func (e *Env) replace(ctx context.Context, q shardq.QueueConfig, old State) error {
+	e.Log.WarnContext(ctx, "writing an occurrence of a series its scheduler did not write, at a new place: its own is too old",
+		"queue", q.Name, "series", old.Name, "task_id", old.TaskID)
+	del := store.Mutation{Op: store.Delete, Row: occurrenceRow(q, old), Stamp: e.Cluster.DeleteStamp()}
+	if err := e.Tasks.Write(ctx, []store.Mutation{del}); err != nil {
+		return fmt.Errorf("series: deleting the old place of occurrence %d of %s: %w", old.Seq, old.Name, err)
+	}
+	_, err := e.Change(ctx, q, old.Name, func(st *State, now time.Time) (bool, error) {
+		if !st.Pending() || st.TaskID != old.TaskID {
+			return false, nil
+		}
+		st.TaskID, st.AdvancedAt = taskid.New(now, st.Queue), now
+		return true, nil
+	})
+	return err
 }
 
 func (e *Env) markWritten(ctx context.Context, st State) error {

@@ -285,9 +285,8 @@ func (e *Env) Write(ctx context.Context, q shardq.QueueConfig, st State) error {
 	}
 	l := q.Layout()
 	place := shard.IDTime(st.TaskID)
-	id := gocql.UUID(st.TaskID)
-	r := taskrow.Row{Key: l.Key(l.Bucket(place), l.ShardFor(st.TaskID)), Priority: st.Priority, ID: id, TaskID: id,
-		Payload: st.Spec.Payload, DueAt: st.Nominal, Timeout: timeout, Series: st.Name}
+	r := occurrenceRow(q, st)
+	r.Payload, r.DueAt, r.Timeout, r.Series = st.Spec.Payload, st.Nominal, timeout, st.Name
 	if err := e.Tasks.Write(ctx, []store.Mutation{{Op: store.Insert, Row: r, Stamp: st.Stamp}}); err != nil {
 		return fmt.Errorf("series: writing occurrence %d of %s: %w", st.Seq, st.Name, err)
 	}
@@ -299,4 +298,11 @@ func (e *Env) Write(ctx context.Context, q shardq.QueueConfig, st State) error {
 	// After the touch: an idle consumer passes a partition whose cell shows no touch.
 	e.Bus.Wake(q.Name, place)
 	return e.markWritten(ctx, st)
+}
+
+// occurrenceRow is the key of st's occurrence's row: its place is its task ID's time.
+func occurrenceRow(q shardq.QueueConfig, st State) taskrow.Row {
+	l := q.Layout()
+	id := gocql.UUID(st.TaskID)
+	return taskrow.Row{Key: l.Key(l.Bucket(shard.IDTime(st.TaskID)), l.ShardFor(st.TaskID)), Priority: st.Priority, ID: id, TaskID: id}
 }

@@ -120,6 +120,7 @@ var regressions = []struct {
 	{193, "1c26f2f (issue 24, F4): Cancel and Reschedule delete the copy a move left"},
 	{7000425, "this issue: a Reschedule measures the cluster's clock before it stamps"},
 	{101, "ae913fe: a series client measures the cluster's clock before it stamps an occurrence"},
+	{1759, "a keeper writes an occurrence left unwritten for over half a lap at a new place"},
 }
 
 func TestRegressionSeeds(t *testing.T) {
