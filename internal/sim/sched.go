@@ -18,6 +18,10 @@ import (
 // errCrashed is what a crashed process's requests return: nothing of them applied.
 var errCrashed = errors.New("sim: process crashed")
 
+// errOver is what requests sent after the run ended return (a clock measure a process
+// started in the background as it stopped): nothing admits them any more.
+var errOver = errors.New("sim: the run is over")
+
 // sched is the network between the processes and the simulated cluster. Every request
 // waits in pending until its latency, drawn from the seed, has passed; the driver
 // (run's goroutine) admits the due requests one at a time, once every other goroutine is
@@ -32,6 +36,7 @@ type sched struct {
 	pending []*request
 	seen    map[string]int // requests so far by identity, to draw each one's fate
 	wake    chan struct{}  // a request was added
+	over    chan struct{}  // closed when the run has ended
 	trace   uint64         // a hash of every admission, to tell two runs apart
 	steps   int
 	// leaseFaults are when a request that makes or unmakes a lease met a fault: a swap or
@@ -53,7 +58,7 @@ type request struct {
 }
 
 func newSched(seed uint64) *sched {
-	return &sched{seed: seed, seen: map[string]int{}, wake: make(chan struct{}, 1), trace: seed}
+	return &sched{seed: seed, seen: map[string]int{}, wake: make(chan struct{}, 1), over: make(chan struct{}), trace: seed}
 }
 
 // gate is p's memstore.Gate.
@@ -62,6 +67,8 @@ func (s *sched) gate(p *proc) memstore.Gate {
 		select {
 		case <-p.dead:
 			return 0, errCrashed
+		case <-s.over:
+			return 0, errOver
 		default:
 		}
 		// A request's identity names its process, statement, partition and the code path
@@ -85,6 +92,9 @@ func (s *sched) gate(p *proc) memstore.Gate {
 		case <-p.dead:
 			s.drop(q)
 			return 0, errCrashed
+		case <-s.over:
+			s.drop(q)
+			return 0, errOver
 		case <-ctx.Done():
 			s.drop(q)
 			return 0, ctx.Err()

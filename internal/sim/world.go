@@ -218,6 +218,7 @@ func run(cfg Config) (Result, error) {
 	for _, p := range w.procs {
 		p.unbind()
 	}
+	close(w.sched.over)
 	return res, nil
 }
 
