@@ -499,7 +499,8 @@ func crashedBy(p *proc, at time.Time) bool {
 // after the call that wrote it returned, if later), when nothing the README allows to delay
 // it happened near: "Idle workers read the queue's small wake-up signal every
 // SignalInterval (250 ms), so a task scheduled in any process starts within about that
-// long" (README, Workers). The rest of the bound is the work between reading a touched
+// long" (README, Workers), and a fetch follows one that found tasks no sooner than
+// BatchDelay (200 ms) later. The rest of the bound is the work between reading a touched
 // signal and starting the handler, which the README does not bound: the touch's Coalesce
 // (20 ms), and the signal read, the take (lock, read, markers, the batch that deletes the
 // rows and frees the lock) and the index writes, a dozen requests at the simulated
@@ -509,7 +510,7 @@ func crashedBy(p *proc, at time.Time) bool {
 // lap, 20 s at least here), and above the tail of a run without faults. The clocks' error adds nothing: consumers judge
 // due-ness by the cluster's clock, whose error is milliseconds (tolerance), and every
 // process's skew is within MaxClockSkew (MaxSkew), so touches are never read as too old.
-const lateness = worker.DefaultSignalInterval + signal.Coalesce + 2*time.Second
+const lateness = worker.DefaultSignalInterval + worker.DefaultBatchDelay + signal.Coalesce + 2*time.Second
 
 // checkLateness checks that a task due while the workers were live and had a free handler
 // starts within lateness of being due. Exempt are tasks that saw a fault from an idle
