@@ -28,6 +28,11 @@ const (
 	// coordinators' clocks differ by less than this, and a driver's late retry of an insert
 	// cannot bring a deleted row back.
 	WriteLag = time.Second
+	// Unmeasured is how far a host's clock may be off the cluster's while no measure has
+	// succeeded (the consumers' default MaxClockSkew): plain writes are then stamped that
+	// much earlier and deletes that much later, so a host ahead by up to it still writes
+	// rows that deletes shadow.
+	Unmeasured = 2 * time.Second
 )
 
 // Coordinator reads a coordinator's clock (store.Store does).
@@ -54,6 +59,7 @@ type Clock struct {
 	offset    time.Duration // cluster minus host
 	attempted time.Time     // host time of the last measure, done or failed; zero before
 	failed    bool          // the last measure failed
+	known     bool          // a measure succeeded
 	measuring bool
 }
 
@@ -149,7 +155,7 @@ func (c *Clock) Measure(ctx context.Context) (time.Duration, error) {
 	if bestRTT < 0 {
 		return 0, fmt.Errorf("clustertime: reading a coordinator's clock: %w", err)
 	}
-	c.offset = best
+	c.offset, c.known = best, true
 	if best.Abs() > WriteLag/2 {
 		c.log.WarnContext(ctx, "this host's clock is off the cluster's; shardq corrects its times, but fix the host's time sync",
 			"offset", best)
@@ -158,20 +164,31 @@ func (c *Clock) Measure(ctx context.Context) (time.Duration, error) {
 }
 
 // Stamp is the write timestamp, in microseconds, of a plain write made at writer's time
-// now: WriteLag before the earlier of now and the cluster's time. A writer whose clock
-// trails stamps as it writes row IDs; one whose clock leads cannot stamp past the deletes
-// that will follow.
+// now: WriteLag before the earlier of now and the cluster's time (and Unmeasured more
+// while no measure has succeeded). A writer whose clock trails stamps as it writes row
+// IDs; one whose clock leads cannot stamp past the deletes that will follow.
 func (c *Clock) Stamp(now time.Time) int64 {
 	if cluster := c.Now(); cluster.Before(now) {
 		now = cluster
 	}
-	return now.Add(-WriteLag).UnixMicro()
+	return now.Add(-WriteLag - c.unknown()).UnixMicro()
+}
+
+// unknown is how far the host's clock may be off the cluster's beyond what was measured.
+func (c *Clock) unknown() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.known {
+		return 0
+	}
+	return Unmeasured
 }
 
 // DeleteStamp is the write timestamp, in microseconds, of a plain delete of a row that a
-// coordinator stamped (a dead letter): WriteLag past the cluster's time, so the delete
+// coordinator stamped (a dead letter): WriteLag past the cluster's time (and Unmeasured
+// more while no measure has succeeded), so the delete
 // wins over the write made before it whatever this host's clock, as Stamp's writes lose
 // to the coordinators' deletes.
 func (c *Clock) DeleteStamp() int64 {
-	return c.Now().Add(WriteLag).UnixMicro()
+	return c.Now().Add(WriteLag + c.unknown()).UnixMicro()
 }

@@ -65,6 +65,10 @@ func TestFailedMeasureRetriedSoon(t *testing.T) {
 	c := clustertime.New(&failFirst{Coordinator: store.Cassandra(s)}, offsetHost(5*time.Second), nil)
 	c.Ready(context.Background())
 	require.Zero(t, c.Offset(), "the first measure failed")
+	// Meanwhile a host ahead by up to Unmeasured stamps its writes before the cluster's time
+	// less WriteLag, and its deletes after the cluster's time plus WriteLag.
+	require.LessOrEqual(t, c.Stamp(c.Now()), time.Now().Add(5*time.Second-clustertime.WriteLag-clustertime.Unmeasured).UnixMicro())
+	require.GreaterOrEqual(t, c.DeleteStamp(), time.Now().Add(5*time.Second+clustertime.WriteLag+clustertime.Unmeasured-100*time.Millisecond).UnixMicro())
 	deadline := time.Now().Add(15 * time.Second)
 	for c.Offset() == 0 {
 		require.True(t, time.Now().Before(deadline), "not measured again within RetryFailed")

@@ -121,6 +121,7 @@ var regressions = []struct {
 	{7000425, "this issue: a Reschedule measures the cluster's clock before it stamps"},
 	{101, "ae913fe: a series client measures the cluster's clock before it stamps an occurrence"},
 	{1759, "a keeper writes an occurrence left unwritten for over half a lap at a new place"},
+	{5017033, "a host whose first clock measure failed stamps its writes Unmeasured earlier"},
 }
 
 func TestRegressionSeeds(t *testing.T) {
