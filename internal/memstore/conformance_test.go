@@ -534,6 +534,35 @@ var scenarios = []scenario{
 		require.Equal(t, at, created["q"])
 	}},
 
+	{"a queue is paused and resumed by a conditional update of its row", func(t *testing.T, ctx context.Context, s store.Store) {
+		queues := s.Queues()
+		applied, err := queues.SetPaused(ctx, "q", true)
+		require.NoError(t, err)
+		require.False(t, applied, "no such queue: the update does not make a row")
+		_, err = queues.Paused(ctx, "q", false)
+		require.ErrorIs(t, err, store.ErrNotFound)
+		q := store.Queue{Name: "q", BucketCount: 10, BucketDuration: time.Second, ShardCount: 2,
+			DefaultTimeout: 3 * time.Second, LockTTL: 3 * time.Second}
+		_, _, err = queues.Create(ctx, q)
+		require.NoError(t, err)
+		paused, err := queues.Paused(ctx, "q", false)
+		require.NoError(t, err)
+		require.False(t, paused, "a new queue runs")
+		for _, want := range []bool{true, true, false, true} {
+			applied, err = queues.SetPaused(ctx, "q", want)
+			require.NoError(t, err)
+			require.True(t, applied)
+			for _, serial := range []bool{false, true} {
+				paused, err = queues.Paused(ctx, "q", serial)
+				require.NoError(t, err)
+				require.Equal(t, want, paused)
+			}
+		}
+		got, err := queues.Get(ctx, "q")
+		require.NoError(t, err)
+		require.Equal(t, q, got, "settings are untouched")
+	}},
+
 	{"dead letters page newest first", func(t *testing.T, ctx context.Context, s store.Store) {
 		dl := s.DeadLetters()
 		now := time.Now()

@@ -19,6 +19,7 @@ const (
 	colLockTTL
 	colRetention
 	colCreatedAt
+	colQueuePaused
 )
 
 type queues struct{ *client }
@@ -138,4 +139,32 @@ func (q queues) Created(ctx context.Context) (map[string]time.Time, error) {
 		return nil, err
 	}
 	return created, nil
+}
+
+func (q queues) SetPaused(ctx context.Context, name string, paused bool) (bool, error) {
+	applied := false
+	err := q.exec(ctx, Request{Table: "queues", Op: "Queues.SetPaused", Key: name, Write: true, Conditional: true}, "CAS", func(s *state) error {
+		ballot := s.serverStamp()
+		if r := s.get(s.c.queues, name, ""); r == nil || !r.live(s.sec) {
+			return nil
+		}
+		applied = true
+		s.apply(s.c.queues, name, op{sets: []set{{colQueuePaused, paused}}}, ballot)
+		return nil
+	})
+	return applied, err
+}
+
+func (q queues) Paused(ctx context.Context, name string, serial bool) (bool, error) {
+	var paused *bool
+	err := read(ctx, q.client, q.one("Queues.Paused", name, serial), func(s *state, r *row) bool {
+		return boolOf(r.value(colQueuePaused, s.sec))
+	}, func(p bool) bool { paused = &p; return true })
+	switch {
+	case err != nil:
+		return false, err
+	case paused == nil:
+		return false, fmt.Errorf("%w: queue %q", store.ErrNotFound, name)
+	}
+	return *paused, nil
 }

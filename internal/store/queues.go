@@ -84,3 +84,21 @@ func (s queues) Created(ctx context.Context) (map[string]time.Time, error) {
 	}
 	return created, nil
 }
+
+func (s queues) SetPaused(ctx context.Context, name string, paused bool) (bool, error) {
+	return cql.Query(s.session, `UPDATE queues SET paused = ? WHERE name = ? IF EXISTS`, paused, name).
+		WithContext(ctx).RetryPolicy(lwt.NoRetry).MapScanCAS(map[string]any{})
+}
+
+func (s queues) Paused(ctx context.Context, name string, serial bool) (bool, error) {
+	var paused *bool // null: never paused
+	q := cql.Query(s.session, `SELECT paused FROM queues WHERE name = ?`, name).WithContext(ctx)
+	if serial {
+		q = q.Consistency(lwt.Serial)
+	}
+	err := q.Scan(&paused)
+	if errors.Is(err, gocql.ErrNotFound) {
+		return false, fmt.Errorf("%w: queue %q", ErrNotFound, name)
+	}
+	return err == nil && paused != nil && *paused, err
+}

@@ -150,6 +150,12 @@ type Queues interface {
 	CreatedAt(ctx context.Context, name string) (time.Time, error)
 	// Created reads when every queue was created, by name.
 	Created(ctx context.Context) (map[string]time.Time, error)
+	// SetPaused pauses or resumes queue name, and reports false when there is no such
+	// queue. It is conditional, and never retried.
+	SetPaused(ctx context.Context, name string, paused bool) (bool, error)
+	// Paused reads whether queue name is paused, at SERIAL when serial (completing a
+	// change still in flight), or returns ErrNotFound.
+	Paused(ctx context.Context, name string, serial bool) (bool, error)
 }
 
 // Index is the task_index table (see package taskindex).
