@@ -13,6 +13,8 @@ var (
 	ErrQueueNotFound = errors.New("shardq: queue not found")
 	// ErrQueueMismatch means a queue exists with settings other than the ones given.
 	ErrQueueMismatch = errors.New("shardq: queue settings mismatch")
+	// ErrQueuePaused means the queue is paused (PauseQueue): no task was taken.
+	ErrQueuePaused = errors.New("shardq: queue paused")
 )
 
 // ValidationError names the field or argument that was rejected and why. It matches

@@ -224,12 +224,21 @@ func (c *Consumer) init(ctx context.Context) error {
 // A partition that cannot be read or written does not stop the others: its error goes
 // to the Observer (PartitionFailed) and the log, and the call returns what it could take.
 // It returns an error only when no partition could be read at all.
+//
+// While the queue is paused (shardq.PauseQueue, as read at most shardq.SettingsRefresh
+// ago) it takes nothing and returns shardq.ErrQueuePaused.
 func (c *Consumer) AcquireTasks(ctx context.Context, n int) ([]*Task, error) {
 	if n < 1 || n > MaxAcquire {
 		return nil, shardq.Invalid("n", "%d is not in [1, %d]", n, MaxAcquire)
 	}
 	if err := c.init(ctx); err != nil {
 		return nil, err
+	}
+	switch paused, err := c.state.Paused(ctx, c.cfg.Queue); {
+	case err != nil:
+		return nil, err
+	case paused:
+		return nil, shardq.ErrQueuePaused
 	}
 	now := c.cfg.Clock.Now()
 	c.sweep(ctx, now)

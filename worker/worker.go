@@ -417,6 +417,7 @@ const busyFetch = 50
 func (w *Worker) fetch(ctx context.Context) {
 	sub := w.bus.Subscribe(w.cfg.Queue)
 	defer sub.Cancel()
+	paused := false
 	for {
 		n, ok := w.slots(ctx)
 		if !ok {
@@ -424,8 +425,21 @@ func (w *Worker) fetch(ctx context.Context) {
 		}
 		looked := time.Now()
 		got, err := w.acquire(ctx, n)
+		if p := errors.Is(err, shardq.ErrQueuePaused); p != paused {
+			paused = p
+			w.log.InfoContext(ctx, map[bool]string{true: "queue paused: taking no tasks until it is resumed",
+				false: "queue resumed"}[p], "queue", w.cfg.Queue)
+		}
 		var wake, notBefore time.Time
 		switch {
+		case paused:
+			// Neither signals nor wake-ups matter until the pause ends: look again once the
+			// session's read of it may have changed.
+			wake = time.Now().Add(shardq.SettingsRefresh)
+			if !w.sleep(ctx, wake) {
+				return
+			}
+			continue
 		case err != nil:
 			if ctx.Err() != nil {
 				return
@@ -560,6 +574,20 @@ func (w *Worker) wait(ctx context.Context, sub *wakeup.Sub, wake, notBefore, loo
 		case <-ctx.Done():
 			return false
 		}
+	}
+}
+
+// sleep waits until at, and reports false when the worker is stopping.
+func (w *Worker) sleep(ctx context.Context, at time.Time) bool {
+	timer := time.NewTimer(time.Until(at))
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return true
+	case <-w.stopFetch:
+		return false
+	case <-ctx.Done():
+		return false
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"runtime"
 	"sync"
+	"time"
 	"weak"
 
 	"github.com/gocql/gocql"
@@ -38,6 +39,15 @@ type State struct {
 	Bus *wakeup.Bus
 
 	queues sync.Map // name -> shardq.QueueConfig
+
+	pausedMu sync.Mutex
+	paused   map[string]pauseRead
+}
+
+// pauseRead is what a read of whether a queue is paused found, and when it was sent.
+type pauseRead struct {
+	paused bool
+	at     time.Time
 }
 
 // New returns the State of parts working on tables, whose host clock is host (nil: the
@@ -51,6 +61,7 @@ func New(tables store.Store, host clustertime.Host, log *slog.Logger) *State {
 		Cluster: clustertime.New(tables, host, log),
 		Signals: signal.NewToucher(tables.Signals(), log),
 		Bus:     &wakeup.Bus{},
+		paused:  map[string]pauseRead{},
 	}
 }
 
@@ -118,4 +129,30 @@ func (s *State) Queue(ctx context.Context, name string) (shardq.QueueConfig, err
 	q := shardq.QueueConfig(stored)
 	s.queues.Store(name, q)
 	return q, nil
+}
+
+// Paused reports whether queue name is paused, as read at most shardq.SettingsRefresh
+// ago (timed from when the read was sent): the parts of one session share one read per
+// queue and interval. No lock is held across the read.
+func (s *State) Paused(ctx context.Context, name string) (bool, error) {
+	s.pausedMu.Lock()
+	last, ok := s.paused[name]
+	s.pausedMu.Unlock()
+	if ok && time.Since(last.at) < shardq.SettingsRefresh {
+		return last.paused, nil
+	}
+	sent := time.Now()
+	paused, err := s.Store.Queues().Paused(ctx, name, false)
+	if errors.Is(err, store.ErrNotFound) {
+		return false, fmt.Errorf("%w: %q", shardq.ErrQueueNotFound, name)
+	}
+	if err != nil {
+		return false, fmt.Errorf("shardq: reading whether queue %q is paused: %w", name, err)
+	}
+	s.pausedMu.Lock()
+	if cur, ok := s.paused[name]; !ok || cur.at.Before(sent) {
+		s.paused[name] = pauseRead{paused: paused, at: sent}
+	}
+	s.pausedMu.Unlock()
+	return paused, nil
 }

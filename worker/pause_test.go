@@ -1,0 +1,216 @@
+package worker_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/consumer"
+	"github.com/shardq/shardq/internal/cassandratest"
+	"github.com/shardq/shardq/internal/cqlcluster"
+	"github.com/shardq/shardq/producer"
+	"github.com/shardq/shardq/worker"
+)
+
+const (
+	pauseKeyspaceEnv = "SHARDQ_TEST_PAUSE_WORKER_KEYSPACE"
+	pauseQueueEnv    = "SHARDQ_TEST_PAUSE_WORKER_QUEUE"
+)
+
+// TestPauseWorkerProcess is a worker process of TestPauseUnderLoad: a default worker
+// whose handlers take 20 ms and print "ran <task ID> <lease start, Unix ns>" as each
+// ends. It stops when its standard input closes. Run on its own it returns at once.
+func TestPauseWorkerProcess(t *testing.T) {
+	ks := os.Getenv(pauseKeyspaceEnv)
+	if ks == "" {
+		return
+	}
+	var mu sync.Mutex
+	w, err := worker.New(cassandratest.SessionFor(t, ks), worker.Config{Queue: os.Getenv(pauseQueueEnv),
+		Handler: worker.HandlerFunc(func(_ context.Context, task *consumer.Task) error {
+			time.Sleep(20 * time.Millisecond) // in flight while the pause begins
+			mu.Lock()
+			defer mu.Unlock()
+			fmt.Println("ran", task.ID, task.Deadline.Add(-task.Timeout).UnixNano())
+			return nil
+		})})
+	require.NoError(t, err)
+	ctx := context.Background()
+	require.NoError(t, w.Start(ctx))
+	mu.Lock()
+	fmt.Println("ready")
+	mu.Unlock()
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	require.NoError(t, w.Stop(ctx))
+}
+
+// A queue paused under a steady load, drained by two worker processes: no task is leased
+// from SettingsRefresh after PauseQueue returned (and the fetch then under way) until
+// ResumeQueue, though tasks keep coming due; the tasks in flight finish; after the resume
+// every task scheduled runs, once.
+func TestPauseUnderLoad(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, shardq.QueueConfig{ShardCount: 4})
+	ran := make(chan [2]string, 1024)
+	var children []*exec.Cmd
+	var stdins []io.Closer
+	ready := make(chan struct{}, 2)
+	for range 2 {
+		child := exec.Command(os.Args[0], "-test.run=^TestPauseWorkerProcess$", "-test.count=1")
+		child.Env = append(os.Environ(), pauseKeyspaceEnv+"="+e.ks, pauseQueueEnv+"="+e.q.Name,
+			cqlcluster.HostsEnv+"="+strings.Join(cassandratest.Hosts(t), ","))
+		stdin, err := child.StdinPipe()
+		require.NoError(t, err)
+		stdout, err := child.StdoutPipe()
+		require.NoError(t, err)
+		child.Stderr = os.Stderr
+		require.NoError(t, child.Start())
+		children, stdins = append(children, child), append(stdins, stdin)
+		go func() {
+			sc := bufio.NewScanner(stdout)
+			for sc.Scan() {
+				f := strings.Fields(sc.Text())
+				switch {
+				case len(f) == 1 && f[0] == "ready":
+					ready <- struct{}{}
+				case len(f) == 3 && f[0] == "ran":
+					ran <- [2]string{f[1], f[2]}
+				}
+			}
+		}()
+	}
+	defer func() {
+		for _, c := range children {
+			_ = c.Process.Kill()
+			_ = c.Wait()
+		}
+	}()
+	for range 2 {
+		select {
+		case <-ready:
+		case <-time.After(30 * time.Second):
+			require.FailNow(t, "a worker process did not start in 30s")
+		}
+	}
+
+	// A producer schedules 20 tasks due now every 50 ms (400 a second) until told to stop.
+	type scheduled struct {
+		id uuid.UUID
+		at time.Time // when the call returned
+	}
+	var mu sync.Mutex
+	var all []scheduled
+	stopProducing := make(chan struct{})
+	produced := make(chan struct{})
+	go func() {
+		defer close(produced)
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stopProducing:
+				return
+			case <-tick.C:
+			}
+			tasks := make([]producer.Task, 20)
+			for i := range tasks {
+				tasks[i] = producer.Task{Queue: e.q.Name}
+			}
+			ids, err := e.p.ScheduleTasks(context.Background(), tasks)
+			if !assertNoError(t, err) {
+				return
+			}
+			mu.Lock()
+			for _, id := range ids {
+				all = append(all, scheduled{id, time.Now()})
+			}
+			mu.Unlock()
+		}
+	}()
+
+	runs := map[string]int{}
+	leased := map[string]time.Time{}
+	collect := func(until func() bool, within time.Duration, what string) {
+		t.Helper()
+		deadline := time.After(within)
+		for !until() {
+			select {
+			case r := <-ran:
+				var ns int64
+				_, err := fmt.Sscan(r[1], &ns)
+				require.NoError(t, err)
+				runs[r[0]]++
+				leased[r[0]] = time.Unix(0, ns)
+			case <-time.After(50 * time.Millisecond): // until may hold by the time alone
+			case <-deadline:
+				require.FailNow(t, what)
+			}
+		}
+	}
+	collect(func() bool { return len(runs) >= 500 }, 60*time.Second, "500 tasks did not run under load in 60s")
+
+	ctx := context.Background()
+	require.NoError(t, shardq.PauseQueue(ctx, e.s, e.q.Name))
+	paused := time.Now()
+	// From here, a lease can only come from a fetch that read the queue as running: one
+	// that began within SettingsRefresh of the pause (a second more for it to end).
+	bound := paused.Add(shardq.SettingsRefresh + time.Second)
+	resumeAt := bound.Add(3 * time.Second)
+	collect(func() bool { return !time.Now().Before(resumeAt) }, time.Minute, "the wait for the resume overran")
+	require.NoError(t, shardq.ResumeQueue(ctx, e.s, e.q.Name))
+	resumed := time.Now()
+	close(stopProducing)
+	<-produced
+
+	mu.Lock()
+	defer mu.Unlock()
+	duringPause := 0
+	for _, s := range all {
+		if s.at.After(bound) && s.at.Before(resumed) {
+			duringPause++
+		}
+	}
+	require.Greater(t, duringPause, 400, "tasks came due while the queue was paused")
+	collect(func() bool { return len(runs) == len(all) }, 60*time.Second,
+		fmt.Sprintf("not every task ran after the resume: %d of %d", len(runs), len(all)))
+	var late []string
+	for id, at := range leased {
+		if at.After(bound) && at.Before(resumed) {
+			late = append(late, fmt.Sprintf("%s leased %v after the pause", id, at.Sub(paused)))
+		}
+	}
+	require.Empty(t, late, "leased while paused, past the bound")
+	for _, s := range all {
+		require.Equal(t, 1, runs[s.id.String()], "task %s runs once", s.id)
+	}
+	t.Logf("%d tasks; %d scheduled while paused; paused %v, resumed after %v", len(all), duringPause, paused.Format(time.StampMilli), resumed.Sub(paused))
+	for _, in := range stdins {
+		require.NoError(t, in.Close())
+	}
+	for _, c := range children {
+		require.NoError(t, c.Wait())
+	}
+	children = nil
+}
+
+// assertNoError reports err from a goroutine other than the test's, which may not call
+// FailNow.
+func assertNoError(t *testing.T, err error) bool {
+	t.Helper()
+	if err != nil {
+		t.Errorf("scheduling: %v", err)
+		return false
+	}
+	return true
+}
