@@ -12,10 +12,12 @@ import (
 	"github.com/shardq/shardq/internal/store"
 )
 
-// QueueInfo is a stored queue: its settings and when it was created.
+// QueueInfo is a stored queue: its settings, when it was created and whether it is
+// paused (shardq.PauseQueue).
 type QueueInfo struct {
 	Config    shardq.QueueConfig
 	CreatedAt time.Time
+	Paused    bool
 }
 
 // Queue reads one queue's settings, or returns an error matching shardq.ErrQueueNotFound.
@@ -28,7 +30,20 @@ func (in *Inspector) Queue(ctx context.Context, name string) (QueueInfo, error) 
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return QueueInfo{}, fmt.Errorf("inspect: reading when queue %q was created: %w", name, err)
 	}
-	return QueueInfo{Config: q.cfg, CreatedAt: at}, nil
+	paused, err := in.paused(ctx, name)
+	if err != nil {
+		return QueueInfo{}, err
+	}
+	return QueueInfo{Config: q.cfg, CreatedAt: at, Paused: paused}, nil
+}
+
+// paused reads whether queue name is paused now, not as a consumer's cache has it.
+func (in *Inspector) paused(ctx context.Context, name string) (bool, error) {
+	paused, err := in.state.Store.Queues().Paused(ctx, name, false)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return false, fmt.Errorf("inspect: reading whether queue %q is paused: %w", name, err)
+	}
+	return paused, nil
 }
 
 // Queues reads every stored queue, by name. The queues table is small (one row a
@@ -44,7 +59,11 @@ func (in *Inspector) Queues(ctx context.Context) ([]QueueInfo, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, QueueInfo{Config: q.cfg, CreatedAt: at})
+		paused, err := in.paused(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, QueueInfo{Config: q.cfg, CreatedAt: at, Paused: paused})
 	}
 	slices.SortFunc(out, func(a, b QueueInfo) int { return strings.Compare(a.Config.Name, b.Config.Name) })
 	return out, nil

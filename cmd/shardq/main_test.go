@@ -217,6 +217,7 @@ shards           4
 buckets          150 x 5s (one lap: 12m30s)
 default timeout  2m0s (at most 12m25s)
 lock ttl         3s
+state            running
 `, out)
 	require.True(t, strings.HasPrefix(c.ok("queue", "create", "emails", "--shards", "4", "--buckets", "150", "--bucket", "5s", "--timeout", "2m"),
 		"queue emails exists already, with these settings\n"))
@@ -224,14 +225,14 @@ lock ttl         3s
 	require.Len(t, created, 1)
 	require.Equal(t, true, created[0]["created"])
 	require.Equal(t, map[string]any{"name": "reports", "shard_count": 8.0, "bucket_count": 120.0, "bucket_duration_ms": 10000.0,
-		"lap_ms": 1.2e6, "default_timeout_ms": 30000.0, "max_timeout_ms": 1.19e6, "lock_ttl_ms": 3000.0}, created[0]["queue"])
+		"lap_ms": 1.2e6, "default_timeout_ms": 30000.0, "max_timeout_ms": 1.19e6, "lock_ttl_ms": 3000.0, "paused": false}, created[0]["queue"])
 	require.Equal(t, false, jsonLines(t, c.ok("queue", "create", "reports", "--json"))[0]["created"])
 
 	lines := strings.Split(strings.TrimSpace(c.ok("queue", "list")), "\n")
 	require.Len(t, lines, 3)
-	require.Regexp(t, `^NAME\s+SHARDS\s+BUCKETS\s+BUCKET\s+LAP\s+TIMEOUT\s+LOCK TTL\s+CREATED$`, lines[0])
-	require.Regexp(t, `^emails\s+4\s+150\s+5s\s+12m30s\s+2m0s\s+3s\s+\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$`, lines[1])
-	require.Regexp(t, `^reports\s+8\s+120\s+10s\s+20m0s\s+30s\s+3s\s+`, lines[2])
+	require.Regexp(t, `^NAME\s+SHARDS\s+BUCKETS\s+BUCKET\s+LAP\s+TIMEOUT\s+LOCK TTL\s+STATE\s+CREATED$`, lines[0])
+	require.Regexp(t, `^emails\s+4\s+150\s+5s\s+12m30s\s+2m0s\s+3s\s+running\s+\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$`, lines[1])
+	require.Regexp(t, `^reports\s+8\s+120\s+10s\s+20m0s\s+30s\s+3s\s+running\s+`, lines[2])
 	list := jsonLines(t, c.ok("--json", "queue", "list"))
 	require.Len(t, list, 2)
 	require.Equal(t, "emails", list[0]["name"])
@@ -244,6 +245,14 @@ lock ttl         3s
 	shown := jsonLines(t, c.ok("queue", "show", "emails", "--json"))
 	require.Len(t, shown, 1)
 	require.Equal(t, list[0], shown[0])
+
+	require.Equal(t, "queue emails paused: workers take none of its tasks from at most 5s from now; tasks in flight finish, and producers keep scheduling\n",
+		c.ok("queue", "pause", "emails"))
+	require.Contains(t, c.ok("queue", "show", "emails"), "state            paused\n")
+	require.Regexp(t, `(?m)^emails\s.*\spaused\s`, c.ok("queue", "list"))
+	require.Equal(t, "queue emails resumed: workers take its tasks again within 10s\n", c.ok("queue", "resume", "emails"))
+	require.Equal(t, false, jsonLines(t, c.ok("queue", "show", "emails", "--json"))[0]["paused"])
+	c.fails(exitFailed, []string{"queue", "pause", "nosuch"}, "queue not found")
 
 	// Flags win over the environment.
 	flags := &cli{t: t, env: map[string]string{envHosts: "127.0.0.1:1", envKeyspace: "nosuch_ks"}}

@@ -17,9 +17,13 @@ import (
 func (a *app) queueCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "queue",
-		Short: "Create queues and show their stored settings",
+		Short: "Create queues, show their stored settings, pause and resume them",
 	}
-	c.AddCommand(a.queueCreateCmd(), a.queueListCmd(), a.queueShowCmd())
+	c.AddCommand(a.queueCreateCmd(), a.queueListCmd(), a.queueShowCmd(),
+		a.queuePauseCmd("pause", shardq.PauseQueue, shardq.SettingsRefresh,
+			"paused: workers take none of its tasks from at most %v from now; tasks in flight finish, and producers keep scheduling\n"),
+		// A worker that found the queue paused looks again every SettingsRefresh.
+		a.queuePauseCmd("resume", shardq.ResumeQueue, 2*shardq.SettingsRefresh, "resumed: workers take its tasks again within %v\n"))
 	return c
 }
 
@@ -61,15 +65,26 @@ shorter than the lap less one bucket.`,
 				if err != nil {
 					return err
 				}
+				info := inspect.QueueInfo{Config: q}
+				if existed {
+					// It may have been paused since.
+					in, err := inspect.New(s, inspect.Config{})
+					if err != nil {
+						return err
+					}
+					if info, err = in.Queue(ctx, q.Name); err != nil {
+						return err
+					}
+				}
 				if a.json {
-					return a.emit(map[string]any{"created": !existed, "queue": queueJSON(inspect.QueueInfo{Config: q})})
+					return a.emit(map[string]any{"created": !existed, "queue": queueJSON(info)})
 				}
 				verb := "created"
 				if existed {
 					verb = "exists already, with these settings"
 				}
 				fmt.Fprintf(a.stdout, "queue %s %s\n", q.Name, verb)
-				return a.showQueue(inspect.QueueInfo{Config: q})
+				return a.showQueue(info)
 			})
 		}),
 	}
@@ -106,11 +121,11 @@ func (a *app) queueListCmd() *cobra.Command {
 					return err
 				}
 				w := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(w, "NAME\tSHARDS\tBUCKETS\tBUCKET\tLAP\tTIMEOUT\tLOCK TTL\tCREATED")
+				fmt.Fprintln(w, "NAME\tSHARDS\tBUCKETS\tBUCKET\tLAP\tTIMEOUT\tLOCK TTL\tSTATE\tCREATED")
 				for _, q := range qs {
 					c := q.Config
-					fmt.Fprintf(w, "%s\t%d\t%d\t%v\t%v\t%v\t%v\t%s\n", c.Name, c.ShardCount, c.BucketCount, c.BucketDuration,
-						c.Layout().Window(), c.DefaultTimeout, c.LockTTL, created(q.CreatedAt))
+					fmt.Fprintf(w, "%s\t%d\t%d\t%v\t%v\t%v\t%v\t%s\t%s\n", c.Name, c.ShardCount, c.BucketCount, c.BucketDuration,
+						c.Layout().Window(), c.DefaultTimeout, c.LockTTL, state(q), created(q.CreatedAt))
 				}
 				return w.Flush()
 			})
@@ -149,10 +164,48 @@ func (a *app) showQueue(q inspect.QueueInfo) error {
 	fmt.Fprintf(w, "buckets\t%d x %v (one lap: %v)\n", c.BucketCount, c.BucketDuration, c.Layout().Window())
 	fmt.Fprintf(w, "default timeout\t%v (at most %v)\n", c.DefaultTimeout, c.MaxTimeout())
 	fmt.Fprintf(w, "lock ttl\t%v\n", c.LockTTL)
+	fmt.Fprintf(w, "state\t%s\n", state(q))
 	if !q.CreatedAt.IsZero() {
 		fmt.Fprintf(w, "created\t%s\n", created(q.CreatedAt))
 	}
 	return w.Flush()
+}
+
+// queuePauseCmd is 'queue pause' or 'queue resume': it calls set, and says the change
+// takes effect within.
+func (a *app) queuePauseCmd(verb string, set func(context.Context, *gocql.Session, string) error, within time.Duration, done string) *cobra.Command {
+	short := map[string]string{
+		"pause":  "Stop every worker taking a queue's tasks; producers keep scheduling",
+		"resume": "Let workers take a paused queue's tasks again",
+	}[verb]
+	return &cobra.Command{
+		Use:     verb + " NAME",
+		Short:   short,
+		Example: "  shardq queue " + verb + " emails",
+		Args:    args("NAME"),
+		RunE: a.command(func(ctx context.Context, _ *cobra.Command, args []string) error {
+			if err := queueArg(args[0]); err != nil {
+				return err
+			}
+			return a.withSession(ctx, func(s *gocql.Session) error {
+				if err := set(ctx, s, args[0]); err != nil {
+					return err
+				}
+				if a.json {
+					return a.emit(map[string]any{"name": args[0], "paused": verb == "pause", "within_ms": ms(within)})
+				}
+				_, err := fmt.Fprintf(a.stdout, "queue %s "+done, args[0], within)
+				return err
+			})
+		}),
+	}
+}
+
+func state(q inspect.QueueInfo) string {
+	if q.Paused {
+		return "paused"
+	}
+	return "running"
 }
 
 func created(t time.Time) string {
@@ -169,6 +222,7 @@ func queueJSON(q inspect.QueueInfo) map[string]any {
 		"name": c.Name, "shard_count": c.ShardCount, "bucket_count": c.BucketCount,
 		"bucket_duration_ms": ms(c.BucketDuration), "lap_ms": ms(c.Layout().Window()),
 		"default_timeout_ms": ms(c.DefaultTimeout), "max_timeout_ms": ms(c.MaxTimeout()), "lock_ttl_ms": ms(c.LockTTL),
+		"paused": q.Paused,
 	}
 	if !q.CreatedAt.IsZero() {
 		m["created_at"] = q.CreatedAt.UTC()
