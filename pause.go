@@ -46,13 +46,13 @@ func setPaused(ctx context.Context, queues store.Queues, name string, paused boo
 	}, func(rctx context.Context, cause error) (bool, error) {
 		// Setting the flag is idempotent, so a straggler needs no voiding: a SERIAL read
 		// that finds it as asked means the write (ours or another caller's) took effect.
-		got, rerr := queues.Paused(rctx, name, true)
+		st, rerr := queues.Status(rctx, name, true)
 		switch {
 		case errors.Is(rerr, store.ErrNotFound):
 			return false, nil
 		case rerr != nil:
 			return false, fmt.Errorf("%w: %w (reading it back: %w)", lwt.ErrOutcomeUnknown, cause, rerr)
-		case got != paused:
+		case st.Paused != paused:
 			return false, fmt.Errorf("%w (not stored when read back)", cause)
 		}
 		return true, nil

@@ -501,7 +501,7 @@ var scenarios = []scenario{
 			DefaultTimeout: 3 * time.Second, LockTTL: 3 * time.Second, CompletedRetention: time.Minute}
 		_, err := queues.Get(ctx, "q")
 		require.ErrorIs(t, err, store.ErrNotFound)
-		_, err = queues.CreatedAt(ctx, "q")
+		_, err = queues.Status(ctx, "q", false)
 		require.ErrorIs(t, err, store.ErrNotFound)
 		applied, stored, err := queues.Create(ctx, q)
 		require.NoError(t, err)
@@ -524,14 +524,16 @@ var scenarios = []scenario{
 		names, err := queues.Names(ctx)
 		require.NoError(t, err)
 		require.ElementsMatch(t, []string{"q", "r"}, names)
-		at, err := queues.CreatedAt(ctx, "q")
+		st, err := queues.Status(ctx, "q", false)
 		require.NoError(t, err)
+		at := st.CreatedAt
 		require.WithinDuration(t, time.Now(), at, time.Minute)
 		require.Equal(t, at.Truncate(time.Millisecond), at)
-		created, err := queues.Created(ctx)
+		require.False(t, st.Paused)
+		created, err := queues.Statuses(ctx)
 		require.NoError(t, err)
 		require.Len(t, created, 2)
-		require.Equal(t, at, created["q"])
+		require.Equal(t, st, created["q"])
 	}},
 
 	{"a queue is paused and resumed by a conditional update of its row", func(t *testing.T, ctx context.Context, s store.Store) {
@@ -539,24 +541,27 @@ var scenarios = []scenario{
 		applied, err := queues.SetPaused(ctx, "q", true)
 		require.NoError(t, err)
 		require.False(t, applied, "no such queue: the update does not make a row")
-		_, err = queues.Paused(ctx, "q", false)
+		_, err = queues.Status(ctx, "q", false)
 		require.ErrorIs(t, err, store.ErrNotFound)
 		q := store.Queue{Name: "q", BucketCount: 10, BucketDuration: time.Second, ShardCount: 2,
 			DefaultTimeout: 3 * time.Second, LockTTL: 3 * time.Second}
 		_, _, err = queues.Create(ctx, q)
 		require.NoError(t, err)
-		paused, err := queues.Paused(ctx, "q", false)
+		st, err := queues.Status(ctx, "q", false)
 		require.NoError(t, err)
-		require.False(t, paused, "a new queue runs")
+		require.False(t, st.Paused, "a new queue runs")
 		for _, want := range []bool{true, true, false, true} {
 			applied, err = queues.SetPaused(ctx, "q", want)
 			require.NoError(t, err)
 			require.True(t, applied)
 			for _, serial := range []bool{false, true} {
-				paused, err = queues.Paused(ctx, "q", serial)
+				st, err = queues.Status(ctx, "q", serial)
 				require.NoError(t, err)
-				require.Equal(t, want, paused)
+				require.Equal(t, want, st.Paused)
 			}
+			statuses, err := queues.Statuses(ctx)
+			require.NoError(t, err)
+			require.Equal(t, want, statuses["q"].Paused)
 		}
 		got, err := queues.Get(ctx, "q")
 		require.NoError(t, err)

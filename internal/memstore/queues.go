@@ -75,10 +75,10 @@ func (q queues) one(op, name string, serial bool) query {
 
 // all reads every queue's row. A node scans the table in token order; names sort
 // instead, which no caller relies on either way.
-func (q queues) all(ctx context.Context, op string, fn func(name string, created time.Time)) error {
+func (q queues) all(ctx context.Context, op string, fn func(name string, st store.QueueStatus)) error {
 	type got struct {
-		name    string
-		created time.Time
+		name string
+		st   store.QueueStatus
 	}
 	var rows []got
 	err := q.exec(ctx, Request{Table: "queues", Op: op}, "", func(s *state) error {
@@ -97,7 +97,7 @@ func (q queues) all(ctx context.Context, op string, fn func(name string, created
 				return tooManyTombstones(false)
 			}
 			if r.live(s.sec) {
-				rows = append(rows, got{name, timeOf(r.value(colCreatedAt, s.sec))})
+				rows = append(rows, got{name, statusOf(r, s.sec)})
 			}
 		}
 		return nil
@@ -106,39 +106,43 @@ func (q queues) all(ctx context.Context, op string, fn func(name string, created
 		return err
 	}
 	for _, r := range rows {
-		fn(r.name, r.created)
+		fn(r.name, r.st)
 	}
 	return nil
 }
 
 func (q queues) Names(ctx context.Context) ([]string, error) {
 	var names []string
-	if err := q.all(ctx, "Queues.Names", func(name string, _ time.Time) { names = append(names, name) }); err != nil {
+	if err := q.all(ctx, "Queues.Names", func(name string, _ store.QueueStatus) { names = append(names, name) }); err != nil {
 		return nil, err
 	}
 	return names, nil
 }
 
-func (q queues) CreatedAt(ctx context.Context, name string) (time.Time, error) {
-	var at *time.Time
-	err := read(ctx, q.client, q.one("Queues.CreatedAt", name, false), func(s *state, r *row) time.Time {
-		return timeOf(r.value(colCreatedAt, s.sec))
-	}, func(t time.Time) bool { at = &t; return true })
-	switch {
-	case err != nil:
-		return time.Time{}, err
-	case at == nil:
-		return time.Time{}, fmt.Errorf("%w: queue %q", store.ErrNotFound, name)
-	}
-	return *at, nil
+func statusOf(r *row, sec int64) store.QueueStatus {
+	return store.QueueStatus{CreatedAt: timeOf(r.value(colCreatedAt, sec)), Paused: boolOf(r.value(colQueuePaused, sec))}
 }
 
-func (q queues) Created(ctx context.Context) (map[string]time.Time, error) {
-	created := map[string]time.Time{}
-	if err := q.all(ctx, "Queues.Created", func(name string, at time.Time) { created[name] = at }); err != nil {
+func (q queues) Status(ctx context.Context, name string, serial bool) (store.QueueStatus, error) {
+	var st *store.QueueStatus
+	err := read(ctx, q.client, q.one("Queues.Status", name, serial), func(s *state, r *row) store.QueueStatus {
+		return statusOf(r, s.sec)
+	}, func(v store.QueueStatus) bool { st = &v; return true })
+	switch {
+	case err != nil:
+		return store.QueueStatus{}, err
+	case st == nil:
+		return store.QueueStatus{}, fmt.Errorf("%w: queue %q", store.ErrNotFound, name)
+	}
+	return *st, nil
+}
+
+func (q queues) Statuses(ctx context.Context) (map[string]store.QueueStatus, error) {
+	out := map[string]store.QueueStatus{}
+	if err := q.all(ctx, "Queues.Statuses", func(name string, st store.QueueStatus) { out[name] = st }); err != nil {
 		return nil, err
 	}
-	return created, nil
+	return out, nil
 }
 
 func (q queues) SetPaused(ctx context.Context, name string, paused bool) (bool, error) {
@@ -153,18 +157,4 @@ func (q queues) SetPaused(ctx context.Context, name string, paused bool) (bool, 
 		return nil
 	})
 	return applied, err
-}
-
-func (q queues) Paused(ctx context.Context, name string, serial bool) (bool, error) {
-	var paused *bool
-	err := read(ctx, q.client, q.one("Queues.Paused", name, serial), func(s *state, r *row) bool {
-		return boolOf(r.value(colQueuePaused, s.sec))
-	}, func(p bool) bool { paused = &p; return true })
-	switch {
-	case err != nil:
-		return false, err
-	case paused == nil:
-		return false, fmt.Errorf("%w: queue %q", store.ErrNotFound, name)
-	}
-	return *paused, nil
 }

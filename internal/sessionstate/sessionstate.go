@@ -142,7 +142,7 @@ func (s *State) Paused(ctx context.Context, name string) (bool, error) {
 		return last.paused, nil
 	}
 	sent := time.Now()
-	paused, err := s.Store.Queues().Paused(ctx, name, false)
+	st, err := s.Store.Queues().Status(ctx, name, false)
 	if errors.Is(err, store.ErrNotFound) {
 		return false, fmt.Errorf("%w: %q", shardq.ErrQueueNotFound, name)
 	}
@@ -151,8 +151,8 @@ func (s *State) Paused(ctx context.Context, name string) (bool, error) {
 	}
 	s.pausedMu.Lock()
 	if cur, ok := s.paused[name]; !ok || cur.at.Before(sent) {
-		s.paused[name] = pauseRead{paused: paused, at: sent}
+		s.paused[name] = pauseRead{paused: st.Paused, at: sent}
 	}
 	s.pausedMu.Unlock()
-	return paused, nil
+	return st.Paused, nil
 }

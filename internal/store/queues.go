@@ -62,43 +62,38 @@ func (s queues) Names(ctx context.Context) ([]string, error) {
 	return names, nil
 }
 
-func (s queues) CreatedAt(ctx context.Context, name string) (time.Time, error) {
-	var at time.Time
-	err := cql.Query(s.session, `SELECT created_at FROM queues WHERE name = ?`, name).WithContext(ctx).Scan(&at)
-	if errors.Is(err, gocql.ErrNotFound) {
-		return time.Time{}, fmt.Errorf("%w: queue %q", ErrNotFound, name)
+func (s queues) Status(ctx context.Context, name string, serial bool) (QueueStatus, error) {
+	q := cql.Query(s.session, `SELECT created_at, paused FROM queues WHERE name = ?`, name).WithContext(ctx)
+	if serial {
+		q = q.Consistency(lwt.Serial)
 	}
-	return at, err
+	var st QueueStatus
+	var paused *bool // null: never paused
+	err := q.Scan(&st.CreatedAt, &paused)
+	if errors.Is(err, gocql.ErrNotFound) {
+		return QueueStatus{}, fmt.Errorf("%w: queue %q", ErrNotFound, name)
+	}
+	st.Paused = paused != nil && *paused
+	return st, err
 }
 
-func (s queues) Created(ctx context.Context) (map[string]time.Time, error) {
-	iter := cql.Query(s.session, `SELECT name, created_at FROM queues`).WithContext(ctx).Iter()
-	created := map[string]time.Time{}
+func (s queues) Statuses(ctx context.Context) (map[string]QueueStatus, error) {
+	iter := cql.Query(s.session, `SELECT name, created_at, paused FROM queues`).WithContext(ctx).Iter()
+	out := map[string]QueueStatus{}
 	var name string
 	var at time.Time
-	for iter.Scan(&name, &at) {
-		created[name] = at
+	var paused *bool
+	for iter.Scan(&name, &at, &paused) {
+		out[name] = QueueStatus{CreatedAt: at, Paused: paused != nil && *paused}
+		paused = nil
 	}
 	if err := iter.Close(); err != nil {
 		return nil, err
 	}
-	return created, nil
+	return out, nil
 }
 
 func (s queues) SetPaused(ctx context.Context, name string, paused bool) (bool, error) {
 	return cql.Query(s.session, `UPDATE queues SET paused = ? WHERE name = ? IF EXISTS`, paused, name).
 		WithContext(ctx).RetryPolicy(lwt.NoRetry).MapScanCAS(map[string]any{})
-}
-
-func (s queues) Paused(ctx context.Context, name string, serial bool) (bool, error) {
-	var paused *bool // null: never paused
-	q := cql.Query(s.session, `SELECT paused FROM queues WHERE name = ?`, name).WithContext(ctx)
-	if serial {
-		q = q.Consistency(lwt.Serial)
-	}
-	err := q.Scan(&paused)
-	if errors.Is(err, gocql.ErrNotFound) {
-		return false, fmt.Errorf("%w: queue %q", ErrNotFound, name)
-	}
-	return err == nil && paused != nil && *paused, err
 }

@@ -70,10 +70,10 @@ func TestQueuesCreated(t *testing.T) {
 	t.Parallel()
 	ctx, _, s := setup(t)
 	queues := s.Queues()
-	created, err := queues.Created(ctx)
+	created, err := queues.Statuses(ctx)
 	require.NoError(t, err)
 	require.Empty(t, created)
-	_, err = queues.CreatedAt(ctx, "q")
+	_, err = queues.Status(ctx, "q", false)
 	require.ErrorIs(t, err, store.ErrNotFound)
 
 	for _, name := range []string{"q", "r"} {
@@ -82,12 +82,13 @@ func TestQueuesCreated(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, applied)
 	}
-	at, err := queues.CreatedAt(ctx, "q")
+	st, err := queues.Status(ctx, "q", false)
 	require.NoError(t, err)
-	require.WithinDuration(t, time.Now(), at, time.Minute)
-	created, err = queues.Created(ctx)
+	require.WithinDuration(t, time.Now(), st.CreatedAt, time.Minute)
+	require.False(t, st.Paused)
+	created, err = queues.Statuses(ctx)
 	require.NoError(t, err)
 	require.Len(t, created, 2)
-	require.Equal(t, at, created["q"])
-	require.WithinDuration(t, time.Now(), created["r"], time.Minute)
+	require.Equal(t, st, created["q"])
+	require.WithinDuration(t, time.Now(), created["r"].CreatedAt, time.Minute)
 }

@@ -146,16 +146,21 @@ type Queues interface {
 	Get(ctx context.Context, name string) (Queue, error)
 	// Names lists every queue.
 	Names(ctx context.Context) ([]string, error)
-	// CreatedAt reads when queue name was created, or returns ErrNotFound.
-	CreatedAt(ctx context.Context, name string) (time.Time, error)
-	// Created reads when every queue was created, by name.
-	Created(ctx context.Context) (map[string]time.Time, error)
+	// Status reads what of queue name changes after its creation, at SERIAL when serial
+	// (completing a change still in flight), or returns ErrNotFound.
+	Status(ctx context.Context, name string, serial bool) (QueueStatus, error)
+	// Statuses reads every queue's status, by name.
+	Statuses(ctx context.Context) (map[string]QueueStatus, error)
 	// SetPaused pauses or resumes queue name, and reports false when there is no such
 	// queue. It is conditional, and never retried.
 	SetPaused(ctx context.Context, name string, paused bool) (bool, error)
-	// Paused reads whether queue name is paused, at SERIAL when serial (completing a
-	// change still in flight), or returns ErrNotFound.
-	Paused(ctx context.Context, name string, serial bool) (bool, error)
+}
+
+// QueueStatus is a queue's row beside its settings: when it was created and whether it
+// is paused.
+type QueueStatus struct {
+	CreatedAt time.Time
+	Paused    bool
 }
 
 // Index is the task_index table (see package taskindex).
