@@ -239,6 +239,51 @@ func TestActionsNeedTheCSRFToken(t *testing.T) {
 	require.ErrorIs(t, err, shardq.ErrTaskNotFound)
 }
 
+// The queue's page pauses and resumes it, with the CSRF token as every action; both
+// pages say when it is paused, and a read-only dashboard offers neither.
+func TestPauseAndResumeQueue(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, Config{})
+	ctx := context.Background()
+	c := f.client()
+	code, page := c.get(f.base + "/queues/emails")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, page, `action="/queues/emails/pause"`)
+	tok := token(t, page)
+	resp, body := c.post(f.base+"/queues/emails/pause", url.Values{})
+	require.Equal(t, http.StatusForbidden, resp.StatusCode)
+	require.Contains(t, body, "CSRF token")
+	info, err := f.in.Queue(ctx, "emails")
+	require.NoError(t, err)
+	require.False(t, info.Paused, "a refused pause did nothing")
+
+	resp, _ = c.post(f.base+"/queues/emails/pause", url.Values{"csrf": {tok}})
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	require.Equal(t, "/queues/emails?done=queue-paused", resp.Header.Get("Location"))
+	info, err = f.in.Queue(ctx, "emails")
+	require.NoError(t, err)
+	require.True(t, info.Paused)
+	_, page = c.get(f.base + "/queues/emails?done=queue-paused")
+	require.Contains(t, page, "Queue paused: workers take none of its tasks from at most 5s from now.")
+	require.Contains(t, page, `action="/queues/emails/resume"`)
+	_, page = c.get(f.base + "/")
+	require.Contains(t, page, `<span class="paused">paused</span>`)
+	ro, err := New(f.s, Config{ReadOnly: true, RefreshInterval: MinRefreshInterval})
+	require.NoError(t, err)
+	defer ro.Close()
+	rec := httptest.NewRecorder()
+	ro.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/queues/emails", nil))
+	require.Equal(t, http.StatusOK, rec.Code)
+	require.Contains(t, rec.Body.String(), `<span class="paused">paused</span>`)
+	require.NotContains(t, rec.Body.String(), `method="post"`, "read-only: no pause or resume")
+
+	resp, _ = c.post(f.base+"/queues/emails/resume", url.Values{"csrf": {tok}})
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	info, err = f.in.Queue(ctx, "emails")
+	require.NoError(t, err)
+	require.False(t, info.Paused)
+}
+
 func TestDeadLettersAskFirst(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, Config{})

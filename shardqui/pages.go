@@ -131,6 +131,10 @@ func done(r *http.Request) string {
 		return "Series paused."
 	case "resumed":
 		return "Series resumed."
+	case "queue-paused":
+		return "Queue paused: workers take none of its tasks from at most " + shardq.SettingsRefresh.String() + " from now."
+	case "queue-resumed":
+		return "Queue resumed: workers take its tasks again within " + (2 * shardq.SettingsRefresh).String() + "."
 	}
 	return ""
 }
@@ -138,6 +142,7 @@ func done(r *http.Request) string {
 // queueRow is a queue's line on the queues page, and in its JSON.
 type queueRow struct {
 	Name      string `json:"name"`
+	Paused    bool   `json:"paused"`
 	Layout    string `json:"layout"`
 	Due       int    `json:"due"`
 	Scheduled int    `json:"scheduled"`
@@ -160,7 +165,7 @@ func (h *Handler) queueRows(ctx context.Context) ([]queueRow, error) {
 	rows := make([]queueRow, len(qs))
 	var wg sync.WaitGroup
 	for i, q := range qs {
-		rows[i] = queueRow{Name: q.Config.Name, Layout: layoutText(q.Config)}
+		rows[i] = queueRow{Name: q.Config.Name, Paused: q.Paused, Layout: layoutText(q.Config)}
 		wg.Go(func() {
 			snap, err := h.watch.get(ctx, q.Config.Name)
 			if err == nil {
@@ -208,6 +213,7 @@ func (h *Handler) queuesJSON(w http.ResponseWriter, r *http.Request) {
 // queueView is a queue's counts as its page and its JSON show them.
 type queueView struct {
 	Name     string         `json:"name"`
+	Paused   bool           `json:"paused"`
 	Layout   string         `json:"layout"`
 	At       string         `json:"at"`
 	Total    inspect.Counts `json:"total"`
@@ -249,7 +255,7 @@ func (h *Handler) queueView(ctx context.Context, name string) (*queueView, error
 	if err != nil {
 		return nil, err
 	}
-	v := &queueView{Name: name, Layout: layoutText(q), History: snap.history}
+	v := &queueView{Name: name, Paused: info.Paused, Layout: layoutText(q), History: snap.history}
 	if snap.err != nil {
 		v.Error = snap.err.Error()
 	}
@@ -433,6 +439,22 @@ func (h *Handler) seriesPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.render(w, r, http.StatusOK, "series", "Series of "+queue, seriesView{Queue: queue, Series: list}, done(r))
+}
+
+// queueAction pauses or resumes a queue.
+func (h *Handler) queueAction(pause bool) func(http.ResponseWriter, *http.Request) {
+	return func(w http.ResponseWriter, r *http.Request) {
+		queue := r.PathValue("queue")
+		do, msg := shardq.ResumeQueue, "queue-resumed"
+		if pause {
+			do, msg = shardq.PauseQueue, "queue-paused"
+		}
+		if err := do(r.Context(), h.session, queue); err != nil {
+			h.failed(w, r, err)
+			return
+		}
+		h.redirect(w, r, "/queues/"+url.PathEscape(queue), url.Values{"done": {msg}})
+	}
 }
 
 func (h *Handler) seriesAction(pause bool) func(http.ResponseWriter, *http.Request) {

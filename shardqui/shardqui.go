@@ -88,8 +88,9 @@ type Config struct {
 // Handler serves the dashboard. It is safe for concurrent use; Close stops its refresh
 // loops.
 type Handler struct {
-	cfg    Config
-	in     *inspect.Inspector
+	cfg     Config
+	session *gocql.Session
+	in      *inspect.Inspector
 	prod   *producer.Producer
 	series *series.Client
 	watch  *watcher
@@ -154,7 +155,7 @@ func New(session *gocql.Session, cfg Config) (*Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := &Handler{cfg: cfg, in: in, prod: prod, series: sc, pages: pages,
+	h := &Handler{cfg: cfg, session: session, in: in, prod: prod, series: sc, pages: pages,
 		watch: newWatcher(in, cfg.RefreshInterval, cfg.Logger),
 		csrf:  csrf{secret: secret, path: cfg.Prefix + "/"}}
 	h.mux = h.routes()
@@ -194,6 +195,8 @@ func (h *Handler) routes() http.Handler {
 	for path, do := range map[string]func(http.ResponseWriter, *http.Request){
 		"/task/cancel":                    h.cancel,
 		"/task/reschedule":                h.reschedule,
+		"/queues/{queue}/pause":           h.queueAction(true),
+		"/queues/{queue}/resume":          h.queueAction(false),
 		"/queues/{queue}/series/pause":    h.seriesAction(true),
 		"/queues/{queue}/series/resume":   h.seriesAction(false),
 		"/queues/{queue}/dead/replay":     h.deadAction(deadReplay),
