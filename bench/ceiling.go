@@ -37,8 +37,8 @@ func (b *bench) ceiling(ctx context.Context) error {
 	c.Keyspace = b.o.keyspace
 	c.NumConns = 4
 	c.Timeout = ceilingTimeout
-	c.QueryObserver = counter{&b.requests}
-	c.BatchObserver = counter{&b.requests}
+	c.QueryObserver = b.counter()
+	c.BatchObserver = b.counter()
 	s, err := c.CreateSession()
 	if err != nil {
 		return err

@@ -31,6 +31,7 @@ type bench struct {
 	admin    *gocql.Session
 	session  *gocql.Session
 	requests atomic.Int64
+	kinds    sync.Map // what counter counts of each kind of request
 	jsonOut  io.Writer
 	closers  []func()
 	results  map[string]result
@@ -99,8 +100,8 @@ func (b *bench) fresh(ctx context.Context, q shardq.QueueConfig) (*gocql.Session
 	c := cqlcluster.New(b.hosts...)
 	c.Keyspace = b.o.keyspace
 	c.NumConns = 4
-	c.QueryObserver = counter{&b.requests}
-	c.BatchObserver = counter{&b.requests}
+	c.QueryObserver = b.counter()
+	c.BatchObserver = b.counter()
 	s, err := c.CreateSession()
 	if err != nil {
 		return nil, q, err
@@ -129,10 +130,82 @@ func (b *bench) queueConfig(name string) shardq.QueueConfig {
 		ShardCount: b.o.shards, DefaultTimeout: b.o.timeout}
 }
 
-type counter struct{ n *atomic.Int64 }
+func (b *bench) counter() counter { return counter{&b.requests, &b.kinds} }
 
-func (c counter) ObserveQuery(context.Context, gocql.ObservedQuery) { c.n.Add(1) }
-func (c counter) ObserveBatch(context.Context, gocql.ObservedBatch) { c.n.Add(1) }
+// counter counts every request, and each kind of request apart (see kindOf).
+type counter struct {
+	n     *atomic.Int64
+	kinds *sync.Map // kind -> *atomic.Int64
+}
+
+func (c counter) ObserveQuery(_ context.Context, q gocql.ObservedQuery) {
+	c.n.Add(1)
+	c.kind(kindOf(q.Statement))
+}
+
+func (c counter) ObserveBatch(_ context.Context, b gocql.ObservedBatch) {
+	c.n.Add(1)
+	kinds := make([]string, 0, len(b.Statements))
+	for _, s := range b.Statements {
+		if k := kindOf(s); !slices.Contains(kinds, k) {
+			kinds = append(kinds, k)
+		}
+	}
+	slices.Sort(kinds)
+	c.kind("BATCH [" + strings.Join(kinds, "; ") + "]")
+}
+
+func (c counter) kind(k string) {
+	n, _ := c.kinds.LoadOrStore(k, new(atomic.Int64))
+	n.(*atomic.Int64).Add(1)
+}
+
+// snapshot returns the count of each kind of request so far.
+func (c counter) snapshot() map[string]int64 {
+	out := map[string]int64{}
+	c.kinds.Range(func(k, v any) bool {
+		out[k.(string)] = v.(*atomic.Int64).Load()
+		return true
+	})
+	return out
+}
+
+// since returns the counts of each kind of request made since before, most first.
+func (c counter) since(before map[string]int64) map[string]int64 {
+	out := map[string]int64{}
+	for k, n := range c.snapshot() {
+		if d := n - before[k]; d > 0 {
+			out[k] = d
+		}
+	}
+	return out
+}
+
+// kindOf names a statement by its verb, table and whether it is conditional: what a
+// request costs the server depends on these, not on its values.
+func kindOf(stmt string) string {
+	f := strings.Fields(stmt)
+	if len(f) == 0 {
+		return "?"
+	}
+	verb, table := strings.ToUpper(f[0]), "?"
+	for i, w := range f {
+		switch u := strings.ToUpper(w); {
+		case (u == "FROM" || u == "INTO") && i+1 < len(f):
+			table = f[i+1]
+		case verb == "UPDATE" && i == 1:
+			table = w
+		}
+		if table != "?" {
+			break
+		}
+	}
+	k := verb + " " + strings.TrimSuffix(table, "(")
+	if up := strings.ToUpper(stmt); strings.Contains(up, " IF ") {
+		k += " IF"
+	}
+	return k
+}
 
 // tracker records deliveries, to count lost and duplicated tasks and lateness.
 type tracker struct {

@@ -61,7 +61,7 @@ func (b *bench) steady(ctx context.Context) error {
 
 	pid := b.cassandraPIDs()
 	cpu0, cpuErr := cpuSeconds(pid)
-	req0, start := b.requests.Load(), time.Now()
+	req0, kinds0, start := b.requests.Load(), b.counter().snapshot(), time.Now()
 	stop := make(chan struct{})
 	go progress("steady", n, func() int { return int(tr.delivered.Load()) }, stop)
 	var waitErr error
@@ -71,7 +71,7 @@ func (b *bench) steady(ctx context.Context) error {
 		waitErr = fmt.Errorf("only %d of %d tasks ran", tr.delivered.Load(), n)
 	}
 	cpu1, cpuErr1 := cpuSeconds(pid)
-	reqs, window := b.requests.Load()-req0, time.Since(start)
+	reqs, kinds, window := b.requests.Load()-req0, b.counter().since(kinds0), time.Since(start)
 	close(stop)
 	set, lost, dups, err := b.stopRecording(ctx, s, q, w, tr, ids, waitErr)
 	if err != nil {
@@ -89,7 +89,7 @@ func (b *bench) steady(ctx context.Context) error {
 		"lateness_p50_ms": p50, "lateness_p99_ms": p99, "lateness_max_ms": mx, "early": early,
 		"lost": lost, "duplicates": dups, "left": len(set.left), "settle_s": set.took.Seconds(),
 		"window_s": window.Seconds(), "requests": reqs, "requests_per_task": float64(reqs) / float64(n),
-		"requests_per_s": float64(reqs) / window.Seconds()}
+		"requests_per_s": float64(reqs) / window.Seconds(), "requests_by_kind": kinds}
 	if cpuErr == nil && cpuErr1 == nil {
 		r["server_cpu_s"] = cpu1 - cpu0
 		r["server_cpu_ms_per_1k_tasks"] = (cpu1 - cpu0) * 1000 / (float64(n) / 1000)
