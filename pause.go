@@ -25,7 +25,7 @@ const SettingsRefresh = 5 * time.Second
 // extend, retry and ack as usual. Pausing a paused queue does nothing. It returns
 // ErrQueueNotFound when no such queue exists.
 func PauseQueue(ctx context.Context, session *gocql.Session, name string) error {
-	return setPaused(ctx, store.Cassandra(session).Queues(), name, true)
+	return setPaused(ctx, store.For(session).Queues(), name, true)
 }
 
 // ResumeQueue undoes PauseQueue: consumers take queue name's tasks again from at most
@@ -33,7 +33,7 @@ func PauseQueue(ctx context.Context, session *gocql.Session, name string) error 
 // SettingsRefresh, so it starts within twice that). Resuming a running queue does
 // nothing. It returns ErrQueueNotFound when no such queue exists.
 func ResumeQueue(ctx context.Context, session *gocql.Session, name string) error {
-	return setPaused(ctx, store.Cassandra(session).Queues(), name, false)
+	return setPaused(ctx, store.For(session).Queues(), name, false)
 }
 
 func setPaused(ctx context.Context, queues store.Queues, name string, paused bool) error {

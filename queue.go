@@ -141,7 +141,7 @@ func CreateQueue(ctx context.Context, session *gocql.Session, cfg QueueConfig) (
 	if err := cfg.Validate(); err != nil {
 		return QueueConfig{}, err
 	}
-	queues := store.Cassandra(session).Queues()
+	queues := store.For(session).Queues()
 	var stored QueueConfig // the settings in force when the insert did not apply
 	applied, err := lwt.Apply(ctx, func(ctx context.Context) (bool, error) {
 		applied, existing, err := queues.Create(ctx, store.Queue(cfg))
@@ -172,7 +172,7 @@ func CreateQueue(ctx context.Context, session *gocql.Session, cfg QueueConfig) (
 
 // LoadQueue reads a queue's settings, or returns ErrQueueNotFound.
 func LoadQueue(ctx context.Context, session *gocql.Session, name string) (QueueConfig, error) {
-	return loadQueue(ctx, store.Cassandra(session).Queues(), name)
+	return loadQueue(ctx, store.For(session).Queues(), name)
 }
 
 func loadQueue(ctx context.Context, queues store.Queues, name string) (QueueConfig, error) {

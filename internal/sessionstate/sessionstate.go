@@ -81,7 +81,8 @@ func For(session *gocql.Session, log *slog.Logger) *State {
 }
 
 // Bind makes st the State of session, which must have none yet, so that the public
-// constructors, which take a session, build parts on st's store: the simulator binds a
+// constructors, which take a session, build parts on st's store (and store.For returns
+// it, for the calls that keep no state): the simulator binds a
 // placeholder session per simulated process to a store of its own. unbind forgets it: a
 // State that reaches its session (a simulated store does) keeps both alive until then.
 func Bind(session *gocql.Session, st *State) (unbind func()) {
@@ -89,7 +90,11 @@ func Bind(session *gocql.Session, st *State) (unbind func()) {
 	if got := bind(session, key, st); got != st {
 		panic("sessionstate: Bind on a session that has a State")
 	}
-	return func() { states.CompareAndDelete(key, st) }
+	unbindStore := store.Bind(session, st.Store)
+	return func() {
+		unbindStore()
+		states.CompareAndDelete(key, st)
+	}
 }
 
 func bind(session *gocql.Session, key weak.Pointer[gocql.Session], st *State) *State {

@@ -5,11 +5,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gocql/gocql"
 	"github.com/stretchr/testify/require"
 
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/internal/cassandratest"
 	"github.com/shardq/shardq/internal/clustertime"
+	"github.com/shardq/shardq/internal/memstore"
 	"github.com/shardq/shardq/internal/sessionstate"
 	"github.com/shardq/shardq/internal/store"
 )
@@ -59,3 +61,29 @@ func TestClusterFor(t *testing.T) {
 type skewed struct{}
 
 func (skewed) Now() time.Time { return time.Now().Add(3 * time.Second) }
+
+// A session bound to a State on another store (the simulator's) has the public calls
+// that keep no state act on that store too: creating, loading, pausing and resuming a
+// queue. Unbound, the session is its Cassandra tables again.
+func TestBoundSessionActsOnItsStore(t *testing.T) {
+	t.Parallel()
+	cluster, err := memstore.New(memstore.Config{Now: time.Now})
+	require.NoError(t, err)
+	tables := cluster.Client(memstore.ClientConfig{Clock: time.Now})
+	session := new(gocql.Session) // never connected: any request through it would panic
+	unbind := sessionstate.Bind(session, sessionstate.New(tables, nil, nil))
+	require.Same(t, tables, store.For(session))
+	ctx := context.Background()
+	q, err := shardq.CreateQueue(ctx, session, shardq.QueueConfig{Name: "q"})
+	require.NoError(t, err)
+	loaded, err := shardq.LoadQueue(ctx, session, "q")
+	require.NoError(t, err)
+	require.Equal(t, q, loaded)
+	require.NoError(t, shardq.PauseQueue(ctx, session, "q"))
+	st, err := tables.Queues().Status(ctx, "q", false)
+	require.NoError(t, err)
+	require.True(t, st.Paused)
+	require.NoError(t, shardq.ResumeQueue(ctx, session, "q"))
+	unbind()
+	require.Equal(t, store.Cassandra(session), store.For(session))
+}
