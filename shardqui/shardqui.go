@@ -91,12 +91,12 @@ type Handler struct {
 	cfg     Config
 	session *gocql.Session
 	in      *inspect.Inspector
-	prod   *producer.Producer
-	series *series.Client
-	watch  *watcher
-	csrf   csrf
-	pages  map[string]*template.Template
-	mux    http.Handler
+	prod    *producer.Producer
+	series  *series.Client
+	watch   *watcher
+	csrf    csrf
+	pages   map[string]*template.Template
+	mux     http.Handler
 }
 
 //go:embed templates static
