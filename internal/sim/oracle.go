@@ -388,17 +388,11 @@ func (o *oracle) totals() (scheduled, deliveries int) {
 }
 
 // check returns every broken promise of the run.
-func (o *oracle) check(w *world, end time.Time) []string {
+// left is what the run proper left in the store.
+func (o *oracle) check(w *world, end time.Time, left map[uuid.UUID]bool) []string {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	v := slices.Clone(o.violations)
-	left := w.leftovers()
-	if o.series != nil {
-		// Its outstanding occurrence waits in the store: the series goes on.
-		if r, err := w.admin.Series().Get(context.Background(), w.queue.Name, seriesName, true); err == nil && r.Open {
-			delete(left, r.TaskID)
-		}
-	}
 	ids := slices.Clone(o.order)
 	for id := range left {
 		if _, ok := o.tasks[id]; !ok {

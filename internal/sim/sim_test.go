@@ -122,6 +122,9 @@ var regressions = []struct {
 	{101, "ae913fe: a series client measures the cluster's clock before it stamps an occurrence"},
 	{1759, "a keeper writes an occurrence left unwritten for over half a lap at a new place"},
 	{5017033, "a host whose first clock measure failed stamps its writes Unmeasured earlier"},
+	{647, "3371003 (issue 24, F2): signal touches stamped by the coordinator, not the writer's clock"},
+	{22, "232a2c2 (issue 24, F3): a key claim is an UPDATE, whose row lives exactly as long as its cells"},
+	{1, "f06d8c4 (issue 24, F6): Reschedule renews the key's claim until its new time plus Keep"},
 }
 
 func TestRegressionSeeds(t *testing.T) {

@@ -24,6 +24,7 @@ import (
 	"github.com/shardq/shardq/internal/random"
 	"github.com/shardq/shardq/internal/sessionstate"
 	"github.com/shardq/shardq/internal/store"
+	"github.com/shardq/shardq/internal/taskindex"
 	"github.com/shardq/shardq/producer"
 	"github.com/shardq/shardq/series"
 	"github.com/shardq/shardq/worker"
@@ -206,6 +207,12 @@ func run(cfg Config) (Result, error) {
 		}
 		break
 	}
+	// What the run left in the store, read before the month that follows passes.
+	left := w.leftovers()
+	if r, err := w.admin.Series().Get(context.Background(), w.queue.Name, seriesName, true); err == nil && r.Open {
+		delete(left, r.TaskID) // its outstanding occurrence waits in the store: the series goes on
+	}
+	w.monthLater(start)
 	res := Result{Seed: cfg.Seed, Trace: trace, Requests: w.sched.steps, Crashes: int(w.crashes.Load())}
 	for f, n := range w.sched.counts {
 		if memstore.Fault(f) != memstore.None {
@@ -213,7 +220,7 @@ func run(cfg Config) (Result, error) {
 		}
 	}
 	res.Scheduled, res.Deliveries = w.oracle.totals()
-	res.Violations = w.oracle.check(w, end)
+	res.Violations = w.oracle.check(w, end, left)
 	res.World, res.Processes = w.describe()
 	for _, p := range w.procs {
 		p.unbind()
@@ -581,4 +588,131 @@ func uuidBits(id uuid.UUID) uint64 {
 		x = x<<8 | uint64(b)
 	}
 	return x
+}
+
+// monthLater is the run's epilogue: the key claims of the run proper, which last
+// taskindex.Keep (30 days) past their tasks' due times, run out while nothing runs, and a
+// producer comes back now and then as they do. First it schedules a keyed task and moves
+// it past the month (a Reschedule renews the key's claim, README, Keys), and reuses
+// another key within its first claim's span (a task cancelled before it was due, then one
+// due at another time, cancelled too). Then, once per key, at a moment drawn over the span
+// in which that key's claims end, it schedules a task with the key, due now, and cancels
+// it: a key whose tasks all ended is free, whatever is left of its claims, and one whose
+// task is still pending is refused. No faults, no crashes, no workers: only the passing of
+// time. Its draws come from a source of its own, and it follows the run proper (after its
+// trace), which it leaves as it was.
+func (w *world) monthLater(start time.Time) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		rng := w.rngFor("month-0")
+		// A producer process per moment, each on a host of its own (a clock drifting for a
+		// month would be off by far more than MaxClockSkew).
+		incarnation := 0
+		come := func() (*proc, *producer.Producer) {
+			p := w.newProc(fmt.Sprintf("month-0.%d", incarnation), newClock(rng))
+			incarnation++
+			pr, err := producer.New(p.session, producer.Config{})
+			if err != nil {
+				panic(err)
+			}
+			return p, pr
+		}
+		ctx := context.Background()
+		schedule := func(p *proc, pr *producer.Producer, key string, due time.Time) (uuid.UUID, error) {
+			t := producer.Task{Queue: w.queue.Name, Payload: []byte(key), Key: key, DueAt: due}
+			began := time.Now()
+			ids, err := pr.ScheduleTasks(ctx, []producer.Task{t})
+			w.oracle.scheduled(p, began, []producer.Task{t}, ids, err)
+			var dup *producer.DuplicateError
+			switch {
+			case errors.As(err, &dup):
+				// The oracle judges the refusal.
+			case err != nil:
+				w.oracle.violate("a month later, at %s: scheduling a task with key %q: %v", stamp(began), key, err)
+			default:
+				return ids[0], nil
+			}
+			return uuid.Nil, err
+		}
+		cancel := func(p *proc, pr *producer.Producer, id uuid.UUID) {
+			began := time.Now()
+			err := pr.Cancel(ctx, id, producer.CancelOptions{})
+			w.oracle.cancelled(p, id, false, began, err)
+			if err != nil {
+				w.oracle.violate("a month later: cancelling %s: %v", id, err)
+			}
+		}
+		p, pr := come()
+		epilogue := time.Now()
+		soon := func() time.Time { return p.state.Cluster.Now().Add(time.Duration(rng.Int64N(int64(maxDelay)))) }
+		// Key m: a task that waits past the month.
+		pending, err := schedule(p, pr, "m", soon())
+		if err == nil {
+			due := p.state.Cluster.Now().Add(taskindex.Keep + 4*maxDelay) // past every moment below
+			w.oracle.rescheduling(pending, due)
+			began := time.Now()
+			err := pr.Reschedule(ctx, pending, producer.RescheduleOptions{DueAt: due})
+			w.oracle.rescheduled(p, pending, due, began, err)
+			if err != nil {
+				w.oracle.violate("a month later: rescheduling %s: %v", pending, err)
+			}
+		}
+		// Key n: reused within its first claim's span.
+		for range 2 {
+			if id, err := schedule(p, pr, "n", soon()); err == nil {
+				cancel(p, pr, id)
+			}
+		}
+		// Each key once, over the span in which its claims end: those of the run proper's
+		// keys from its start to its end, m's first and n's within maxDelay of now.
+		type probe struct {
+			key string
+			at  time.Time
+		}
+		within := func(from time.Time, d time.Duration) time.Time {
+			return from.Add(taskindex.Keep + time.Duration(rng.Int64N(int64(d))))
+		}
+		var probes []probe
+		for _, key := range []string{"k0", "k1", "k2", "k3"} {
+			probes = append(probes, probe{key, within(start, epilogue.Sub(start))})
+		}
+		probes = append(probes, probe{"m", within(epilogue, 2*maxDelay)}, probe{"n", within(epilogue, maxDelay)})
+		slices.SortStableFunc(probes, func(a, b probe) int { return a.at.Compare(b.at) })
+		for _, pb := range probes {
+			time.Sleep(time.Until(pb.at))
+			p, pr := come()
+			if id, err := schedule(p, pr, pb.key, p.state.Cluster.Now()); err == nil {
+				cancel(p, pr, id)
+			}
+		}
+		if pending != uuid.Nil {
+			p, pr := come()
+			cancel(p, pr, pending)
+		}
+	}()
+	for {
+		select {
+		case <-done:
+			return
+		default:
+		}
+		synctest.Wait()
+		if q, wait := w.sched.next(); q != nil {
+			w.sched.admit(q)
+		} else if wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-w.sched.wake:
+			case <-t.C:
+			case <-done:
+			}
+			t.Stop()
+		} else {
+			select {
+			case <-w.sched.wake:
+			case <-done:
+			}
+		}
+	}
 }
