@@ -375,6 +375,30 @@ func (o *oracle) seriesCalled(p *proc, op string, last bool, began time.Time, er
 	o.series.calls = append(o.series.calls, seriesCall{op: op, by: p.name, last: last, from: began, to: time.Now(), err: err})
 }
 
+// allDelivered reports whether every task of ids has been delivered.
+func (o *oracle) allDelivered(ids []uuid.UUID) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, id := range ids {
+		if t := o.tasks[id]; id != uuid.Nil && (t == nil || len(t.deliveries) == 0) {
+			return false
+		}
+	}
+	return true
+}
+
+// allEnded reports whether every task of ids has run to success or died.
+func (o *oracle) allEnded(ids []uuid.UUID) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, id := range ids {
+		if t := o.tasks[id]; id != uuid.Nil && (t == nil || !t.ran() && !t.dead) {
+			return false
+		}
+	}
+	return true
+}
+
 func (o *oracle) totals() (scheduled, deliveries int) {
 	o.mu.Lock()
 	defer o.mu.Unlock()

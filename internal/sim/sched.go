@@ -46,6 +46,9 @@ type sched struct {
 	// faultsAt are when any request met a fault, for the lateness bound.
 	faultsAt []time.Time
 	log      func(*request, memstore.Fault) // when set, sees every admission
+	// forced is the fault that the next request of an operation by a process meets,
+	// whatever the seed draws (see force).
+	forced map[*proc]map[string]memstore.Fault
 	counts   [memstore.NoResponseApplied + 1]int
 }
 
@@ -144,6 +147,13 @@ var leaseOps = map[string]bool{"Leasing.Swap": true, "Leasing.WriteMarkers": tru
 
 // fault is a request's fate.
 func (s *sched) fault(q *request) memstore.Fault {
+	s.mu.Lock()
+	f, forced := s.forced[q.proc][q.req.Op]
+	delete(s.forced[q.proc], q.req.Op)
+	s.mu.Unlock()
+	if forced {
+		return f
+	}
 	h := s.draw("fault", q.ident)
 	if int(h%10000) >= s.faults {
 		return memstore.None
@@ -257,4 +267,17 @@ func funcName(pc uintptr) string {
 	}
 	funcNames.Store(pc, name)
 	return name
+}
+
+// force makes the next request of op by p meet f.
+func (s *sched) force(p *proc, op string, f memstore.Fault) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.forced == nil {
+		s.forced = map[*proc]map[string]memstore.Fault{}
+	}
+	if s.forced[p] == nil {
+		s.forced[p] = map[string]memstore.Fault{}
+	}
+	s.forced[p][op] = f
 }

@@ -212,6 +212,7 @@ func run(cfg Config) (Result, error) {
 	if r, err := w.admin.Series().Get(context.Background(), w.queue.Name, seriesName, true); err == nil && r.Open {
 		delete(left, r.TaskID) // its outstanding occurrence waits in the store: the series goes on
 	}
+	w.quietWrite()
 	w.monthLater(start)
 	res := Result{Seed: cfg.Seed, Trace: trace, Requests: w.sched.steps, Crashes: int(w.crashes.Load())}
 	for f, n := range w.sched.counts {
@@ -509,7 +510,7 @@ func (w *world) worker(i int, until, end time.Time) {
 				stopAt = end
 			}
 		}
-		w.runWorker(rng, p, stopAt, crash)
+		w.runWorker(rng, p, 0, func() { time.Sleep(time.Until(stopAt)) }, crash)
 		if !crash {
 			return
 		}
@@ -517,9 +518,14 @@ func (w *world) worker(i int, until, end time.Time) {
 	}
 }
 
-func (w *world) runWorker(rng *rand.Rand, p *proc, stopAt time.Time, crash bool) {
+// runWorker runs a worker of concurrency handlers (zero: 1 to 4, drawn) in p until wait
+// returns, then stops it, or crashes p.
+func (w *world) runWorker(rng *rand.Rand, p *proc, concurrency int, wait func(), crash bool) {
 	h := &handler{w: w, p: p}
-	p.started, p.concurrency = time.Now(), 1+rng.IntN(4)
+	if concurrency == 0 {
+		concurrency = 1 + rng.IntN(4)
+	}
+	p.started, p.concurrency = time.Now(), concurrency
 	wk, err := worker.New(p.session, worker.Config{
 		Queue:       w.queue.Name,
 		Handler:     h,
@@ -536,7 +542,7 @@ func (w *world) runWorker(rng *rand.Rand, p *proc, stopAt time.Time, crash bool)
 	if err := wk.Start(ctx); err != nil {
 		panic(err)
 	}
-	time.Sleep(time.Until(stopAt))
+	wait()
 	if crash {
 		w.crashes.Add(1)
 		p.crash()
@@ -691,6 +697,11 @@ func (w *world) monthLater(start time.Time) {
 			cancel(p, pr, pending)
 		}
 	}()
+	w.driveUntil(done)
+}
+
+// driveUntil admits requests until done is closed.
+func (w *world) driveUntil(done <-chan struct{}) {
 	for {
 		select {
 		case <-done:
@@ -715,4 +726,79 @@ func (w *world) monthLater(start time.Time) {
 			}
 		}
 	}
+}
+
+// quietWrite, after the run: a write of due-now tasks times out having applied while an
+// idle worker holds floors for their partition (issue 24, F1: such a write touched no
+// wake-up signal, so the worker passed the partition by until its bucket came round
+// again). Every task of the write must still start within the lateness bound.
+func (w *world) quietWrite() {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		rng := w.rngFor("quiet-0")
+		c := newClock(rng)
+		wp := w.newProc("quiet-w.0", c)
+		stop := make(chan struct{})
+		var workerDone sync.WaitGroup
+		// Handlers for every task of a write, so that none waits for a free one.
+		workerDone.Go(func() { w.runWorker(rng, wp, 64, func() { <-stop }, false) })
+		defer workerDone.Wait()
+		defer close(stop)
+		pp := w.newProc("quiet-p.0", c)
+		pr, err := producer.New(pp.session, producer.Config{})
+		if err != nil {
+			panic(err)
+		}
+		ctx := context.Background()
+		batch := func() []producer.Task {
+			tasks := make([]producer.Task, 4*w.queue.ShardCount) // every shard, nearly always
+			for i := range tasks {
+				tasks[i] = producer.Task{Queue: w.queue.Name, Payload: []byte("quiet"), DueAt: pp.state.Cluster.Now()}
+			}
+			return tasks
+		}
+		// ended waits until every task of ids has run to success or died, as the loss check
+		// asks, for at most a few retries' time.
+		ended := func(ids []uuid.UUID) {
+			for from := time.Now(); !w.oracle.allEnded(ids) && time.Since(from) < 2*time.Minute; {
+				time.Sleep(100 * time.Millisecond)
+			}
+		}
+		// Start at a bucket's start, so that both writes land in its partitions.
+		l := w.queue.Layout()
+		now := pp.state.Cluster.Now()
+		time.Sleep(l.BucketStart(l.Bucket(now) + 1).Sub(now))
+		first := batch()
+		began := time.Now()
+		ids, err := pr.ScheduleTasks(ctx, first)
+		w.oracle.scheduled(pp, began, first, ids, err)
+		if err != nil {
+			w.oracle.violate("quiet write: scheduling the first tasks: %v", err)
+			return
+		}
+		// Once they have run, the worker has read their partitions up to now and is idle.
+		ended(ids)
+		time.Sleep(time.Second)
+		w.sched.force(pp, "Tasks.Write", memstore.TimeoutApplied)
+		second := batch()
+		began = time.Now()
+		ids, err = pr.ScheduleTasks(ctx, second)
+		returned := time.Now()
+		w.oracle.scheduled(pp, began, second, ids, err)
+		if err == nil {
+			w.oracle.violate("quiet write: a write that timed out returned no error")
+			return
+		}
+		for !w.oracle.allDelivered(ids) {
+			if time.Since(began) > lateness {
+				w.oracle.violate("quiet write: tasks written at %s by a write that timed out having applied (returned at %s: %v) had not all started %s later (bound %s)",
+					stamp(began), stamp(returned), err, time.Since(began).Round(time.Millisecond), lateness)
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		ended(ids)
+	}()
+	w.driveUntil(done)
 }
