@@ -49,7 +49,7 @@ type sched struct {
 	// forced is the fault that the next request of an operation by a process meets,
 	// whatever the seed draws (see force).
 	forced map[*proc]map[string]memstore.Fault
-	counts   [memstore.NoResponseApplied + 1]int
+	counts [memstore.NoResponseApplied + 1]int
 }
 
 type request struct {
