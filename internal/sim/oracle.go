@@ -387,6 +387,19 @@ func (o *oracle) allDelivered(ids []uuid.UUID) bool {
 	return true
 }
 
+// deliveriesOf returns every delivery so far of the tasks of ids.
+func (o *oracle) deliveriesOf(ids []uuid.UUID) []*delivery {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var out []*delivery
+	for _, id := range ids {
+		if t := o.tasks[id]; t != nil {
+			out = append(out, t.deliveries...)
+		}
+	}
+	return out
+}
+
 // allEnded reports whether every task of ids has run to success or died.
 func (o *oracle) allEnded(ids []uuid.UUID) bool {
 	o.mu.Lock()

@@ -213,6 +213,7 @@ func run(cfg Config) (Result, error) {
 		delete(left, r.TaskID) // its outstanding occurrence waits in the store: the series goes on
 	}
 	w.quietWrite()
+	w.pausedQueue()
 	w.monthLater(start)
 	res := Result{Seed: cfg.Seed, Trace: trace, Requests: w.sched.steps, Crashes: int(w.crashes.Load())}
 	for f, n := range w.sched.counts {
@@ -799,6 +800,80 @@ func (w *world) quietWrite() {
 			time.Sleep(50 * time.Millisecond)
 		}
 		ended(ids)
+	}()
+	w.driveUntil(done)
+}
+
+// pausedQueue, after the run: a worker drains tasks due now, the queue is paused, more
+// come due, and it is resumed. None of them may be leased from SettingsRefresh after
+// PauseQueue returned (and the fetch then under way, a second or two without faults)
+// until ResumeQueue, and each must start within twice SettingsRefresh of the resume, plus
+// the lateness bound.
+func (w *world) pausedQueue() {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		rng := w.rngFor("pause-0")
+		c := newClock(rng)
+		wp := w.newProc("pause-w.0", c)
+		stop := make(chan struct{})
+		var workerDone sync.WaitGroup
+		workerDone.Go(func() { w.runWorker(rng, wp, 64, func() { <-stop }, false) })
+		defer workerDone.Wait()
+		defer close(stop)
+		pp := w.newProc("pause-p.0", c)
+		pr, err := producer.New(pp.session, producer.Config{})
+		if err != nil {
+			panic(err)
+		}
+		ctx := context.Background()
+		schedule := func() []uuid.UUID {
+			tasks := make([]producer.Task, 4*w.queue.ShardCount)
+			for i := range tasks {
+				tasks[i] = producer.Task{Queue: w.queue.Name, Payload: []byte("paused"), DueAt: pp.state.Cluster.Now()}
+			}
+			began := time.Now()
+			ids, err := pr.ScheduleTasks(ctx, tasks)
+			w.oracle.scheduled(pp, began, tasks, ids, err)
+			if err != nil {
+				w.oracle.violate("paused queue: scheduling: %v", err)
+			}
+			return ids
+		}
+		ended := func(ids []uuid.UUID) {
+			for from := time.Now(); !w.oracle.allEnded(ids) && time.Since(from) < 2*time.Minute; {
+				time.Sleep(100 * time.Millisecond)
+			}
+		}
+		ended(schedule())
+		if err := shardq.PauseQueue(ctx, pp.session, w.queue.Name); err != nil {
+			w.oracle.violate("paused queue: pausing: %v", err)
+			return
+		}
+		effective := time.Now().Add(shardq.SettingsRefresh + 2*time.Second)
+		time.Sleep(time.Until(effective))
+		waiting := schedule()
+		time.Sleep(time.Duration(rng.Int64N(int64(3 * shardq.SettingsRefresh))))
+		if err := shardq.ResumeQueue(ctx, pp.session, w.queue.Name); err != nil {
+			w.oracle.violate("paused queue: resuming: %v", err)
+			return
+		}
+		resumed := time.Now()
+		for _, d := range w.oracle.deliveriesOf(waiting) {
+			if d.leased().Before(resumed) {
+				w.oracle.violate("paused queue: task %s leased at %s, paused from %s until %s", d.task, stamp(d.leased()), stamp(effective), stamp(resumed))
+			}
+		}
+		by := resumed.Add(2*shardq.SettingsRefresh + lateness)
+		for !w.oracle.allDelivered(waiting) {
+			if time.Now().After(by) {
+				w.oracle.violate("paused queue: tasks due while it was paused had not all started %s after the resume at %s",
+					time.Since(resumed).Round(time.Millisecond), stamp(resumed))
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		ended(waiting)
 	}()
 	w.driveUntil(done)
 }
