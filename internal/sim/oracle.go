@@ -673,8 +673,16 @@ func (o *oracle) checkSeries(w *world, end time.Time) []string {
 	}
 	// "A series has one occurrence outstanding (pending, in flight or retrying)": with
 	// OnAck, no occurrence starts while a delivery of another holds a live lease and runs
-	// (a holder past its lease, or crashed, may still run; a copy of a task that a lease
-	// fault left is documented as a duplicate).
+	// (a holder past its lease, or crashed, may still run). A copy of an occurrence is
+	// documented as a duplicate that may run beside the next ("One occurrence at a
+	// time"), on either side.
+	var workerCrashes []time.Time
+	for _, p := range w.procs {
+		if p.concurrency > 0 && p.crashed() {
+			workerCrashes = append(workerCrashes, p.crashedAt())
+		}
+	}
+	copyOf := func(t *task, d *delivery) bool { return t.isCopy(d, leaseFaults, workerCrashes) }
 	for _, a := range occs {
 		for _, b := range occs {
 			if a == b {
@@ -683,11 +691,11 @@ func (o *oracle) checkSeries(w *world, end time.Time) []string {
 			for _, da := range a.deliveries {
 				for _, db := range b.deliveries {
 					at := db.at
-					if db.attempt > 1 && (faultNear(leaseFaults, db.made) || b.ackRaced(db)) {
+					if copyOf(b, db) {
 						continue // a copy of b that may run after b's ack: a documented duplicate
 					}
 					if da.at.Before(at) && (da.ended.IsZero() || da.ended.After(at.Add(tolerance))) && da.deadline.After(at.Add(tolerance)) &&
-						!crashedBy(da.proc, at) && !(da.attempt > 1 && faultNear(leaseFaults, da.made)) {
+						!crashedBy(da.proc, at) && !copyOf(a, da) {
 						v = append(v, fmt.Sprintf("series %s: occurrence %s started at %s while occurrence %s ran (since %s, lease until %s)%s%s",
 							seriesName, b.id, stamp(at), a.id, stamp(da.at), stamp(da.deadline), a.history(), b.history()))
 					}
@@ -750,6 +758,26 @@ func (o *oracle) checkSeries(w *world, end time.Time) []string {
 		}
 	}
 	return v
+}
+
+// isCopy reports whether d delivers a copy of t that the README documents as a duplicate
+// (Task lifecycle: "A copy they cannot see ... delivers the task once more at its
+// deadline", and "A crash in the middle of a move can leave the task twice"): a later
+// attempt leased from a row made within a second of a lease request's fault (a swap
+// whose outcome stayed unknown, a drop that failed) or of a worker's crash (one that
+// died between its markers and its swap), or after an ack that may have come after its
+// lease (ackRaced), or from the marker of a delivery of such a copy (the row made when
+// that one was leased).
+func (t *task) isCopy(d *delivery, leaseFaults, workerCrashes []time.Time) bool {
+	if d.attempt <= 1 {
+		return false
+	}
+	if faultNear(leaseFaults, d.made) || faultNear(workerCrashes, d.made) || t.ackRaced(d) {
+		return true
+	}
+	return slices.ContainsFunc(t.deliveries, func(e *delivery) bool {
+		return e.attempt < d.attempt && d.made.Sub(e.leased()).Abs() <= tolerance && t.isCopy(e, leaseFaults, workerCrashes)
+	})
 }
 
 // ackRaced reports whether an earlier delivery than d succeeded so near its lease's end
