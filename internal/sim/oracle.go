@@ -56,11 +56,12 @@ type seriesCall struct {
 	err      error
 }
 
-// refusal is a schedule refused for a key whose holder had ended before the call began.
+// refusal is a schedule refused for a key whose holder had ended before the call began
+// (at ended, as then recorded).
 type refusal struct {
-	key    string
-	at     time.Time
-	holder *task
+	key       string
+	at, ended time.Time
+	holder    *task
 }
 
 type task struct {
@@ -196,7 +197,7 @@ func (o *oracle) scheduled(p *proc, began time.Time, tasks []producer.Task, ids 
 		// found, and its claim is honoured for KeyClaimGrace (README, Keys).
 		if t := o.tasks[dup.ExistingID]; t != nil && len(t.replays) == 0 && (t.endedBefore(began) || t.cancelledBefore(began)) &&
 			began.After(t.claimed.Add(producer.KeyClaimGrace+tolerance)) {
-			o.refusals = append(o.refusals, refusal{key: dup.Key, at: began, holder: t})
+			o.refusals = append(o.refusals, refusal{key: dup.Key, at: began, ended: t.ended, holder: t})
 		}
 	}
 }
@@ -455,7 +456,15 @@ func (o *oracle) check(w *world, end time.Time, left map[uuid.UUID]bool) []strin
 	v = append(v, o.checkLateness(w, end)...)
 	v = append(v, o.checkSeries(w, end)...)
 	for _, r := range o.refusals {
-		v = append(v, fmt.Sprintf("key %q refused at %s for %s, which ended at %s%s", r.key, stamp(r.at), r.holder.id, stamp(r.holder.ended), r.holder.history()))
+		// A copy of the holder (a marker a lease fault left, leased again) in flight when the
+		// call began holds the key again: "while a task with this key is pending, in flight
+		// or retrying, another fails" (README, Task lifecycle).
+		if slices.ContainsFunc(r.holder.deliveries, func(d *delivery) bool {
+			return !d.leased().After(r.at.Add(tolerance)) && !d.deadline.Before(r.at.Add(-tolerance))
+		}) {
+			continue
+		}
+		v = append(v, fmt.Sprintf("key %q refused at %s for %s, which ended at %s%s", r.key, stamp(r.at), r.holder.id, stamp(r.ended), r.holder.history()))
 	}
 	return v
 }
