@@ -328,7 +328,7 @@ func wrapErr(what, key string, err error) error {
 
 // touch touches the wake-up signal cells of markers just written, so idle workers
 // elsewhere know what comes due when. It outlives ctx, whose end may be what failed the
-// write. A failure is logged.
+// write. A failure is logged; the session's toucher retries it (signal.Toucher).
 func (c *Consumer) touch(ctx context.Context, rows []taskrow.Row) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), signal.TouchTimeout)
 	defer cancel()

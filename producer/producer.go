@@ -333,7 +333,8 @@ func (p *Producer) wake(ctx context.Context, tasks []Task, rows []taskrow.Row, q
 		touches.Add(queues[i].Layout(), uuid.UUID(rows[i].ID), uuid.UUID(rows[i].TaskID))
 	}
 	if err := p.signals.Touch(ctx, &touches); err != nil {
-		// The tasks are written; workers in other processes find them at their next poll.
+		// The tasks are written; the session's toucher retries the touch until it
+		// applies (signal.Toucher): idle workers pass a partition whose cell shows none.
 		p.cfg.Logger.WarnContext(ctx, "touching wake-up signals", "error", err)
 	}
 	for q, due := range earliest {

@@ -45,8 +45,9 @@ func (p *Plan) SweepDue(now time.Time) bool {
 // holds no row written after a read that passed it. One touched later may hold a late
 // write if the floors for its partition lie above the slot's start, or its bucket was
 // passed by the cursor by the last sweep, or (for a partition without floors) it starts
-// before the last sweep less the skew. (A write whose touch failed is found when the ring
-// comes back to its partition.)
+// before the last sweep less the skew. (A touch that failed is retried until it applies,
+// signal.Toucher; a write whose writer died before that is found when the ring comes back
+// to its partition.)
 func (p *Plan) Swept(now time.Time, offset time.Duration, cells map[Cell]Slots, touched map[Entry]time.Time) (late map[Cell]time.Time, unsure map[Cell]bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()

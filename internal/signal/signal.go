@@ -18,6 +18,7 @@ package signal
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -99,16 +100,21 @@ func (ts *Touches) Add(l shard.Layout, id, taskID uuid.UUID) {
 		ts.idx = map[Entry]int{}
 	}
 	ts.idx[e] = len(ts.list)
-	ts.list = append(ts.list, Touch{Entry: e, Earliest: at, Until: l.BucketStart(b + 1)})
+	ts.list = append(ts.list, Touch{Entry: e, Earliest: at, Until: l.BucketStart(b + 1),
+		Needed: l.BucketStart(b + int64(l.BucketCount))})
 }
 
 // Touch is an entry to touch: Earliest is the earliest visible time among the rows just
 // written into it, which the entry records (as a timeuuid that also makes every touch
-// unique), and Until the end of its bucket, which the cell outlives by a day.
+// unique), and Until the end of its bucket, which the cell outlives by a day. Needed is
+// when the touch stops mattering: the ring comes back to its partition, whose first read
+// in that lap starts from the lap before and finds the rows untouched. A Toucher retries
+// a failed touch until then (zero: never).
 type Touch struct {
 	Entry
 	Earliest time.Time
 	Until    time.Time
+	Needed   time.Time
 }
 
 const (
@@ -134,6 +140,17 @@ const Coalesce = 20 * time.Millisecond
 // that schedules one task and exits still wakes workers; touches that follow within
 // Coalesce are written together in the background at its end, so a busy session adds at
 // most one small write per cell each Coalesce.
+//
+// A touch that fails is tried again in the background, RetryDelay after the failure and
+// twice as long after each further one (up to MaxRetryDelay), until it applies or is no
+// longer Needed. Consumers take a cell that shows no touch in a lap for proof that its
+// partition holds nothing written since they last read it: an idle scan reads such a
+// partition once, when its bucket comes round, and never again before the cursor passes
+// it, and a sweep looks only at touched cells. So a row written into the current bucket
+// whose touch failed, by a writer that lived on and reported the write done, would wait a
+// whole lap. Retried, its touch shows it to the next idle scan or, once the bucket was
+// passed, to the next sweep, as a late write. Only a writer that dies before its touch
+// applies leaves a row for the ring to find.
 type Toucher struct {
 	cells Writer
 	log   *slog.Logger
@@ -142,7 +159,15 @@ type Toucher struct {
 	last     map[Entry]time.Time // when each entry's last touch was sent
 	pending  map[Entry]Touch
 	deferred bool // a background touch of pending is scheduled
+	failures int  // failed touches in a row, for the delay of the next retry
 }
+
+// RetryDelay is how long after a failed touch it is tried again; MaxRetryDelay bounds
+// that delay as failures go on.
+const (
+	RetryDelay    = 100 * time.Millisecond
+	MaxRetryDelay = 5 * time.Second
+)
 
 // Writer writes touches of cells: the session's store (internal/store), which calls Write.
 type Writer interface {
@@ -155,8 +180,50 @@ func NewToucher(cells Writer, log *slog.Logger) *Toucher {
 }
 
 // Touch records that the rows in ts were written. Call it after the write completed.
+// A touch that fails is retried in the background (see Toucher); the error is returned
+// all the same, for the caller to log.
 func (t *Toucher) Touch(ctx context.Context, ts *Touches) error {
-	return t.cells.Touch(ctx, t.gather(ts.list))
+	cells := t.gather(ts.list)
+	err := t.cells.Touch(ctx, cells)
+	t.settle(cells, err)
+	return err
+}
+
+// settle records how a touch of cells went: a failure puts them back in pending, merged
+// with any touches gathered since, and schedules a retry; a success resets the delay.
+func (t *Toucher) settle(cells []Touch, err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	switch {
+	case err == nil:
+		if len(cells) > 0 {
+			t.failures = 0
+		}
+		return
+	case refusedForGood(err):
+		return
+	}
+	now := time.Now()
+	kept := 0
+	for _, c := range cells {
+		if !now.Before(c.Needed) {
+			continue // the ring has come back to its partition: its reads find the rows
+		}
+		if p, ok := t.pending[c.Entry]; ok && p.Earliest.Before(c.Earliest) {
+			c.Earliest = p.Earliest
+		}
+		t.pending[c.Entry] = c
+		kept++
+	}
+	if kept == 0 {
+		return
+	}
+	delay := min(RetryDelay<<min(t.failures, 16), MaxRetryDelay)
+	t.failures++
+	if !t.deferred {
+		t.deferred = true
+		time.AfterFunc(delay, t.flush)
+	}
 }
 
 // gather returns the cells to touch at once, those not touched in the last Coalesce, and
@@ -189,6 +256,21 @@ func (t *Toucher) gather(cells []Touch) []Touch {
 	return out
 }
 
+// refusedForGood reports whether err refuses a touch for what it is (invalid, say), so
+// that sending it again would be refused again.
+func refusedForGood(err error) bool {
+	var re gocql.RequestError
+	if !errors.As(err, &re) {
+		return false
+	}
+	switch re.Code() {
+	case gocql.ErrCodeInvalid, gocql.ErrCodeSyntax, gocql.ErrCodeUnauthorized, gocql.ErrCodeConfig,
+		gocql.ErrCodeCredentials, gocql.ErrCodeProtocol:
+		return true
+	}
+	return false
+}
+
 func (t *Toucher) flush() {
 	t.mu.Lock()
 	cells := make([]Touch, 0, len(t.pending))
@@ -200,10 +282,15 @@ func (t *Toucher) flush() {
 	clear(t.pending)
 	t.deferred = false
 	t.mu.Unlock()
+	if len(cells) == 0 {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), TouchTimeout)
 	defer cancel()
-	if err := t.cells.Touch(ctx, cells); err != nil {
-		t.log.WarnContext(ctx, "touching wake-up signals; idle workers find the tasks at their next poll", "error", err)
+	err := t.cells.Touch(ctx, cells)
+	t.settle(cells, err)
+	if err != nil {
+		t.log.WarnContext(ctx, "touching wake-up signals; retrying", "cells", len(cells), "error", err)
 	}
 }
 
