@@ -145,7 +145,8 @@ type Consumer struct {
 	afterSwap  func(error) error // tests only: what the swap's LWT returned, and what to make of it
 	afterAck   func(error) error // tests only: what an ack batch's LWT returned, and what to make of it
 	failRead   func(key string) error
-	crash      func(step string) bool // tests only: true stops at step as if the process died
+	failLookup func(id uuid.UUID) error // fails notEnded's index reads (tests)
+	crash      func(step string) bool   // tests only: true stops at step as if the process died
 }
 
 // New returns a Consumer of cfg.Queue. The queue's settings are read on first use.

@@ -1,5 +1,7 @@
 package consumer
 
+import "github.com/google/uuid"
+
 // SetBeforeSwap makes c call f between its locked read of a partition and its swap, so
 // tests can put another consumer's move exactly there.
 func SetBeforeSwap(c *Consumer, f func()) { c.beforeSwap = f }
@@ -21,3 +23,7 @@ func SetFailRead(c *Consumer, f func(key string) error) { c.failRead = f }
 // "finish" (after an ack or dead letter, before recording it in the index). f may block,
 // to pause c at a step while a test acts.
 func SetCrash(c *Consumer, f func(step string) bool) { c.crash = f }
+
+// SetFailLookup makes c's index reads of the tasks of rows delivered before (which it
+// makes before leasing them) fail with f's error when f returns one.
+func SetFailLookup(c *Consumer, f func(id uuid.UUID) error) { c.failLookup = f }

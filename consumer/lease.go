@@ -92,7 +92,9 @@ func (c *Consumer) relocate(ctx context.Context, t *Task, at time.Time, state ta
 		defer c.touch(ctx, []taskrow.Row{next})
 	}
 	applied, err := lwt.Apply(ctx, write, func(rctx context.Context, cause error) (bool, error) {
-		// The old marker gone before its deadline means only this holder removed it.
+		// The old marker gone before its deadline means this holder removed it, or a
+		// Cancel with AfterLease did; then the new row stays, and the consumer that comes
+		// upon it drops it, as the cancel's index entry says the task ended (notEnded).
 		there, rerr := c.leasing.MarkersThere(rctx, []taskrow.Row{t.marker})
 		if rerr == nil && !there[uuid.UUID(t.marker.ID)] && c.cfg.Clock.Now().Before(t.Deadline) {
 			return true, nil

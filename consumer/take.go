@@ -143,7 +143,11 @@ func (c *Consumer) lockedRead(ctx context.Context, pt *scanplan.Part, want int, 
 // new floors and leaves lk's receipt, which settles an unknown outcome. Markers of
 // a swap that did not apply are deleted.
 func (c *Consumer) swap(ctx context.Context, pt *scanplan.Part, lk *locking.Lock, rows []taskrow.Row, s scanplan.Span, now time.Time) ([]*Task, error) {
-	leased := c.notEnded(ctx, onePerTask(rows))
+	leased, err := c.notEnded(ctx, onePerTask(rows))
+	if err != nil {
+		// Nothing written yet: the partition is read afresh next time.
+		return nil, errors.Join(wrapErr("looking up tasks in", pt.Key, err), c.release(ctx, lk))
+	}
 	tasks := make([]*Task, len(leased))
 	markers := make([]taskrow.Row, len(leased))
 	for i, r := range leased {
@@ -230,43 +234,59 @@ func onePerTask(rows []taskrow.Row) []taskrow.Row {
 	return out
 }
 
-// notEnded returns rows without the timeout markers of tasks whose index entry says they
-// ended: markers a lease fault left behind (a swap whose outcome stayed unknown, a drop
-// that failed), which the cancel or ack that ended the task could not see. The swap
-// deletes them with the others. Only expired markers are looked up, which only expired
-// or faulted leases leave; a lookup that fails leases the task, a duplicate at worst.
-func (c *Consumer) notEnded(ctx context.Context, rows []taskrow.Row) []taskrow.Row {
-	var expired []int
+// notEnded returns rows without the copies of tasks whose index entry says they ended:
+// timeout markers a lease fault left behind (a swap whose outcome stayed unknown, a drop
+// that failed) and retry rows a lease move left (a Retry whose drop of its new row failed,
+// or whose unknown outcome was settled as applied because a cancel had deleted the old
+// marker), which the cancel or ack that ended the task could not see. The swap deletes
+// them with the others. Only rows delivered before (attempt above zero) are looked up:
+// a row never delivered is deleted under its partition's lock by whoever ends its task.
+// A lookup that fails fails the take, leasing nothing: the row may be the copy of a task
+// cancelled since, which must never run again.
+func (c *Consumer) notEnded(ctx context.Context, rows []taskrow.Row) ([]taskrow.Row, error) {
+	var delivered []int
 	for i, r := range rows {
-		if r.Attempt > 0 && !r.Retrying {
-			expired = append(expired, i)
+		if r.Attempt > 0 {
+			delivered = append(delivered, i)
 		}
 	}
-	if len(expired) == 0 {
-		return rows
+	if len(delivered) == 0 {
+		return rows, nil
 	}
-	ended := make([]bool, len(expired))
-	_ = fanout.Each(len(expired), c.cfg.PartitionsInFlight, func(i int) error {
-		e, _, err := c.state.Store.Index().Read(ctx, uuid.UUID(rows[expired[i]].TaskID))
-		ended[i] = err == nil && e.State.Final()
-		if err != nil && !errors.Is(err, taskindex.ErrNotFound) {
-			c.log.DebugContext(ctx, "looking up the task of an expired marker", "task_id", uuid.UUID(rows[expired[i]].TaskID), "error", err)
+	ended := make([]bool, len(delivered))
+	err := fanout.Each(len(delivered), c.cfg.PartitionsInFlight, func(i int) error {
+		id := uuid.UUID(rows[delivered[i]].TaskID)
+		if c.failLookup != nil {
+			if err := c.failLookup(id); err != nil {
+				return err
+			}
 		}
+		e, _, err := c.state.Store.Index().Read(ctx, id)
+		switch {
+		case errors.Is(err, taskindex.ErrNotFound):
+			return nil
+		case err != nil:
+			return fmt.Errorf("looking up task %s: %w", id, err)
+		}
+		ended[i] = e.State.Final()
 		return nil
 	})
+	if err != nil {
+		return nil, err
+	}
 	out := make([]taskrow.Row, 0, len(rows))
 	next := 0
 	for i, r := range rows {
-		if next < len(expired) && expired[next] == i {
+		if next < len(delivered) && delivered[next] == i {
 			next++
 			if ended[next-1] {
-				c.log.DebugContext(ctx, "dropping the marker of an ended task", "task_id", uuid.UUID(r.TaskID))
+				c.log.DebugContext(ctx, "dropping a copy of an ended task", "task_id", uuid.UUID(r.TaskID))
 				continue
 			}
 		}
 		out = append(out, r)
 	}
-	return out
+	return out, nil
 }
 
 // marker returns r's timeout marker visible at at: a copy of the row in the partition of

@@ -95,9 +95,19 @@ func (p *Producer) Cancel(ctx context.Context, id uuid.UUID, opts CancelOptions)
 		// to see it ended, and a consumer that comes upon a timeout marker a lease fault
 		// left behind, unseen by this cancel, drops it rather than run the task. Such a
 		// marker comes due within the task's timeout.
+		//
+		// Stamped as the final step of the next delivery, not of the row's: a consumer that
+		// read the row before we removed it announces its lease (token + 1, step 0) before
+		// its swap, which then does not apply, and that announcement may land after this
+		// entry. Stamped as the row's delivery, it would replace the cancel, and the marker
+		// that swap wrote (left when its drop fails) would run the cancelled task.
+		token := l.Row.Token
+		if l.Stray != nil {
+			token = max(token, l.Stray.Token)
+		}
 		done := taskindex.Write{Entry: taskindex.Entry{TaskID: id, Queue: l.Entry.Queue, State: taskindex.Cancelled,
 			DueAt: l.Row.DueAt, Attempt: l.Row.Attempt, Token: l.Row.Token, DoneAt: p.cfg.Clock.Now()},
-			Stamp: taskindex.Stamp(id, l.Row.Token, taskindex.Final), TTL: taskindex.Finished + l.Row.Timeout, Replace: true}
+			Stamp: taskindex.Stamp(id, token+1, taskindex.Final), TTL: taskindex.Finished + l.Row.Timeout, Replace: true}
 		if _, err := p.store.Index().Write(ctx, []taskindex.Write{done}, 1); err != nil {
 			// The row is gone, so readers find the entry's rows gone: not found.
 			p.cfg.Logger.WarnContext(ctx, "recording a cancel in the index", "task_id", id, "error", err)

@@ -1,0 +1,136 @@
+package consumer_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/gocql/gocql"
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/consumer"
+	"github.com/shardq/shardq/internal/store"
+	"github.com/shardq/shardq/internal/taskindex"
+	"github.com/shardq/shardq/internal/taskrow"
+	"github.com/shardq/shardq/producer"
+	"github.com/shardq/shardq/shard"
+)
+
+// A cancelled task's copies that its cancel could not see (README, "Cancel and
+// Reschedule") must never run it: the simulator found three ways they did
+// (seeds 10002570, 10020210 and 10004943 on 224f908).
+
+// pendingRow schedules one task in a one-shard queue and returns it and its pending row.
+func (e *env) pendingRow() (uuid.UUID, taskrow.Row) {
+	e.t.Helper()
+	id := e.schedule(producer.Task{Payload: []byte("x")})[0]
+	key := e.q.Layout().Key(e.q.Layout().Bucket(e.clock.Now()), 0)
+	rows := e.rowsIn(key)
+	require.Len(e.t, rows, 1)
+	return id, rows[0]
+}
+
+func (e *env) rowsIn(key string) []taskrow.Row {
+	e.t.Helper()
+	rows, _, err := store.Cassandra(e.s).Leasing().Rows(context.Background(), key, []int8{0},
+		shard.MinID(base.Add(-time.Hour)), shard.MaxID(e.clock.Now()), 10, 10, consumer.MaxTakeBytes)
+	require.NoError(e.t, err)
+	return rows
+}
+
+// copyAt writes beside the task a copy of r visible at at, as attempt 1 (a timeout
+// marker, or a retry row when retrying), the way a lease fault leaves one, and returns it.
+func (e *env) copyAt(r taskrow.Row, at time.Time, retrying bool) taskrow.Row {
+	e.t.Helper()
+	m := r
+	m.ID, m.Attempt, m.Token, m.Retrying = gocql.UUID(shard.NewID(at)), 1, 1, retrying
+	m.Key = e.q.Layout().Key(e.q.Layout().Bucket(at), 0)
+	stmt, args := m.Insert(time.Now().Add(-time.Second).UnixMicro())
+	require.NoError(e.t, e.s.Query(stmt, args...).Exec())
+	return m
+}
+
+// runsNever checks that nothing delivers task id from at on, and that its copy is gone.
+func (e *env) runsNever(id uuid.UUID, at time.Time, copy taskrow.Row) {
+	e.t.Helper()
+	e.clock.Add(at.Sub(e.clock.Now()) + time.Millisecond)
+	d := &deliveries{at: map[uuid.UUID][]time.Time{}}
+	e.drain(d)
+	require.Empty(e.t, d.of(id), "a copy ran the cancelled task")
+	require.Empty(e.t, e.rowsIn(copy.Key), "the copy was not dropped")
+	e.notFound(id)
+}
+
+// TestCancelledCopyLookupFails: the consumer that comes upon a cancelled task's timeout
+// marker cannot read the task's index entry. It must not lease the marker (it did, "a
+// duplicate at worst", which for a cancelled task is a run after its cancel returned).
+func TestCancelledCopyLookupFails(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 4, BucketDuration: time.Hour})
+	ctx := context.Background()
+	id, row := e.pendingRow()
+	deadline := e.clock.Now().Add(e.q.DefaultTimeout)
+	m := e.copyAt(row, deadline, false)
+	require.NoError(t, e.p.Cancel(ctx, id, producer.CancelOptions{}))
+
+	e.clock.Add(deadline.Sub(e.clock.Now()) + time.Millisecond)
+	c := e.consumer()
+	down := errors.New("index unavailable")
+	consumer.SetFailLookup(c, func(uuid.UUID) error { return down })
+	got, _ := c.AcquireTasks(ctx, 10)
+	require.Empty(t, got, "the marker of a cancelled task was leased when its lookup failed")
+	require.Len(t, e.rowsIn(m.Key), 1, "the marker stays for a consumer that can look it up")
+	e.runsNever(id, deadline, m)
+}
+
+// TestCancelOutranksALosingSwap: a consumer read the task's row and looked it up before
+// the cancel removed the row; its index entry announcing the lease (token 1, step 0) lands
+// after the cancel's, its swap does not apply, and the drop of its marker fails. The
+// cancel's entry must still say cancelled, so that the marker is dropped when it comes due
+// (it said in flight: the cancel's entry was stamped as the final step of token 0).
+func TestCancelOutranksALosingSwap(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 4, BucketDuration: time.Hour})
+	ctx := context.Background()
+	id, row := e.pendingRow()
+	deadline := e.clock.Now().Add(e.q.DefaultTimeout)
+	m := e.copyAt(row, deadline, false)
+	require.NoError(t, e.p.Cancel(ctx, id, producer.CancelOptions{}))
+
+	lease := taskindex.Write{Entry: taskindex.Entry{TaskID: id, State: taskindex.InFlight,
+		Row:       taskindex.Loc{Key: m.Key, Priority: m.Priority, ID: m.ID},
+		PrevState: taskindex.Scheduled, Prev: taskindex.Loc{Key: row.Key, Priority: row.Priority, ID: row.ID}},
+		Stamp: taskindex.Stamp(id, 1, 0), TTL: time.Hour}
+	_, err := store.Cassandra(e.s).Index().Write(ctx, []taskindex.Write{lease}, 1)
+	require.NoError(t, err)
+	e.runsNever(id, deadline, m)
+}
+
+// TestCancelledRetryRowDropped: a task in flight is cancelled with AfterLease, and its
+// holder's Retry leaves its new row: the settling of its unknown outcome took the old
+// marker's absence (the cancel deleted it) for its own delete, or the drop of the new
+// row failed. The retry row, and the Retry's index entry written after the cancel's, must
+// not run the task (it was leased unlooked-up, as only expired markers were looked up).
+func TestCancelledRetryRowDropped(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 4, BucketDuration: time.Hour})
+	ctx := context.Background()
+	id, row := e.pendingRow()
+	c := e.consumer()
+	got := e.acquire(c, 1)
+	require.Equal(t, []uuid.UUID{id}, ids(got))
+	require.NoError(t, e.p.Cancel(ctx, id, producer.CancelOptions{AfterLease: true}))
+
+	due := e.clock.Now().Add(time.Second)
+	r := e.copyAt(row, due, true)
+	retry := taskindex.Write{Entry: taskindex.Entry{TaskID: id, State: taskindex.Retrying,
+		Row:       taskindex.Loc{Key: r.Key, Priority: r.Priority, ID: r.ID},
+		PrevState: taskindex.InFlight}, // its old marker, which the cancel deleted
+		Stamp: taskindex.Stamp(id, 1, 1), TTL: time.Hour}
+	_, err := store.Cassandra(e.s).Index().Write(ctx, []taskindex.Write{retry}, 1)
+	require.NoError(t, err)
+	e.runsNever(id, due, r)
+}
