@@ -60,11 +60,40 @@ func (f Found) LeaseMove() bool {
 
 // Locate finds task id: the row its index entry names now, or, when that move has not
 // happened (or a crash cut it short), the row it names as the previous place.
+//
+// A move writes the entry before it deletes the row it leaves, so a move that applied
+// between the read of the entry and the reads of its rows leaves neither there: the
+// entry is read again, and the task looked for where the new one says, as long as
+// the entry keeps changing under the reads (up to relocateTries times). Only a task whose
+// entry stayed as read while both its rows were gone is not found.
 func (fi *Finder) Locate(ctx context.Context, id uuid.UUID) (Found, error) {
 	if err := CheckID("id", id); err != nil {
 		return Found{}, err
 	}
 	e, stamp, err := fi.store.Index().Read(ctx, id)
+	for range relocateTries {
+		f, err := fi.locate(ctx, id, e, stamp, err)
+		if !errors.Is(err, errMoved) {
+			return f, err
+		}
+		again, stampAgain, errAgain := fi.store.Index().Read(ctx, id)
+		if errAgain == nil && stampAgain == stamp {
+			break // no move since: the task is gone
+		}
+		e, stamp, err = again, stampAgain, errAgain
+	}
+	return Found{}, fmt.Errorf("%w: %s", shardq.ErrTaskNotFound, id)
+}
+
+// relocateTries bounds how many moves of a task one Locate follows.
+const relocateTries = 8
+
+// errMoved: neither row an entry names is there, which a move after the entry's read
+// explains.
+var errMoved = errors.New("tasklookup: moved")
+
+// locate finds task id from its entry e (written at stamp), or reports errMoved.
+func (fi *Finder) locate(ctx context.Context, id uuid.UUID, e taskindex.Entry, stamp int64, err error) (Found, error) {
 	switch {
 	case errors.Is(err, taskindex.ErrNotFound):
 		return fi.home(ctx, id)
@@ -102,7 +131,7 @@ func (fi *Finder) Locate(ctx context.Context, id uuid.UUID) (Found, error) {
 		}
 		return f, nil
 	}
-	return Found{}, fmt.Errorf("%w: %s", shardq.ErrTaskNotFound, id)
+	return Found{}, errMoved
 }
 
 // home finds a task that has not moved since it was scheduled without a key, and so has
