@@ -128,6 +128,7 @@ var regressions = []struct {
 	{22, "232a2c2 (issue 24, F3): a key claim is an UPDATE, whose row lives exactly as long as its cells"},
 	{1, "f06d8c4 (issue 24, F6): Reschedule renews the key's claim until its new time plus Keep"},
 	{3, "issue 24, F1: a write that failed touches the signals of every row it may have written (the quiet write after each run)"},
+	{10000586, "6b4285f: a signal touch that fails is tried again until it applies (the quiet write's refused touch; this seed found it on 224f908)"},
 	{462, "a consumer drops an expired marker whose task's index entry names another place where the task is: a copy left by a crashed take ran beside the lease that moved the task on"},
 }
 

@@ -732,7 +732,8 @@ func (w *world) driveUntil(done <-chan struct{}) {
 // quietWrite, after the run: a write of due-now tasks times out having applied while an
 // idle worker holds floors for their partition (issue 24, F1: such a write touched no
 // wake-up signal, so the worker passed the partition by until its bucket came round
-// again). Every task of the write must still start within the lateness bound.
+// again). Every task of the write must still start within the lateness bound; and again
+// for a write that applied but whose touch failed.
 func (w *world) quietWrite() {
 	done := make(chan struct{})
 	go func() {
@@ -791,17 +792,36 @@ func (w *world) quietWrite() {
 			w.oracle.violate("quiet write: a write that timed out returned no error")
 			return
 		}
-		for !w.oracle.allDelivered(ids) {
-			if time.Since(began) > lateness {
-				w.oracle.violate("quiet write: tasks written at %s by a write that timed out having applied (returned at %s: %v) had not all started %s later (bound %s)",
-					stamp(began), stamp(returned), err, time.Since(began).Round(time.Millisecond), lateness)
-				break
-			}
-			time.Sleep(50 * time.Millisecond)
+		w.startedWithin(ids, began, fmt.Sprintf("quiet write: tasks written at %s by a write that timed out having applied (returned at %s: %v)", stamp(began), stamp(returned), err))
+		ended(ids)
+
+		// The same with a write that applied and returned success, whose touch of the
+		// signals was refused: the failed touch must be tried again.
+		w.sched.force(pp, "Signals.Touch", memstore.Unavailable)
+		third := batch()
+		began = time.Now()
+		ids, err = pr.ScheduleTasks(ctx, third)
+		w.oracle.scheduled(pp, began, third, ids, err)
+		if err != nil {
+			w.oracle.violate("quiet write: scheduling tasks whose touch fails: %v", err)
+			return
 		}
+		w.startedWithin(ids, began, fmt.Sprintf("quiet write: tasks written at %s whose signal touch was refused", stamp(began)))
 		ended(ids)
 	}()
 	w.driveUntil(done)
+}
+
+// startedWithin waits until every task of ids has started, and reports a broken promise
+// if that takes longer than the lateness bound from began.
+func (w *world) startedWithin(ids []uuid.UUID, began time.Time, what string) {
+	for !w.oracle.allDelivered(ids) {
+		if time.Since(began) > lateness {
+			w.oracle.violate("%s had not all started %s later (bound %s)", what, time.Since(began).Round(time.Millisecond), lateness)
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // pausedQueue, after the run: a worker drains tasks due now, the queue is paused, more
