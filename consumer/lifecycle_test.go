@@ -900,3 +900,27 @@ func TestCopyOfAMovedTaskNotLeased(t *testing.T) {
 	e.drain(d)
 	require.Empty(t, d.of(id))
 }
+
+// TestCopiesOfAMovedTaskInOneTake: the orphan marker of a crashed take and the marker of
+// the lease that moved the task on come due in one partition and are read by one take.
+// The task must be delivered once: not twice, and not dropped with both (the orphan
+// dropped because the entry names the other marker, which the same swap deletes: sim
+// seed 5168).
+func TestCopiesOfAMovedTaskInOneTake(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 60, BucketDuration: time.Second})
+	id := e.schedule(producer.Task{Payload: []byte("x")})[0]
+	orphan := e.unfinishedSwap("crash")
+	got := e.acquire(e.consumer(), 1) // and never acked
+	require.Equal(t, []uuid.UUID{id}, ids(got))
+	lay := e.q.Layout()
+	require.Equal(t, lay.Bucket(orphan), lay.Bucket(got[0].Deadline), "both markers in one partition")
+
+	d := &deliveries{at: map[uuid.UUID][]time.Time{}}
+	e.clock.Add(got[0].Deadline.Sub(e.clock.Now()) + time.Second)
+	e.drain(d)
+	require.Len(t, d.of(id), 1, "the task's two markers delivered it once")
+	e.clock.Add(time.Minute)
+	e.drain(d)
+	require.Len(t, d.of(id), 1)
+}

@@ -143,7 +143,7 @@ func (c *Consumer) lockedRead(ctx context.Context, pt *scanplan.Part, want int, 
 // new floors and leaves lk's receipt, which settles an unknown outcome. Markers of
 // a swap that did not apply are deleted.
 func (c *Consumer) swap(ctx context.Context, pt *scanplan.Part, lk *locking.Lock, rows []taskrow.Row, s scanplan.Span, now time.Time) ([]*Task, error) {
-	leased, err := c.notEnded(ctx, onePerTask(rows))
+	leased, err := c.notEnded(ctx, onePerTask(rows), rows)
 	if err != nil {
 		// Nothing written yet: the partition is read afresh next time.
 		return nil, errors.Join(wrapErr("looking up tasks in", pt.Key, err), c.release(ctx, lk))
@@ -246,8 +246,9 @@ func onePerTask(rows []taskrow.Row) []taskrow.Row {
 // (attempt above zero) are looked up: a row never delivered is deleted under its
 // partition's lock by whoever ends or moves its task.
 // A lookup that fails fails the take, leasing nothing: the row may be the copy of a task
-// cancelled since, which must never run again.
-func (c *Consumer) notEnded(ctx context.Context, rows []taskrow.Row) ([]taskrow.Row, error) {
+// cancelled since, which must never run again. read is every row the swap deletes: a task
+// whose entry names one of them is leased here, from whichever copy onePerTask kept.
+func (c *Consumer) notEnded(ctx context.Context, rows, read []taskrow.Row) ([]taskrow.Row, error) {
 	var delivered []int
 	for i, r := range rows {
 		if r.Attempt > 0 {
@@ -256,6 +257,10 @@ func (c *Consumer) notEnded(ctx context.Context, rows []taskrow.Row) ([]taskrow.
 	}
 	if len(delivered) == 0 {
 		return rows, nil
+	}
+	taking := make(map[taskindex.Loc]bool, len(read))
+	for _, r := range read {
+		taking[loc(r)] = true
 	}
 	ended := make([]bool, len(delivered))
 	err := fanout.Each(len(delivered), c.cfg.PartitionsInFlight, func(i int) error {
@@ -276,10 +281,8 @@ func (c *Consumer) notEnded(ctx context.Context, rows []taskrow.Row) ([]taskrow.
 			ended[i] = true
 			return nil
 		}
-		r := rows[delivered[i]]
-		here := taskindex.Loc{Key: r.Key, Priority: r.Priority, ID: r.ID}
-		if e.Row == here || e.Prev == here {
-			return nil
+		if taking[e.Row] || taking[e.Prev] {
+			return nil // its place is among the rows this swap deletes: r stands for it
 		}
 		moved, err := c.livesAt(ctx, id, e.Prev, e.Row)
 		ended[i] = moved
