@@ -3,3 +3,6 @@ package producer
 // SetAfterWrite makes p pass the error each task batch's write returned through f, and go
 // on with what f returns, so tests can make an applied write look failed.
 func SetAfterWrite(p *Producer, f func(error) error) { p.afterWrite = f }
+
+// SetFailRecord makes p's cancels fail their index write whenever f returns an error.
+func SetFailRecord(p *Producer, f func() error) { p.failRecord = f }

@@ -55,7 +55,9 @@ type CancelOptions struct {
 // returns shardq.ErrTaskNotFound for a task that completed, died or does not exist, a
 // *shardq.TaskInFlightError for one a consumer holds, unless opts.AfterLease is set, and
 // lock.ErrLockHeld when consumers kept its partition locked for three lock TTLs: the call
-// can be made again.
+// can be made again. Any other error promises nothing: the task may have been removed
+// (when recording the cancel in the index failed, a copy a lease fault left may still run
+// it).
 func (p *Producer) Cancel(ctx context.Context, id uuid.UUID, opts CancelOptions) error {
 	var unsettled error
 	for range maxMoves {
@@ -108,17 +110,43 @@ func (p *Producer) Cancel(ctx context.Context, id uuid.UUID, opts CancelOptions)
 		done := taskindex.Write{Entry: taskindex.Entry{TaskID: id, Queue: l.Entry.Queue, State: taskindex.Cancelled,
 			DueAt: l.Row.DueAt, Attempt: l.Row.Attempt, Token: l.Row.Token, DoneAt: p.cfg.Clock.Now()},
 			Stamp: taskindex.Stamp(id, token+1, taskindex.Final), TTL: taskindex.Finished + l.Row.Timeout, Replace: true}
-		if _, err := p.store.Index().Write(ctx, []taskindex.Write{done}, 1); err != nil {
-			// The row is gone, so readers find the entry's rows gone: not found.
-			p.cfg.Logger.WarnContext(ctx, "recording a cancel in the index", "task_id", id, "error", err)
-		}
-		return nil
+		return p.recordCancel(ctx, done)
 	}
 	if unsettled != nil {
 		return fmt.Errorf("producer: cancelling %s: %w", id, unsettled)
 	}
 	return fmt.Errorf("producer: cancelling %s: it kept moving (%d tries)", id, maxMoves)
 }
+
+// recordCancel writes a cancel's index entry, trying again while it fails: without it a
+// copy the cancel could not see finds the task's entry in flight and runs it. The write is
+// idempotent (one stamp). If it never applies the task's row is still gone, so Get and
+// key claims find it ended, but the call reports the error rather than a cancel it
+// cannot promise.
+func (p *Producer) recordCancel(ctx context.Context, done taskindex.Write) error {
+	b := newBackoff()
+	var err error
+	for i := range recordTries {
+		if i > 0 {
+			if werr := b.wait(ctx); werr != nil {
+				break
+			}
+		}
+		if p.failRecord != nil {
+			err = p.failRecord()
+		}
+		if err == nil {
+			if _, err = p.store.Index().Write(ctx, []taskindex.Write{done}, 1); err == nil {
+				return nil
+			}
+		}
+		p.cfg.Logger.WarnContext(ctx, "recording a cancel in the index", "task_id", done.Entry.TaskID, "error", err)
+	}
+	return fmt.Errorf("producer: cancelled %s, but recording it failed (a copy a lease fault left may still run it): %w", done.Entry.TaskID, err)
+}
+
+// recordTries bounds the tries of a cancel's index write: up to about half a second.
+const recordTries = 8
 
 // CancelByKey cancels the task that holds key in queue, as Cancel.
 func (p *Producer) CancelByKey(ctx context.Context, queue, key string, opts CancelOptions) error {

@@ -122,6 +122,7 @@ type Producer struct {
 	schedule ScheduleFunc // scheduleTasks, wrapped in Config.Middleware when there is one
 
 	afterWrite func(error) error // tests only: what a task batch's write returned, and what to make of it
+	failRecord func() error      // tests only: fails a cancel's index write when it returns an error
 }
 
 // New returns a Producer writing through session, whose keyspace holds shardq's tables.

@@ -92,8 +92,8 @@ type task struct {
 	afterLease     bool
 	maybeCancelled bool
 	// ended is when it was last seen to end (a success acked, or dead); mayEnd the earliest
-	// it may have (a handler returned success, or failed its last attempt): from then on
-	// it may hold no key.
+	// it may have (a handler returned success, or failed its last attempt, or a cancel
+	// that failed began): from then on it may hold no key.
 	ended     time.Time
 	mayEnd    time.Time
 	succeeded bool
@@ -228,7 +228,13 @@ func (o *oracle) cancelled(p *proc, id uuid.UUID, afterLease bool, began time.Ti
 		t.calls = append(t.calls, fmt.Sprintf("cancel by %s %s-%s after lease %v", p.name, stamp(began), stamp(time.Now()), afterLease))
 	case errors.Is(err, shardq.ErrTaskNotFound), errors.As(err, &inFlight):
 	default:
-		o.get(id).maybeCancelled = true
+		// It may have been removed from when the call began, and its key freed.
+		t := o.get(id)
+		t.maybeCancelled = true
+		if t.mayEnd.IsZero() || began.Before(t.mayEnd) {
+			t.mayEnd = began
+		}
+		t.calls = append(t.calls, fmt.Sprintf("cancel by %s %s-%s after lease %v: %v", p.name, stamp(began), stamp(time.Now()), afterLease, err))
 	}
 }
 

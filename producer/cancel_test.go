@@ -1,0 +1,52 @@
+package producer_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/inspect"
+	"github.com/shardq/shardq/internal/testclock"
+	"github.com/shardq/shardq/producer"
+)
+
+// TestCancelRecordFails: a cancel whose index write fails is tried again, and a cancel it
+// never manages to record is reported, not returned as a success: without the entry a copy
+// the cancel could not see would run the task.
+func TestCancelRecordFails(t *testing.T) {
+	t.Parallel()
+	s, _ := setup(t)
+	ctx := context.Background()
+	clock := testclock.New(time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC))
+	p, err := producer.New(s, producer.Config{Clock: clock})
+	require.NoError(t, err)
+	in, err := inspect.New(s, inspect.Config{Clock: clock})
+	require.NoError(t, err)
+	down := errors.New("index unavailable")
+
+	fails := 2
+	producer.SetFailRecord(p, func() error {
+		if fails == 0 {
+			return nil
+		}
+		fails--
+		return down
+	})
+	id, err := p.ScheduleTask(ctx, producer.Task{Queue: "q", Payload: []byte("x")})
+	require.NoError(t, err)
+	require.NoError(t, p.Cancel(ctx, id, producer.CancelOptions{}), "two failed writes, then one that applied")
+	_, err = in.Task(ctx, id)
+	require.ErrorIs(t, err, shardq.ErrTaskNotFound)
+	require.ErrorContains(t, err, "cancelled")
+
+	producer.SetFailRecord(p, func() error { return down })
+	id, err = p.ScheduleTask(ctx, producer.Task{Queue: "q", Payload: []byte("y")})
+	require.NoError(t, err)
+	require.ErrorIs(t, p.Cancel(ctx, id, producer.CancelOptions{}), down)
+	_, err = in.Task(ctx, id)
+	require.ErrorIs(t, err, shardq.ErrTaskNotFound, "the row is gone all the same")
+}
