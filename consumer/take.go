@@ -143,7 +143,7 @@ func (c *Consumer) lockedRead(ctx context.Context, pt *scanplan.Part, want int, 
 // new floors and leaves lk's receipt, which settles an unknown outcome. Markers of
 // a swap that did not apply are deleted.
 func (c *Consumer) swap(ctx context.Context, pt *scanplan.Part, lk *locking.Lock, rows []taskrow.Row, s scanplan.Span, now time.Time) ([]*Task, error) {
-	leased, err := c.notEnded(ctx, onePerTask(rows), rows)
+	leased, err := c.notEnded(ctx, onePerTask(rows))
 	if err != nil {
 		// Nothing written yet: the partition is read afresh next time.
 		return nil, errors.Join(wrapErr("looking up tasks in", pt.Key, err), c.release(ctx, lk))
@@ -234,21 +234,16 @@ func onePerTask(rows []taskrow.Row) []taskrow.Row {
 	return out
 }
 
-// notEnded returns rows without the copies of tasks that ended or live elsewhere:
-// timeout markers a lease fault or crash left behind (a swap whose outcome stayed unknown
-// or that never ran, a drop that failed) and retry rows a lease move left (a Retry whose
-// drop of its new row failed, or whose unknown outcome was settled as applied because a
-// cancel had deleted the old marker). A copy is dropped when the task's index entry says
-// it ended (the cancel or ack could not see the copy), or names neither it nor the
-// previous place while a row it names is there: the task moved on, and that row delivers
-// it (leasing the copy too would run the task twice, its token no higher than the one
-// already handed out). The swap deletes them with the others. Only rows delivered before
-// (attempt above zero) are looked up: a row never delivered is deleted under its
-// partition's lock by whoever ends or moves its task.
+// notEnded returns rows without the copies of tasks whose index entry says they ended:
+// timeout markers a lease fault left behind (a swap whose outcome stayed unknown, a drop
+// that failed) and retry rows a lease move left (a Retry whose drop of its new row failed,
+// or whose unknown outcome was settled as applied because a cancel had deleted the old
+// marker), which the cancel or ack that ended the task could not see. The swap deletes
+// them with the others. Only rows delivered before (attempt above zero) are looked up:
+// a row never delivered is deleted under its partition's lock by whoever ends its task.
 // A lookup that fails fails the take, leasing nothing: the row may be the copy of a task
-// cancelled since, which must never run again. read is every row the swap deletes: a task
-// whose entry names one of them is leased here, from whichever copy onePerTask kept.
-func (c *Consumer) notEnded(ctx context.Context, rows, read []taskrow.Row) ([]taskrow.Row, error) {
+// cancelled since, which must never run again.
+func (c *Consumer) notEnded(ctx context.Context, rows []taskrow.Row) ([]taskrow.Row, error) {
 	var delivered []int
 	for i, r := range rows {
 		if r.Attempt > 0 {
@@ -257,10 +252,6 @@ func (c *Consumer) notEnded(ctx context.Context, rows, read []taskrow.Row) ([]ta
 	}
 	if len(delivered) == 0 {
 		return rows, nil
-	}
-	taking := make(map[taskindex.Loc]bool, len(read))
-	for _, r := range read {
-		taking[loc(r)] = true
 	}
 	ended := make([]bool, len(delivered))
 	err := fanout.Each(len(delivered), c.cfg.PartitionsInFlight, func(i int) error {
@@ -277,16 +268,8 @@ func (c *Consumer) notEnded(ctx context.Context, rows, read []taskrow.Row) ([]ta
 		case err != nil:
 			return fmt.Errorf("looking up task %s: %w", id, err)
 		}
-		if e.State.Final() {
-			ended[i] = true
-			return nil
-		}
-		if taking[e.Row] || taking[e.Prev] {
-			return nil // its place is among the rows this swap deletes: r stands for it
-		}
-		moved, err := c.livesAt(ctx, id, e.Prev, e.Row)
-		ended[i] = moved
-		return err
+		ended[i] = e.State.Final()
+		return nil
 	})
 	if err != nil {
 		return nil, err
@@ -297,30 +280,13 @@ func (c *Consumer) notEnded(ctx context.Context, rows, read []taskrow.Row) ([]ta
 		if next < len(delivered) && delivered[next] == i {
 			next++
 			if ended[next-1] {
-				c.log.DebugContext(ctx, "dropping a copy of a task that ended or moved on", "task_id", uuid.UUID(r.TaskID))
+				c.log.DebugContext(ctx, "dropping a copy of an ended task", "task_id", uuid.UUID(r.TaskID))
 				continue
 			}
 		}
 		out = append(out, r)
 	}
 	return out, nil
-}
-
-// livesAt reports whether task id has a row at one of places.
-func (c *Consumer) livesAt(ctx context.Context, id uuid.UUID, places ...taskindex.Loc) (bool, error) {
-	for _, at := range places {
-		if at.Key == "" {
-			continue
-		}
-		r, ok, err := c.state.Store.Tasks().Read(ctx, at.Key, at.Priority, at.ID)
-		if err != nil {
-			return false, fmt.Errorf("reading task %s at %s: %w", id, at.Key, err)
-		}
-		if ok && uuid.UUID(r.TaskID) == id {
-			return true, nil
-		}
-	}
-	return false, nil
 }
 
 // marker returns r's timeout marker visible at at: a copy of the row in the partition of

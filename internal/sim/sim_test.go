@@ -129,8 +129,8 @@ var regressions = []struct {
 	{1, "f06d8c4 (issue 24, F6): Reschedule renews the key's claim until its new time plus Keep"},
 	{3, "issue 24, F1: a write that failed touches the signals of every row it may have written (the quiet write after each run)"},
 	{10000586, "6b4285f: a signal touch that fails is tried again until it applies (the quiet write's refused touch; this seed found it on 224f908)"},
-	{5168, "a copy is dropped for a place its task lives at only when this take's swap does not delete that place too (tasks lost with b2438bc alone)"},
-	{462, "a consumer drops an expired marker whose task's index entry names another place where the task is: a copy left by a crashed take ran beside the lease that moved the task on"},
+	{5168, "b2438bc, reverted: dropping a copy whose index entry names another row lost the task when the same swap deleted that row (and, found by review, when two takes each dropped theirs citing the other)"},
+	{462, "a copy left by a crashed take acked first and the series moved on beside the still-running original: the oracle counts both runs of an occurrence with a copy as copies"},
 }
 
 func TestRegressionSeeds(t *testing.T) {
