@@ -64,23 +64,26 @@ func (f Found) LeaseMove() bool {
 // A move writes the entry before it deletes the row it leaves, so a move that applied
 // between the read of the entry and the reads of its rows leaves neither there: the
 // entry is read again, and the task looked for where the new one says, as long as
-// the entry keeps changing under the reads (up to relocateTries times). Only a task whose
-// entry stayed as read while both its rows were gone is not found.
+// the entry keeps changing under the reads (up to relocateTries times); so is a task never
+// moved before, which has no entry, whose first move took it from its home between the
+// reads. Only a task whose entry stayed as read (or absent) while its rows were gone is
+// not found.
 func (fi *Finder) Locate(ctx context.Context, id uuid.UUID) (Found, error) {
 	if err := CheckID("id", id); err != nil {
 		return Found{}, err
 	}
-	e, stamp, err := fi.store.Index().Read(ctx, id)
+	e, stamp, readErr := fi.store.Index().Read(ctx, id)
 	for range relocateTries {
-		f, err := fi.locate(ctx, id, e, stamp, err)
+		f, err := fi.locate(ctx, id, e, stamp, readErr)
 		if !errors.Is(err, errMoved) {
 			return f, err
 		}
 		again, stampAgain, errAgain := fi.store.Index().Read(ctx, id)
-		if errAgain == nil && stampAgain == stamp {
+		if errAgain == nil && readErr == nil && stampAgain == stamp ||
+			errors.Is(errAgain, taskindex.ErrNotFound) && errors.Is(readErr, taskindex.ErrNotFound) {
 			break // no move since: the task is gone
 		}
-		e, stamp, err = again, stampAgain, errAgain
+		e, stamp, readErr = again, stampAgain, errAgain
 	}
 	return Found{}, fmt.Errorf("%w: %s", shardq.ErrTaskNotFound, id)
 }
@@ -158,7 +161,7 @@ func (fi *Finder) home(ctx context.Context, id uuid.UUID) (Found, error) {
 			return Found{Entry: e, Stamp: taskindex.Stamp(id, 0, 0), State: taskindex.Scheduled, Row: r}, nil
 		}
 	}
-	return Found{}, fmt.Errorf("%w: %s", shardq.ErrTaskNotFound, id)
+	return Found{}, errMoved // or gone: Locate reads the entry again to tell
 }
 
 var allPriorities = func() []int8 {

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/shardq/shardq"
-	"github.com/shardq/shardq/internal/memstore"
+	"github.com/shardq/shardq/internal/cassandratest"
 	"github.com/shardq/shardq/internal/store"
 	"github.com/shardq/shardq/internal/taskid"
 	"github.com/shardq/shardq/internal/taskindex"
@@ -44,46 +44,94 @@ type movingStore struct {
 
 func (s movingStore) Index() store.Index { return s.index }
 
+// world is a queue on the real node and the moves a consumer makes of one task in it.
+type world struct {
+	t     *testing.T
+	ctx   context.Context
+	st    store.Store
+	q     shardq.QueueConfig
+	id    uuid.UUID
+	now   time.Time
+	stamp int64
+}
+
+func newWorld(t *testing.T) *world {
+	s := cassandratest.SchemaSession(t)
+	q, err := shardq.CreateQueue(context.Background(), s, shardq.QueueConfig{Name: "q", ShardCount: 1, BucketCount: 10, BucketDuration: time.Minute})
+	require.NoError(t, err)
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	return &world{t: t, ctx: context.Background(), st: store.Cassandra(s), q: q,
+		id: taskid.New(now.Add(-time.Minute), "q"), now: now, stamp: now.UnixMicro()}
+}
+
+// row is a copy of the task visible at at, delivered attempt times.
+func (w *world) row(at time.Time, attempt int) taskrow.Row {
+	lay := w.q.Layout()
+	return taskrow.Row{Key: lay.Key(lay.Bucket(at), 0), ID: gocql.UUID(shard.NewID(at)), TaskID: gocql.UUID(w.id),
+		DueAt: w.now.Add(-time.Minute), Timeout: 10 * time.Second, Attempt: attempt, Token: int64(attempt)}
+}
+
+func (w *world) write(op store.Op, r taskrow.Row) {
+	w.stamp++
+	require.NoError(w.t, w.st.Tasks().Write(w.ctx, []store.Mutation{{Op: op, Row: r, Stamp: w.stamp}}))
+}
+
+// lease moves the task from from to to as a consumer's swap does: entry, new row, then
+// the delete of the old one.
+func (w *world) lease(from, to taskrow.Row, prev taskindex.State) {
+	loc := func(r taskrow.Row) taskindex.Loc { return taskindex.Loc{Key: r.Key, Priority: r.Priority, ID: r.ID} }
+	e := taskindex.Write{Entry: taskindex.Entry{TaskID: w.id, Queue: "q", State: taskindex.InFlight, Row: loc(to),
+		PrevState: prev, Prev: loc(from)}, Stamp: taskindex.Stamp(w.id, to.Token, 0), TTL: time.Hour}
+	_, err := w.st.Index().Write(w.ctx, []taskindex.Write{e}, 1)
+	require.NoError(w.t, err)
+	w.write(store.Insert, to)
+	w.write(store.Delete, from)
+}
+
+// locate looks the task up while move runs right after the lookup's first read of the
+// index entry, and returns what it found.
+func (w *world) locate(move func()) tasklookup.Found {
+	x := &movingIndex{Index: w.st.Index(), move: move}
+	fi := tasklookup.New(movingStore{Store: w.st, index: x}, shardq.SystemClock{}, func(context.Context, string) (shardq.QueueConfig, error) {
+		return w.q, nil
+	})
+	f, err := fi.Locate(w.ctx, w.id)
+	require.NoError(w.t, err)
+	return f
+}
+
 // A task moved between the read of its entry and the reads of its rows (the keeper of a
 // series asking about an occurrence whose expired marker a consumer leases again) is
 // found where it went, not reported gone: a keeper told "gone" moves the series on while
 // the occurrence runs.
 func TestLocateFollowsAMoveDuringTheLookup(t *testing.T) {
-	ctx := context.Background()
-	now := time.Date(2000, 1, 1, 0, 1, 0, 0, time.UTC)
-	clock := func() time.Time { return now }
-	cluster, err := memstore.New(memstore.Config{Now: clock})
-	require.NoError(t, err)
-	st := cluster.Client(memstore.ClientConfig{Clock: clock})
+	t.Parallel()
+	w := newWorld(t)
+	pending := w.row(w.now.Add(-time.Minute), 0)
+	w.write(store.Insert, pending)
+	first := w.row(w.now.Add(-time.Second), 1) // its marker, expired
+	w.lease(pending, first, taskindex.Scheduled)
+	second := w.row(w.now.Add(10*time.Second), 2)
 
-	id := taskid.New(now.Add(-time.Minute), "q")
-	row := func(at time.Time, attempt int, token int64) taskrow.Row {
-		return taskrow.Row{Key: "q:0:0", ID: gocql.UUID(shard.NewID(at)), TaskID: gocql.UUID(id), DueAt: now.Add(-time.Minute),
-			Timeout: 10 * time.Second, Attempt: attempt, Token: token}
-	}
-	loc := func(r taskrow.Row) taskindex.Loc { return taskindex.Loc{Key: r.Key, Priority: r.Priority, ID: r.ID} }
-	lease := func(from, to taskrow.Row, prev taskindex.State) {
-		w := taskindex.Write{Entry: taskindex.Entry{TaskID: id, Queue: "q", State: taskindex.InFlight, Row: loc(to),
-			PrevState: prev, Prev: loc(from)}, Stamp: taskindex.Stamp(id, to.Token, 0), TTL: time.Hour}
-		_, err := st.Index().Write(ctx, []taskindex.Write{w}, 1)
-		require.NoError(t, err)
-		require.NoError(t, st.Tasks().Write(ctx, []store.Mutation{{Op: store.Insert, Row: to, Stamp: now.UnixMicro()}}))
-		require.NoError(t, st.Tasks().Write(ctx, []store.Mutation{{Op: store.Delete, Row: from, Stamp: now.UnixMicro() + 1}}))
-		now = now.Add(time.Millisecond)
-	}
-	pending := row(now.Add(-time.Minute), 0, 0)
-	require.NoError(t, st.Tasks().Write(ctx, []store.Mutation{{Op: store.Insert, Row: pending, Stamp: now.UnixMicro()}}))
-	now = now.Add(time.Millisecond)
-	first := row(now.Add(-time.Second), 1, 1) // its marker, expired
-	lease(pending, first, taskindex.Scheduled)
-	second := row(now.Add(10*time.Second), 2, 2)
-
-	x := &movingIndex{Index: st.Index(), move: func() { lease(first, second, taskindex.InFlight) }}
-	fi := tasklookup.New(movingStore{Store: st, index: x}, shardq.SystemClock{}, func(context.Context, string) (shardq.QueueConfig, error) {
-		return shardq.QueueConfig{Name: "q"}, nil
-	})
-	f, err := fi.Locate(ctx, id)
-	require.NoError(t, err)
+	f := w.locate(func() { w.lease(first, second, taskindex.InFlight) })
 	require.Equal(t, taskindex.InFlight, f.State)
 	require.Equal(t, second.ID, f.Row.ID)
+}
+
+// The same for a task never moved before, which has no entry: its first lease lands
+// between the lookup's read of the (absent) entry and its read of the row at the task's
+// home (sim seed 789: a series keeper moved the series on beside the occurrence).
+func TestLocateFollowsAFirstMoveDuringTheLookup(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	lay := w.q.Layout()
+	home := w.row(w.now.Add(-time.Minute), 0)
+	home.ID = gocql.UUID(w.id)
+	home.Key = lay.Key(lay.Bucket(shard.IDTime(w.id)), lay.ShardFor(w.id))
+	w.write(store.Insert, home)
+	marker := w.row(w.now.Add(10*time.Second), 1)
+
+	f := w.locate(func() { w.lease(home, marker, taskindex.Scheduled) })
+	require.Equal(t, taskindex.InFlight, f.State)
+	require.Equal(t, marker.ID, f.Row.ID)
 }
