@@ -82,12 +82,12 @@ type Touches struct {
 	list []Touch
 }
 
-// Add records a row of the queue laid out by l: its ID (whose time is when it becomes
+// Add records a row of the ring laid out by l (each generation of a queue signals apart): its ID (whose time is when it becomes
 // visible) and its task's ID (which picks its concurrency shard).
 func (ts *Touches) Add(l shard.Layout, id, taskID uuid.UUID) {
 	at := shard.IDTime(id)
 	b := l.Bucket(at)
-	e := Entry{Cell: Cell{Queue: l.Queue, Bucket: b, Shard: l.ShardFor(taskID)},
+	e := Entry{Cell: Cell{Queue: l.Ring(), Bucket: b, Shard: l.ShardFor(taskID)},
 		Slot: int(at.Sub(l.BucketStart(b)) / slotWidth(l))}
 	if i, ok := ts.idx[e]; ok {
 		if at.Before(ts.list[i].Earliest) {
