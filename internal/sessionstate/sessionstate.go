@@ -21,6 +21,7 @@ import (
 
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/internal/clustertime"
+	"github.com/shardq/shardq/internal/layouts"
 	"github.com/shardq/shardq/internal/signal"
 	"github.com/shardq/shardq/internal/store"
 	"github.com/shardq/shardq/internal/wakeup"
@@ -44,10 +45,12 @@ type State struct {
 	paused   map[string]pauseRead
 }
 
-// pauseRead is what a read of whether a queue is paused found, and when it was sent.
+// pauseRead is what a read of a queue's status (whether it is paused, its layouts)
+// found, and when it was sent.
 type pauseRead struct {
-	paused bool
-	at     time.Time
+	paused  bool
+	layouts string
+	at      time.Time
 }
 
 // New returns the State of parts working on tables, whose host clock is host (nil: the
@@ -140,24 +143,46 @@ func (s *State) Queue(ctx context.Context, name string) (shardq.QueueConfig, err
 // ago (timed from when the read was sent): the parts of one session share one read per
 // queue and interval. No lock is held across the read.
 func (s *State) Paused(ctx context.Context, name string) (bool, error) {
+	st, err := s.status(ctx, name)
+	return st.paused, err
+}
+
+// Layouts returns queue name's layout history, as read at most shardq.SettingsRefresh ago
+// (timed from when the read was sent), in the same read as Paused: every producer and
+// consumer writes under a history at most that old, which shardq.ChangeLayout counts on.
+func (s *State) Layouts(ctx context.Context, name string) (layouts.History, error) {
+	q, err := s.Queue(ctx, name)
+	if err != nil {
+		return layouts.History{}, err
+	}
+	st, err := s.status(ctx, name)
+	if err != nil {
+		return layouts.History{}, err
+	}
+	return layouts.Decode(q.Layout(), st.layouts)
+}
+
+// status reads queue name's status at most shardq.SettingsRefresh ago.
+func (s *State) status(ctx context.Context, name string) (pauseRead, error) {
 	s.pausedMu.Lock()
 	last, ok := s.paused[name]
 	s.pausedMu.Unlock()
 	if ok && time.Since(last.at) < shardq.SettingsRefresh {
-		return last.paused, nil
+		return last, nil
 	}
 	sent := time.Now()
 	st, err := s.Store.Queues().Status(ctx, name, false)
 	if errors.Is(err, store.ErrNotFound) {
-		return false, fmt.Errorf("%w: %q", shardq.ErrQueueNotFound, name)
+		return pauseRead{}, fmt.Errorf("%w: %q", shardq.ErrQueueNotFound, name)
 	}
 	if err != nil {
-		return false, fmt.Errorf("shardq: reading whether queue %q is paused: %w", name, err)
+		return pauseRead{}, fmt.Errorf("shardq: reading the state of queue %q: %w", name, err)
 	}
+	read := pauseRead{paused: st.Paused, layouts: st.Layouts, at: sent}
 	s.pausedMu.Lock()
 	if cur, ok := s.paused[name]; !ok || cur.at.Before(sent) {
-		s.paused[name] = pauseRead{paused: st.Paused, at: sent}
+		s.paused[name] = read
 	}
 	s.pausedMu.Unlock()
-	return st.Paused, nil
+	return read, nil
 }
