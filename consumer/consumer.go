@@ -178,7 +178,7 @@ func New(session *gocql.Session, cfg Config) (*Consumer, error) {
 	}
 	signals := st.Signals
 	return &Consumer{cfg: cfg, log: cfg.Logger, state: st, cluster: cluster, signals: signals, leasing: st.Store.Leasing(),
-		series: &series.Env{Store: st.Store.Series(), Tasks: st.Store.Tasks(), Clock: cfg.Clock, Cluster: cluster, Log: cfg.Logger, Signals: signals, Bus: st.Bus}}, nil
+		series: &series.Env{Store: st.Store.Series(), Tasks: st.Store.Tasks(), Clock: cfg.Clock, Cluster: cluster, Log: cfg.Logger, Signals: signals, Bus: st.Bus, Layout: st.Fixed}}, nil
 }
 
 // init loads the queue's settings once; a failure is retried on the next call.

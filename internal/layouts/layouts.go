@@ -131,3 +131,16 @@ func (h History) Place(t, now time.Time) shard.Layout {
 	}
 	return h.At(t)
 }
+
+// Fixed returns the layout of a row whose place its ID fixes whoever writes it (a series'
+// occurrence, written again by whoever finds it unwritten): the one in force at t, or the
+// oldest live one when that one is drained. Writers with the same history agree on it;
+// across a change they may not, which can leave a copy of the row in each (a duplicate,
+// never a loss).
+func (h History) Fixed(t time.Time) shard.Layout {
+	l := h.At(t)
+	if l.Generation < h.Drained {
+		return h.Gens[h.Drained].Layout
+	}
+	return l
+}

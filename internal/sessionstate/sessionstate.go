@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"strings"
 	"sync"
 	"time"
 	"weak"
@@ -49,7 +50,7 @@ type State struct {
 // found, and when it was sent.
 type pauseRead struct {
 	paused  bool
-	layouts string
+	layouts layouts.History
 	at      time.Time
 }
 
@@ -149,17 +150,48 @@ func (s *State) Paused(ctx context.Context, name string) (bool, error) {
 
 // Layouts returns queue name's layout history, as read at most shardq.SettingsRefresh ago
 // (timed from when the read was sent), in the same read as Paused: every producer and
-// consumer writes under a history at most that old, which shardq.ChangeLayout counts on.
+// consumer that writes calls it first, so each writes under a history at most that old,
+// which shardq.ChangeLayout counts on.
 func (s *State) Layouts(ctx context.Context, name string) (layouts.History, error) {
-	q, err := s.Queue(ctx, name)
-	if err != nil {
-		return layouts.History{}, err
-	}
 	st, err := s.status(ctx, name)
-	if err != nil {
-		return layouts.History{}, err
+	return st.layouts, err
+}
+
+// Place returns the layout a row of queue q visible at t goes under when written at now
+// (layouts.History.Place), by the history last read by Layouts or Paused: callers read it
+// first, and place by it without a read per row.
+func (s *State) Place(q shardq.QueueConfig, t, now time.Time) shard.Layout {
+	s.pausedMu.Lock()
+	last, ok := s.paused[q.Name]
+	s.pausedMu.Unlock()
+	if !ok {
+		return q.Layout()
 	}
-	return layouts.Decode(q.Layout(), st.layouts)
+	return last.layouts.Place(t, now)
+}
+
+// Fixed returns the layout of a row of queue q whose place its ID's time t fixes
+// (layouts.History.Fixed), by a history read at most shardq.SettingsRefresh ago.
+func (s *State) Fixed(ctx context.Context, q shardq.QueueConfig, t time.Time) (shard.Layout, error) {
+	h, err := s.Layouts(ctx, q.Name)
+	if err != nil {
+		return shard.Layout{}, err
+	}
+	return h.Fixed(t), nil
+}
+
+// LayoutOf returns the layout of queue q whose ring holds partition key, by the history
+// last read; q's first layout when the key names no generation it knows.
+func (s *State) LayoutOf(q shardq.QueueConfig, key string) shard.Layout {
+	ring, _, _ := strings.Cut(key, ":")
+	_, g, ok := shard.ParseRing(ring)
+	s.pausedMu.Lock()
+	last, known := s.paused[q.Name]
+	s.pausedMu.Unlock()
+	if !ok || !known || g >= len(last.layouts.Gens) {
+		return q.Layout()
+	}
+	return last.layouts.Gens[g].Layout
 }
 
 // status reads queue name's status at most shardq.SettingsRefresh ago.
@@ -170,6 +202,10 @@ func (s *State) status(ctx context.Context, name string) (pauseRead, error) {
 	if ok && time.Since(last.at) < shardq.SettingsRefresh {
 		return last, nil
 	}
+	q, err := s.Queue(ctx, name)
+	if err != nil {
+		return pauseRead{}, err
+	}
 	sent := time.Now()
 	st, err := s.Store.Queues().Status(ctx, name, false)
 	if errors.Is(err, store.ErrNotFound) {
@@ -178,7 +214,11 @@ func (s *State) status(ctx context.Context, name string) (pauseRead, error) {
 	if err != nil {
 		return pauseRead{}, fmt.Errorf("shardq: reading the state of queue %q: %w", name, err)
 	}
-	read := pauseRead{paused: st.Paused, layouts: st.Layouts, at: sent}
+	h, err := layouts.Decode(q.Layout(), st.Layouts)
+	if err != nil {
+		return pauseRead{}, err
+	}
+	read := pauseRead{paused: st.Paused, layouts: h, at: sent}
 	s.pausedMu.Lock()
 	if cur, ok := s.paused[name]; !ok || cur.at.Before(sent) {
 		s.paused[name] = read
