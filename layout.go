@@ -136,7 +136,7 @@ func nextLayout(q QueueConfig, h layouts.History, cfg LayoutConfig, now time.Tim
 		return layouts.Gen{}, &LayoutChangingError{Queue: q.Name, Reason: fmt.Sprintf("generation %d takes effect at %v", cur.Generation, last.From), RetryAt: last.From}
 	}
 	if live := h.Live(); len(live) >= MaxLiveLayouts {
-		at, _ := h.Sealed(h.Drained, SettingsRefresh)
+		at, _ := h.Sealed(h.Drained, layouts.SealAfter)
 		return layouts.Gen{}, &LayoutChangingError{Queue: q.Name, Reason: fmt.Sprintf("%d layouts are live; generation %d is draining", len(live), h.Drained), RetryAt: at}
 	}
 	align := lcm(cur.BucketDuration.Milliseconds(), want.BucketDuration.Milliseconds())

@@ -101,7 +101,11 @@ type Stats struct {
 	// of At is time shard Layout.TimeShard(Layout.Bucket(At)) of the queue's layout).
 	// Shards[s] adds up Lap[s]; a partition in Failed counts zero.
 	Lap [][]Counts
-	// Total adds Shards up.
+	// Draining counts the rows of the layouts a layout change left, which consumers read
+	// until they are empty (shardq.ChangeLayout): one lap of each. Shards and Lap are of
+	// the layout in force.
+	Draining Counts
+	// Total adds Shards and Draining up.
 	Total Counts
 	// OldestDue is when the earliest row that is due became visible; zero when none is.
 	OldestDue time.Time
@@ -168,8 +172,12 @@ func (in *Inspector) Stats(ctx context.Context, queue string, opts StatsOptions)
 		if err != nil {
 			st.Failed = append(st.Failed, &PartitionError{PartitionKey: parts[i].key, Err: err})
 		} else {
-			st.Shards[parts[i].shard].add(c)
-			st.Lap[parts[i].shard][q.layout.TimeShard(parts[i].bucket)] = c
+			if parts[i].draining {
+				st.Draining.add(c)
+			} else {
+				st.Shards[parts[i].shard].add(c)
+				st.Lap[parts[i].shard][q.layout.TimeShard(parts[i].bucket)] = c
+			}
 			st.RowsRead += rows
 			if !oldest.IsZero() && (st.OldestDue.IsZero() || oldest.Before(st.OldestDue)) {
 				st.OldestDue = oldest
@@ -193,6 +201,7 @@ func (in *Inspector) Stats(ctx context.Context, queue string, opts StatsOptions)
 	for _, c := range st.Shards {
 		st.Total.add(c)
 	}
+	st.Total.add(st.Draining)
 	return st, nil
 }
 

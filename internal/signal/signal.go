@@ -341,7 +341,13 @@ func NewWatcher(cells Reader, queue string) *Watcher {
 // for tasks, less the clock skew it allows between processes. Earlier rows are those
 // that look already saw, or rows written late, which consumers' sweeps find.
 func (w *Watcher) Changed(ctx context.Context, from, to int64, since time.Time) (bool, error) {
-	cells, err := w.cells.Cells(ctx, w.queue, from, to)
+	return w.ChangedIn(ctx, w.queue, from, to, since)
+}
+
+// ChangedIn is Changed on the cells of ring, a layout's ring of the watched queue
+// (shard.Layout.Ring), whose buckets from..to are its layout's.
+func (w *Watcher) ChangedIn(ctx context.Context, ring string, from, to int64, since time.Time) (bool, error) {
+	cells, err := w.cells.Cells(ctx, ring, from, to)
 	if err != nil {
 		return false, err
 	}
