@@ -30,7 +30,7 @@ func (d *drainer) maybe(ctx context.Context, c *Consumer, h layouts.History) {
 	now := c.cfg.Clock.Now()
 	d.mu.Lock()
 	if d.next.IsZero() {
-		d.next = now.Add(time.Duration(random.N(int(drainEvery / time.Millisecond))) * time.Millisecond)
+		d.next = now.Add(time.Duration(random.N(int(drainEvery/time.Millisecond))) * time.Millisecond)
 	}
 	due := !now.Before(d.next)
 	if due {
