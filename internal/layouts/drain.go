@@ -22,27 +22,27 @@ const SealAfter = time.Minute
 
 // Drain marks h's oldest live generation drained, so readers stop reading its ring, when
 // nothing can be written into it any more (now is past its seal) and a read of every
-// partition of its ring, inflight at once, finds no task row; it reports whether it did.
+// partition of its ring, inflight at once, finds no task row. It reports whether it read the ring, and whether it marked it drained.
 // The write is conditioned on the history being h; its outcome unknown needs no settling,
 // because the ring it marks stays empty whoever marks it, or when.
-func Drain(ctx context.Context, tables store.Store, h History, now time.Time, inflight int) (bool, error) {
+func Drain(ctx context.Context, tables store.Store, h History, now time.Time, inflight int) (looked, drained bool, err error) {
 	sealed, ok := h.Sealed(h.Drained, SealAfter)
 	if !ok || now.Before(sealed) {
-		return false, nil
+		return false, false, nil
 	}
 	l := h.Gens[h.Drained].Layout
 	empty, err := Empty(ctx, tables.Scans(), l, inflight)
 	if err != nil || !empty {
-		return false, err
+		return true, false, err
 	}
 	next := h
 	next.Drained++
 	next.Version++
 	applied, err := tables.Queues().SetLayouts(ctx, l.Queue, h.Encode(), next.Encode())
 	if err != nil {
-		return false, fmt.Errorf("layouts: marking generation %d of queue %q drained: %w", l.Generation, l.Queue, err)
+		return true, false, fmt.Errorf("layouts: marking generation %d of queue %q drained: %w", l.Generation, l.Queue, err)
 	}
-	return applied, nil
+	return true, applied, nil
 }
 
 // Empty reports whether no partition of l's ring holds a task row (a task, or the
