@@ -255,6 +255,7 @@ state            running
 	c.fails(exitFailed, []string{"queue", "pause", "nosuch"}, "queue not found")
 
 	require.Regexp(t, `^queue emails: layout 1 takes effect at \d{4}-\S+Z\n$`, c.ok("queue", "resize", "emails", "--shards", "16"))
+	require.Regexp(t, `(?m)^layout 1\s+16 shards, 150 x 5s \(takes effect at \d{4}-`, c.ok("queue", "show", "emails"))
 	c.fails(exitFailed, []string{"queue", "resize", "emails", "--shards", "2"}, "cannot change yet")
 	c.fails(exitUsage, []string{"queue", "resize", "emails", "--bucket", "7ms"}, "LayoutConfig.BucketDuration")
 

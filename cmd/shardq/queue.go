@@ -215,6 +215,23 @@ func (a *app) showQueue(q inspect.QueueInfo) error {
 	if !q.CreatedAt.IsZero() {
 		fmt.Fprintf(w, "created\t%s\n", created(q.CreatedAt))
 	}
+	// Shards and buckets above are the ones the queue was created with; a resize adds
+	// a layout, read until it is drained.
+	for _, l := range q.Layouts[min(1, len(q.Layouts)):] {
+		var status string
+		switch {
+		case l.Drained:
+			status = "drained"
+		case !l.From.After(time.Now()):
+			status = "from " + utc(l.From)
+		default:
+			status = "takes effect at " + utc(l.From)
+		}
+		fmt.Fprintf(w, "layout %d\t%d shards, %d x %v (%s)\n", l.Layout.Generation, l.Layout.ShardCount, l.Layout.BucketCount, l.Layout.BucketDuration, status)
+	}
+	if len(q.Layouts) > 0 && q.Layouts[0].Drained {
+		fmt.Fprintf(w, "layout 0\tdrained\n")
+	}
 	return w.Flush()
 }
 
