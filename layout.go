@@ -133,7 +133,7 @@ func nextLayout(q QueueConfig, h layouts.History, cfg LayoutConfig, now time.Tim
 		return last, nil
 	}
 	if last.From.After(now) {
-		return layouts.Gen{}, &LayoutChangingError{Queue: q.Name, Reason: fmt.Sprintf("generation %d takes effect at %v", cur.Generation, last.From), RetryAt: last.From}
+		return layouts.Gen{}, &LayoutChangingError{Queue: q.Name, Reason: fmt.Sprintf("generation %d takes effect at %s", cur.Generation, last.From.UTC().Format(time.RFC3339)), RetryAt: last.From}
 	}
 	if live := h.Live(); len(live) >= MaxLiveLayouts {
 		at, _ := h.Sealed(h.Drained, layouts.SealAfter)
