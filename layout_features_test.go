@@ -97,6 +97,7 @@ func TestLayoutChangeKeepsFeatures(t *testing.T) {
 	st, err := in.Stats(ctx, q.Name, inspect.StatsOptions{})
 	require.NoError(t, err)
 	require.Len(t, st.Shards, 3, "the picture is of the layout in force")
+	require.Equal(t, 1, st.Layout.Generation)
 	require.GreaterOrEqual(t, st.Total.Due+st.Total.DueAgain, 3, "rescheduled, replayed, fresh")
 
 	want := map[uuid.UUID]bool{rescheduled: true, dies: true, fresh: true}

@@ -94,6 +94,9 @@ type Stats struct {
 	At time.Time
 	// Window is how far past At rows are counted: one lap. Rows due later are not read.
 	Window time.Duration
+	// Layout is the layout Shards and Lap picture: the one in force at At, which differs
+	// from the queue's first once it was changed (shardq.ChangeLayout).
+	Layout shard.Layout
 	// Shards counts rows by concurrency shard.
 	Shards []Counts
 	// Lap counts rows by partition, for a shard × bucket picture of the lap:
@@ -149,7 +152,7 @@ func (in *Inspector) Stats(ctx context.Context, queue string, opts StatsOptions)
 	}
 	now := in.cfg.Clock.Now()
 	parts := q.lap(now)
-	st := &Stats{At: now, Window: q.layout.Window(), Shards: make([]Counts, q.layout.ShardCount),
+	st := &Stats{At: now, Window: q.layout.Window(), Layout: q.layout, Shards: make([]Counts, q.layout.ShardCount),
 		Lap: make([][]Counts, q.layout.ShardCount), Partitions: len(parts), DeadDays: deadletters.Days}
 	for s := range st.Lap {
 		st.Lap[s] = make([]Counts, q.layout.BucketCount)
