@@ -20,8 +20,9 @@ import (
 
 // What was written under a queue's first layout keeps working once a new one took
 // effect, and what is written after goes to the new one: unique keys hold, tasks are
-// found, cancelled and rescheduled (into the new layout), a dead letter is replayed, a
-// series goes on, inspect sees both layouts, and tokens keep growing.
+// found, cancelled and rescheduled (into the new layout), a task leased before it is
+// retried into the new layout, a dead letter is replayed, a series goes on, inspect sees
+// both layouts, and tokens keep growing.
 func TestLayoutChangeKeepsFeatures(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -45,12 +46,17 @@ func TestLayoutChangeKeepsFeatures(t *testing.T) {
 		{Queue: q.Name, DueAt: later, Payload: []byte("cancelled")},
 		{Queue: q.Name, DueAt: later, Payload: []byte("rescheduled")},
 		{Queue: q.Name, Payload: []byte("dies")},
+		{Queue: q.Name, Payload: []byte("held"), Timeout: 50 * time.Second},
 	})
 	require.NoError(t, err)
-	stays, keyed, cancelled, rescheduled, dies := ids[0], ids[1], ids[2], ids[3], ids[4]
-	got := acquireUntil(t, c, 1)
-	require.Equal(t, dies, got[0].ID)
-	require.NoError(t, c.DeadLetter(ctx, got[0], errors.New("boom")))
+	stays, keyed, cancelled, rescheduled, dies, held := ids[0], ids[1], ids[2], ids[3], ids[4], ids[5]
+	leased := map[uuid.UUID]*consumer.Task{}
+	for len(leased) < 2 {
+		for _, task := range acquireUntil(t, c, 2) {
+			leased[task.ID] = task
+		}
+	}
+	require.NoError(t, c.DeadLetter(ctx, leased[dies], errors.New("boom")))
 	_, err = sc.Create(ctx, series.Series{Queue: q.Name, Name: "tick", Every: time.Second})
 	require.NoError(t, err)
 
@@ -76,6 +82,14 @@ func TestLayoutChangeKeepsFeatures(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, shardq.TaskScheduled, info.State)
 	require.True(t, strings.HasPrefix(info.PartitionKey, "q:"), "found in the first layout: %s", info.PartitionKey)
+	info, err = in.Task(ctx, held)
+	require.NoError(t, err)
+	require.Equal(t, shardq.TaskInFlight, info.State)
+	require.True(t, strings.HasPrefix(info.PartitionKey, "q:"), "leased before the change: %s", info.PartitionKey)
+	require.NoError(t, c.Retry(ctx, leased[held], 0))
+	info, err = in.Task(ctx, held)
+	require.NoError(t, err)
+	require.True(t, strings.HasPrefix(info.PartitionKey, "q~1:"), "a retry moves it into the new layout: %s", info.PartitionKey)
 	_, err = p.ScheduleTask(ctx, producer.Task{Queue: q.Name, Key: "k"})
 	require.ErrorIs(t, err, producer.ErrDuplicate, "the key is held across the change")
 	byKey, err := in.TaskByKey(ctx, q.Name, "k")
@@ -100,7 +114,7 @@ func TestLayoutChangeKeepsFeatures(t *testing.T) {
 	require.Equal(t, 1, st.Layout.Generation)
 	require.GreaterOrEqual(t, st.Total.Due+st.Total.DueAgain, 3, "rescheduled, replayed, fresh")
 
-	want := map[uuid.UUID]bool{rescheduled: true, dies: true, fresh: true}
+	want := map[uuid.UUID]bool{rescheduled: true, dies: true, fresh: true, held: true}
 	deadline := time.Now().Add(30 * time.Second)
 	for len(want) > 0 {
 		require.True(t, time.Now().Before(deadline), "not delivered: %v", want)
@@ -108,7 +122,7 @@ func TestLayoutChangeKeepsFeatures(t *testing.T) {
 			if task.Series == "" {
 				require.True(t, want[task.ID], "%s delivered", task.ID)
 				delete(want, task.ID)
-				if task.ID == dies {
+				if task.ID == dies || task.ID == held {
 					require.Greater(t, task.Token, int64(1), "the token goes on from the delivery before the change")
 				}
 			}
