@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/shardq/shardq/internal/random"
@@ -145,6 +146,7 @@ type Consumer struct {
 	// which is c's own), each a Consumer of its own layout sharing c's lock, store and
 	// settings, while they may hold rows (see internal/layouts).
 	rings map[int]*Consumer
+	turn  atomic.Uint64 // calls of AcquireTasks, which pick the ring read first
 	drain drainer
 
 	beforeSwap func()            // tests only: runs between the locked read and the swap
@@ -289,7 +291,11 @@ func (c *Consumer) AcquireTasks(ctx context.Context, n int) ([]*Task, error) {
 	}
 	var out []*Task
 	var readErr error
-	for _, r := range c.ringsOf(h) {
+	// Each call starts at the next ring, so a backlog in one does not hold back what
+	// comes due in another.
+	rings := c.ringsOf(h)
+	first := int(c.turn.Add(1) % uint64(len(rings)))
+	for _, r := range slices.Concat(rings[first:], rings[:first]) {
 		got, err := r.acquire(ctx, n-len(out))
 		out = append(out, got...)
 		if err != nil {
