@@ -257,6 +257,7 @@ state            running
 	require.Regexp(t, `^queue emails: layout 1 takes effect at \d{4}-\S+Z\n$`, c.ok("queue", "resize", "emails", "--shards", "16"))
 	require.Regexp(t, `(?m)^layout 1\s+16 shards, 150 x 5s \(takes effect at \d{4}-`, c.ok("queue", "show", "emails"))
 	c.fails(exitFailed, []string{"queue", "resize", "emails", "--shards", "2"}, "cannot change yet")
+	require.Equal(t, "queue reports already has this layout (layout 0)\n", c.ok("queue", "resize", "reports", "--shards", "8"))
 	c.fails(exitUsage, []string{"queue", "resize", "emails", "--bucket", "7ms"}, "LayoutConfig.BucketDuration")
 
 	// Flags win over the environment.

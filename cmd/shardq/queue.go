@@ -58,8 +58,8 @@ value.`,
 				if a.json {
 					return a.emit(map[string]any{"name": args[0], "generation": ch.Generation, "takes_effect_at": ch.From.UTC()})
 				}
-				if ch.Generation == 0 {
-					_, err = fmt.Fprintf(a.stdout, "queue %s already has this layout\n", args[0])
+				if !ch.From.After(time.Now()) {
+					_, err = fmt.Fprintf(a.stdout, "queue %s already has this layout (layout %d)\n", args[0], ch.Generation)
 					return err
 				}
 				_, err = fmt.Fprintf(a.stdout, "queue %s: layout %d takes effect at %s\n", args[0], ch.Generation, utc(ch.From))
