@@ -3,6 +3,7 @@ package shardq
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 var (
@@ -55,3 +56,22 @@ func (e *QueueMismatchError) Error() string {
 }
 
 func (e *QueueMismatchError) Unwrap() error { return ErrQueueMismatch }
+
+// ErrLayoutChanging means a queue's layout cannot change yet: a change has yet to take
+// effect, or too many layouts are still draining. LayoutChangingError says until when.
+var ErrLayoutChanging = errors.New("shardq: queue layout changing")
+
+// LayoutChangingError refuses a layout change, saying why and from when it may be tried
+// again (not before RetryAt; a layout draining may need longer). It matches
+// ErrLayoutChanging.
+type LayoutChangingError struct {
+	Queue   string
+	Reason  string
+	RetryAt time.Time
+}
+
+func (e *LayoutChangingError) Error() string {
+	return fmt.Sprintf("shardq: the layout of queue %q cannot change yet (%s); try again from %v", e.Queue, e.Reason, e.RetryAt.UTC().Format(time.RFC3339))
+}
+
+func (e *LayoutChangingError) Unwrap() error { return ErrLayoutChanging }

@@ -17,21 +17,21 @@ func TestApplySchemaTwice(t *testing.T) {
 	s := cassandratest.SessionFor(t, ks)
 	require.NoError(t, shardq.ApplySchema(context.Background(), s))
 	require.NoError(t, shardq.ApplySchema(context.Background(), s))
-	require.Len(t, shardq.Schema(), 12)
+	require.Len(t, shardq.Schema(), 13)
 	var opts map[string]string
 	require.NoError(t, s.Query(`SELECT compaction FROM system_schema.tables WHERE keyspace_name = ? AND table_name = 'tasks'`, ks).Scan(&opts))
 	require.Contains(t, opts["class"], "LeveledCompactionStrategy")
 }
 
 // A keyspace made before the columns that came later (queue_signals' slots, the tasks'
-// and dead letters' headers, the queues' paused) gets them from ApplySchema.
+// and dead letters' headers, the queues' paused and layouts) gets them from ApplySchema.
 func TestApplySchemaAddsLaterColumns(t *testing.T) {
 	t.Parallel()
 	s := cassandratest.DDLSession(t)
 	ks := s.Query("").Keyspace()
 	ctx := context.Background()
 	require.NoError(t, shardq.ApplySchema(ctx, s))
-	later := [][2]string{{"queue_signals", "slots"}, {"tasks", "headers"}, {"dead_letters", "headers"}, {"queues", "paused"}}
+	later := [][2]string{{"queue_signals", "slots"}, {"tasks", "headers"}, {"dead_letters", "headers"}, {"queues", "paused"}, {"queues", "layouts"}}
 	for _, c := range later {
 		require.NoError(t, s.Query(`ALTER TABLE `+c[0]+` DROP `+c[1]).Exec())
 	}

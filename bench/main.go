@@ -69,6 +69,11 @@ type options struct {
 
 	ceilingTasks int
 
+	reshardRate   int
+	reshardWindow time.Duration
+	reshardShards int
+	reshardBucket time.Duration
+
 	skewTasks                int
 	skewOver, skewBound      time.Duration
 	skewDue                  string
@@ -82,7 +87,7 @@ func main() {
 	var o options
 	flag.StringVar(&o.hosts, "hosts", "127.0.0.1", "comma-separated Cassandra hosts (SHARDQ_CASSANDRA_HOSTS wins when set)")
 	flag.StringVar(&o.keyspace, "keyspace", "shardq_bench", "keyspace each workload drops and makes again")
-	flag.StringVar(&o.workloads, "workload", "burst", "comma-separated workloads: burst, burst-worker, steady, spread, trickle, idle, soak, sweep, ceiling, skew, or all (all but skew)")
+	flag.StringVar(&o.workloads, "workload", "burst", "comma-separated workloads: burst, burst-worker, steady, spread, trickle, idle, soak, sweep, ceiling, skew, reshard, or all (all but skew and reshard, which waits out a layout change)")
 	flag.StringVar(&o.jsonPath, "json", "", "append JSON lines to this file (default: print them on stdout)")
 	flag.StringVar(&o.chartPath, "chart", "sweep.png", "PNG file for the sweep's chart")
 
@@ -131,6 +136,11 @@ func main() {
 
 	flag.IntVar(&o.ceilingTasks, "ceiling-tasks", 50_000, "ceiling: rows per measurement")
 
+	flag.IntVar(&o.reshardRate, "reshard-rate", 2000, "reshard: tasks scheduled (and due a second later) per second")
+	flag.DurationVar(&o.reshardWindow, "reshard-window", 30*time.Second, "reshard: how long each measured window (before, during and after the change) lasts")
+	flag.IntVar(&o.reshardShards, "reshard-shards", 16, "reshard: the concurrency shards the queue changes to (from the default)")
+	flag.DurationVar(&o.reshardBucket, "reshard-bucket", 0, "reshard: the bucket duration the queue changes to (0: unchanged)")
+
 	flag.IntVar(&o.skewTasks, "skew-tasks", 10_000, "skew: tasks scheduled, half by each of two producers")
 	flag.DurationVar(&o.skewOver, "skew-over", 30*time.Second, "skew: tasks are scheduled (-skew-due now) or due (ahead) evenly over this long")
 	flag.StringVar(&o.skewDue, "skew-due", "now", "skew: now (DueAt zero, scheduled over -skew-over) or ahead (all scheduled at the start, due over -skew-over)")
@@ -165,7 +175,7 @@ func run(ctx context.Context, o options) error {
 	workloads := map[string]func(context.Context) error{
 		"burst": b.burst, "burst-worker": b.burstWorker, "steady": b.steady, "spread": b.spread, "trickle": b.trickle,
 		"idle": b.idle, "soak": b.soak, "sweep": b.sweep, "ceiling": b.ceiling,
-		"skew": b.skew,
+		"skew": b.skew, "reshard": b.reshard,
 	}
 	for _, name := range names {
 		w, ok := workloads[strings.TrimSpace(name)]

@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/shardq/shardq/internal/random"
@@ -27,6 +28,7 @@ import (
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/internal/clustertime"
 	"github.com/shardq/shardq/internal/defaults"
+	"github.com/shardq/shardq/internal/layouts"
 	"github.com/shardq/shardq/internal/locking"
 	"github.com/shardq/shardq/internal/lwt"
 	"github.com/shardq/shardq/internal/scanplan"
@@ -138,8 +140,14 @@ type Consumer struct {
 	series  *series.Env
 	leasing store.Leasing
 
-	mu   sync.Mutex     // guards plan, and q, layout and locker while init sets them
+	mu   sync.Mutex     // guards plan, rings, and q, layout and locker while init sets them
 	plan *scanplan.Plan // what to read next and from where; nil before init
+	// rings reads the rings of the queue's later layouts (generations after the first,
+	// which is c's own), each a Consumer of its own layout sharing c's lock, store and
+	// settings, while they may hold rows (see internal/layouts).
+	rings map[int]*Consumer
+	turn  atomic.Uint64 // calls of AcquireTasks, which pick the ring read first
+	drain drainer
 
 	beforeSwap func()            // tests only: runs between the locked read and the swap
 	afterSwap  func(error) error // tests only: what the swap's LWT returned, and what to make of it
@@ -179,7 +187,7 @@ func New(session *gocql.Session, cfg Config) (*Consumer, error) {
 	}
 	signals := st.Signals
 	return &Consumer{cfg: cfg, log: cfg.Logger, state: st, cluster: cluster, signals: signals, leasing: st.Store.Leasing(),
-		series: &series.Env{Store: st.Store.Series(), Tasks: st.Store.Tasks(), Clock: cfg.Clock, Cluster: cluster, Log: cfg.Logger, Signals: signals, Bus: st.Bus}}, nil
+		series: &series.Env{Store: st.Store.Series(), Tasks: st.Store.Tasks(), Clock: cfg.Clock, Cluster: cluster, Log: cfg.Logger, Signals: signals, Bus: st.Bus, Layout: st.Fixed}}, nil
 }
 
 // init loads the queue's settings once; a failure is retried on the next call.
@@ -207,13 +215,48 @@ func (c *Consumer) init(ctx context.Context) error {
 		return err
 	}
 	c.q, c.layout, c.locker = q, q.Layout(), locker
-	layout := c.layout
+	c.plan = c.newPlan(c.layout)
+	return nil
+}
+
+// newPlan returns a plan of reads of the ring of layout.
+func (c *Consumer) newPlan(layout shard.Layout) *scanplan.Plan {
 	// Start consumers at different shards so that N consumers on S shards rarely collide.
-	c.plan = scanplan.New(scanplan.Config{Layout: layout, Skew: c.cfg.MaxClockSkew, LookAhead: c.cfg.LookAhead,
+	return scanplan.New(scanplan.Config{Layout: layout, Skew: c.cfg.MaxClockSkew, LookAhead: c.cfg.LookAhead,
 		MaxTakeBytes: MaxTakeBytes, MaxPageRows: MaxAcquire,
 		SlotStart: func(b int64, slot int) time.Time { return signal.SlotStart(layout, b, slot) },
-	}, c.cfg.Clock.Now(), random.N(q.ShardCount))
-	return nil
+	}, c.cfg.Clock.Now(), random.N(layout.ShardCount))
+}
+
+// ringsOf returns the consumers of the rings of h's live layouts, oldest first: c for the
+// first layout, one made on first use for each later one. Those of drained layouts go.
+func (c *Consumer) ringsOf(h layouts.History) []*Consumer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []*Consumer
+	for _, l := range h.Live() {
+		if l.Generation == 0 {
+			out = append(out, c)
+			continue
+		}
+		r, ok := c.rings[l.Generation]
+		if !ok {
+			r = &Consumer{cfg: c.cfg, log: c.log, state: c.state, cluster: c.cluster, q: c.q, layout: l, locker: c.locker,
+				signals: c.signals, series: c.series, leasing: c.leasing, plan: c.newPlan(l),
+				beforeSwap: c.beforeSwap, afterSwap: c.afterSwap, afterAck: c.afterAck, failRead: c.failRead, crash: c.crash}
+			if c.rings == nil {
+				c.rings = map[int]*Consumer{}
+			}
+			c.rings[l.Generation] = r
+		}
+		out = append(out, r)
+	}
+	for g := range c.rings {
+		if g < h.Drained {
+			delete(c.rings, g)
+		}
+	}
+	return out
 }
 
 // AcquireTasks returns up to n due tasks, leased to this consumer until their deadline,
@@ -241,6 +284,44 @@ func (c *Consumer) AcquireTasks(ctx context.Context, n int) ([]*Task, error) {
 	case paused:
 		return nil, shardq.ErrQueuePaused
 	}
+	// The same read as Paused's: markers written by this call are placed by a history
+	// at most shardq.SettingsRefresh old.
+	h, err := c.state.Layouts(ctx, c.cfg.Queue)
+	if err != nil {
+		return nil, err
+	}
+	var out []*Task
+	var readErr error
+	// Each call starts at the next ring, so a backlog in one does not hold back what
+	// comes due in another.
+	rings := c.ringsOf(h)
+	first := int(c.turn.Add(1) % uint64(len(rings)))
+	for _, r := range slices.Concat(rings[first:], rings[:first]) {
+		got, err := r.acquire(ctx, n-len(out))
+		out = append(out, got...)
+		if err != nil {
+			readErr = err
+		}
+		if len(out) == n {
+			break
+		}
+	}
+	c.drain.maybe(ctx, c, h)
+	if len(out) == 0 && readErr != nil {
+		return nil, readErr
+	}
+	slices.SortStableFunc(out, func(a, b *Task) int {
+		if a.Priority != b.Priority {
+			return b.Priority - a.Priority
+		}
+		return shard.IDTime(a.source).Compare(shard.IDTime(b.source))
+	})
+	return out, nil
+}
+
+// acquire is AcquireTasks on the ring of c's layout: it returns up to n tasks, unsorted,
+// and the error of a call that could read no partition.
+func (c *Consumer) acquire(ctx context.Context, n int) ([]*Task, error) {
 	now := c.cfg.Clock.Now()
 	c.sweep(ctx, now)
 	parts := c.plan.Candidates(now)
@@ -283,12 +364,6 @@ func (c *Consumer) AcquireTasks(ctx context.Context, n int) ([]*Task, error) {
 	if len(out) == 0 && readErr != nil {
 		return nil, readErr
 	}
-	slices.SortStableFunc(out, func(a, b *Task) int {
-		if a.Priority != b.Priority {
-			return b.Priority - a.Priority
-		}
-		return shard.IDTime(a.source).Compare(shard.IDTime(b.source))
-	})
 	return out, nil
 }
 
@@ -309,12 +384,21 @@ func (c *Consumer) Queue(ctx context.Context) (shardq.QueueConfig, error) {
 // none. Tasks scheduled since then are not counted.
 func (c *Consumer) NextDue() time.Time {
 	c.mu.Lock()
-	p := c.plan
-	c.mu.Unlock()
-	if p == nil {
-		return time.Time{}
+	plans := []*scanplan.Plan{c.plan}
+	for _, r := range c.rings {
+		plans = append(plans, r.plan)
 	}
-	return p.NextDue()
+	c.mu.Unlock()
+	var next time.Time
+	for _, p := range plans {
+		if p == nil {
+			continue
+		}
+		if at := p.NextDue(); !at.IsZero() && (next.IsZero() || at.Before(next)) {
+			next = at
+		}
+	}
+	return next
 }
 
 // observeFailure reports one partition's failure and goes on.
@@ -335,7 +419,7 @@ func (c *Consumer) touch(ctx context.Context, rows []taskrow.Row) {
 	defer cancel()
 	var touches signal.Touches
 	for _, r := range rows {
-		touches.Add(c.layout, uuid.UUID(r.ID), uuid.UUID(r.TaskID))
+		touches.Add(c.state.LayoutOf(c.q, r.Key), uuid.UUID(r.ID), uuid.UUID(r.TaskID))
 	}
 	if err := c.signals.Touch(ctx, &touches); err != nil {
 		c.log.WarnContext(ctx, "touching wake-up signals", "queue", c.q.Name, "error", err)
@@ -352,7 +436,7 @@ func (c *Consumer) touchedCells(ctx context.Context, parts []scanplan.Part) scan
 	for _, pt := range parts {
 		from, to = min(from, pt.Bucket), max(to, pt.Bucket)
 	}
-	cells, err := c.state.Store.Signals().Cells(ctx, c.q.Name, from, to)
+	cells, err := c.state.Store.Signals().Cells(ctx, c.layout.Ring(), from, to)
 	if err != nil {
 		c.log.WarnContext(ctx, "reading wake-up signals; reading every partition", "queue", c.q.Name, "error", err)
 		return nil
@@ -373,7 +457,7 @@ func (c *Consumer) sweep(ctx context.Context, now time.Time) {
 	}
 	c.checkSkew(ctx, now)
 	bNow := c.layout.Bucket(now)
-	cells, touched, err := c.state.Store.Signals().LastTouches(ctx, c.q.Name, bNow-int64(c.q.BucketCount)+1, bNow)
+	cells, touched, err := c.state.Store.Signals().LastTouches(ctx, c.layout.Ring(), bNow-int64(c.layout.BucketCount)+1, bNow)
 	if err != nil {
 		c.log.WarnContext(ctx, "reading wake-up signals for late rows", "queue", c.q.Name, "error", err)
 		return

@@ -56,6 +56,11 @@ func (c *Consumer) Extend(ctx context.Context, t *Task, d time.Duration) error {
 // again. A crash or an unsettled outcome in between leaves both: a duplicate, never a
 // loss.
 func (c *Consumer) relocate(ctx context.Context, t *Task, at time.Time, state taskindex.State) (taskrow.Row, error) {
+	// The marker is placed by the queue's layouts, which must be at most
+	// shardq.SettingsRefresh old (see internal/layouts).
+	if _, err := c.state.Layouts(ctx, c.cfg.Queue); err != nil {
+		return t.marker, fmt.Errorf("consumer: moving the lease of %s: %w", t.ID, err)
+	}
 	next := c.marker(t.marker, at)
 	next.Retrying = state == taskindex.Retrying
 	moved := *t

@@ -294,7 +294,10 @@ func (c *Consumer) notEnded(ctx context.Context, rows []taskrow.Row) ([]taskrow.
 func (c *Consumer) marker(r taskrow.Row, at time.Time) taskrow.Row {
 	m := r
 	m.ID = gocql.UUID(shard.NewID(at))
-	m.Key = c.layout.Key(c.layout.Bucket(at), c.layout.ShardFor(uuid.UUID(r.TaskID)))
+	// The layout in force at the deadline, whichever ring r was taken from: markers
+	// leave a layout that is draining, so it only empties.
+	l := c.state.Place(c.q, at, c.cfg.Clock.Now())
+	m.Key = l.Key(l.Bucket(at), l.ShardFor(uuid.UUID(r.TaskID)))
 	return m
 }
 

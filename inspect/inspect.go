@@ -81,10 +81,12 @@ func New(session *gocql.Session, cfg Config) (*Inspector, error) {
 	return &Inspector{cfg: cfg, state: st, tasks: tasklookup.New(st.Store, cfg.Clock, st.Queue)}, nil
 }
 
-// queueRead is one queue being read: its settings and partition layout.
+// queueRead is one queue being read: its settings, the partition layout in force, and
+// the earlier layouts consumers still read (see shardq.ChangeLayout).
 type queueRead struct {
-	cfg    shardq.QueueConfig
-	layout shard.Layout
+	cfg      shardq.QueueConfig
+	layout   shard.Layout
+	draining []shard.Layout
 }
 
 // queue reads name's settings, or returns an error matching shardq.ErrQueueNotFound.
@@ -93,26 +95,46 @@ func (in *Inspector) queue(ctx context.Context, name string) (queueRead, error) 
 	if err != nil {
 		return queueRead{}, err
 	}
-	return queueRead{cfg: q, layout: q.Layout()}, nil
+	h, err := in.state.Layouts(ctx, name)
+	if err != nil {
+		return queueRead{}, err
+	}
+	r := queueRead{cfg: q, layout: h.At(in.cfg.Clock.Now())}
+	for _, l := range h.Live() {
+		if l.Generation != r.layout.Generation {
+			r.draining = append(r.draining, l)
+		}
+	}
+	return r, nil
 }
 
-// partition is one partition of the current lap: its concurrency shard and the bucket of
-// the lap that it holds now (the latest that has begun).
+// partition is one partition of a lap: its concurrency shard and the bucket of the lap
+// that it holds now (the latest that has begun), and whether it is of a layout draining
+// rather than the one in force.
 type partition struct {
-	key    string
-	shard  int
-	bucket int64
+	key      string
+	shard    int
+	bucket   int64
+	draining bool
 }
 
 // lap lists the partitions of the lap ending with the bucket of now, concurrency shard
-// by concurrency shard.
+// by concurrency shard, then those of each layout draining.
 func (q queueRead) lap(now time.Time) []partition {
-	bNow := q.layout.Bucket(now)
-	n := int64(q.layout.BucketCount)
+	out := lapOf(q.layout, now, false)
+	for _, l := range q.draining {
+		out = append(out, lapOf(l, now, true)...)
+	}
+	return out
+}
+
+func lapOf(l shard.Layout, now time.Time, draining bool) []partition {
+	bNow := l.Bucket(now)
+	n := int64(l.BucketCount)
 	var out []partition
-	for s := range q.layout.ShardCount {
+	for s := range l.ShardCount {
 		for b := bNow - n + 1; b <= bNow; b++ {
-			out = append(out, partition{key: q.layout.Key(b, s), shard: s, bucket: b})
+			out = append(out, partition{key: l.Key(b, s), shard: s, bucket: b, draining: draining})
 		}
 	}
 	return out

@@ -94,6 +94,9 @@ type Stats struct {
 	At time.Time
 	// Window is how far past At rows are counted: one lap. Rows due later are not read.
 	Window time.Duration
+	// Layout is the layout Shards and Lap picture: the one in force at At, which differs
+	// from the queue's first once it was changed (shardq.ChangeLayout).
+	Layout shard.Layout
 	// Shards counts rows by concurrency shard.
 	Shards []Counts
 	// Lap counts rows by partition, for a shard × bucket picture of the lap:
@@ -101,7 +104,11 @@ type Stats struct {
 	// of At is time shard Layout.TimeShard(Layout.Bucket(At)) of the queue's layout).
 	// Shards[s] adds up Lap[s]; a partition in Failed counts zero.
 	Lap [][]Counts
-	// Total adds Shards up.
+	// Draining counts the rows of the layouts a layout change left, which consumers read
+	// until they are empty (shardq.ChangeLayout): one lap of each. Shards and Lap are of
+	// the layout in force.
+	Draining Counts
+	// Total adds Shards and Draining up.
 	Total Counts
 	// OldestDue is when the earliest row that is due became visible; zero when none is.
 	OldestDue time.Time
@@ -145,7 +152,7 @@ func (in *Inspector) Stats(ctx context.Context, queue string, opts StatsOptions)
 	}
 	now := in.cfg.Clock.Now()
 	parts := q.lap(now)
-	st := &Stats{At: now, Window: q.layout.Window(), Shards: make([]Counts, q.layout.ShardCount),
+	st := &Stats{At: now, Window: q.layout.Window(), Layout: q.layout, Shards: make([]Counts, q.layout.ShardCount),
 		Lap: make([][]Counts, q.layout.ShardCount), Partitions: len(parts), DeadDays: deadletters.Days}
 	for s := range st.Lap {
 		st.Lap[s] = make([]Counts, q.layout.BucketCount)
@@ -168,8 +175,12 @@ func (in *Inspector) Stats(ctx context.Context, queue string, opts StatsOptions)
 		if err != nil {
 			st.Failed = append(st.Failed, &PartitionError{PartitionKey: parts[i].key, Err: err})
 		} else {
-			st.Shards[parts[i].shard].add(c)
-			st.Lap[parts[i].shard][q.layout.TimeShard(parts[i].bucket)] = c
+			if parts[i].draining {
+				st.Draining.add(c)
+			} else {
+				st.Shards[parts[i].shard].add(c)
+				st.Lap[parts[i].shard][q.layout.TimeShard(parts[i].bucket)] = c
+			}
 			st.RowsRead += rows
 			if !oldest.IsZero() && (st.OldestDue.IsZero() || oldest.Before(st.OldestDue)) {
 				st.OldestDue = oldest
@@ -193,6 +204,7 @@ func (in *Inspector) Stats(ctx context.Context, queue string, opts StatsOptions)
 	for _, c := range st.Shards {
 		st.Total.add(c)
 	}
+	st.Total.add(st.Draining)
 	return st, nil
 }
 

@@ -62,13 +62,13 @@ func (p *Producer) ReplayDeadLetter(ctx context.Context, queue string, id uuid.U
 	// floors. The claim reckons its TTL from a row due just before, so it ends short of
 	// the row's horizon by the time the claim took.
 	now := p.cfg.Clock.Now()
-	wctx, cancel, err := p.claimKeys(ctx, []Task{task}, []taskrow.Row{replayRow(q, d, task, now)}, now)
+	wctx, cancel, err := p.claimKeys(ctx, []Task{task}, []taskrow.Row{replayRow(p.state.Place(q, now, now), d, task, now)}, now)
 	if err != nil {
 		return uuid.Nil, err
 	}
 	defer cancel()
 	now = p.cfg.Clock.Now()
-	row := replayRow(q, d, task, now)
+	row := replayRow(p.state.Place(q, now, now), d, task, now)
 	if _, err := p.store.Index().Write(wctx, []taskindex.Write{scheduledEntry(task, row, now)}, 1); err != nil {
 		return uuid.Nil, fmt.Errorf("producer: replaying %s: %w", id, err)
 	}
@@ -83,9 +83,9 @@ func (p *Producer) ReplayDeadLetter(ctx context.Context, queue string, id uuid.U
 	return d.TaskID, nil
 }
 
-// replayRow is the row that puts dead letter d back into q, due at now.
-func replayRow(q shardq.QueueConfig, d deadletters.Letter, t Task, now time.Time) taskrow.Row {
-	lay := q.Layout()
+// replayRow is the row that puts dead letter d back into the queue, laid out by lay, due
+// at now.
+func replayRow(lay shard.Layout, d deadletters.Letter, t Task, now time.Time) taskrow.Row {
 	return taskrow.Row{Key: lay.Key(lay.Bucket(now), lay.ShardFor(d.TaskID)), Priority: int8(d.Priority),
 		ID: gocql.UUID(shard.NewID(now)), TaskID: gocql.UUID(d.TaskID), Payload: d.Payload, DueAt: now,
 		Timeout: d.Timeout, Token: d.Deliveries + 1, // the index entry of its death was written at d.Token

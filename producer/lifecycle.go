@@ -260,7 +260,7 @@ func (p *Producer) rescheduled(q shardq.QueueConfig, l tasklookup.Found, info *s
 		place = now
 	}
 	next.ID = gocql.UUID(shard.NewID(place))
-	lay := q.Layout()
+	lay := p.state.Place(q, place, now)
 	next.Key = lay.Key(lay.Bucket(place), lay.ShardFor(uuid.UUID(next.TaskID)))
 	next.Retrying = l.State != taskindex.Scheduled // a lapsed lease is pending again too
 	return next, place
@@ -304,7 +304,7 @@ func (p *Producer) reschedule(ctx context.Context, q shardq.QueueConfig, l taskl
 		p.cfg.Logger.WarnContext(ctx, "confirming a reschedule in the index", "task_id", info.ID, "error", err)
 	}
 	var touches signal.Touches
-	touches.Add(q.Layout(), uuid.UUID(next.ID), uuid.UUID(next.TaskID))
+	touches.Add(p.state.LayoutOf(q, next.Key), uuid.UUID(next.ID), uuid.UUID(next.TaskID))
 	if err := p.signals.Touch(ctx, &touches); err != nil {
 		p.cfg.Logger.WarnContext(ctx, "touching wake-up signals", "error", err)
 	}

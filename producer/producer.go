@@ -310,7 +310,7 @@ func (p *Producer) placeKeyedAgain(queues []shardq.QueueConfig, tasks []Task, ro
 		if t.Key == "" || !shard.IDTime(uuid.UUID(rows[i].ID)).Before(place) {
 			continue
 		}
-		l := queues[i].Layout()
+		l := p.state.Place(queues[i], place, now)
 		rows[i].ID = gocql.UUID(shard.NewID(place))
 		rows[i].Key = l.Key(l.Bucket(place), l.ShardFor(uuid.UUID(rows[i].TaskID)))
 	}
@@ -331,7 +331,7 @@ func (p *Producer) wake(ctx context.Context, tasks []Task, rows []taskrow.Row, q
 		if e, ok := earliest[t.Queue]; !ok || rows[i].DueAt.Before(e) {
 			earliest[t.Queue] = rows[i].DueAt
 		}
-		touches.Add(queues[i].Layout(), uuid.UUID(rows[i].ID), uuid.UUID(rows[i].TaskID))
+		touches.Add(p.state.LayoutOf(queues[i], rows[i].Key), uuid.UUID(rows[i].ID), uuid.UUID(rows[i].TaskID))
 	}
 	if err := p.signals.Touch(ctx, &touches); err != nil {
 		// The tasks are written; the session's toucher retries the touch until it
@@ -392,7 +392,6 @@ func (p *Producer) row(q shardq.QueueConfig, t Task, now time.Time, name string)
 	if err := q.ValidateTimeout(name+".Timeout", timeout); err != nil {
 		return taskrow.Row{}, err
 	}
-	l := q.Layout()
 	// A task due in the past is due now: its row becomes visible at the time it is
 	// written, in the bucket consumers are reading, and takes its place among due tasks
 	// by that time. DueAt keeps the time asked for.
@@ -400,6 +399,7 @@ func (p *Producer) row(q shardq.QueueConfig, t Task, now time.Time, name string)
 	if place.Before(now) {
 		place = now
 	}
+	l := p.state.Place(q, place, now)
 	id := taskid.New(place, q.Name)
 	gid := gocql.UUID(id)
 	return taskrow.Row{
@@ -431,8 +431,17 @@ func checkHeaders(field string, h map[string]string) (int, error) {
 // Every call that writes asks for its queue first, so this is where the cluster's clock
 // is measured before anything is stamped by it: a host ahead of the cluster by more than
 // clustertime.WriteLag would stamp rows that a later delete cannot shadow (a Reschedule's
-// row outliving the Cancel that followed it, say).
+// row outliving the Cancel that followed it, say). It is also where the queue's layouts
+// are read again once shardq.SettingsRefresh old, which rows are placed by: writing under
+// an older history could put a row into a layout consumers no longer read.
 func (p *Producer) queue(ctx context.Context, name string) (shardq.QueueConfig, error) {
 	p.cluster.Ready(ctx)
-	return p.state.Queue(ctx, name)
+	q, err := p.state.Queue(ctx, name)
+	if err != nil {
+		return q, err
+	}
+	if _, err := p.state.Layouts(ctx, name); err != nil {
+		return shardq.QueueConfig{}, err
+	}
+	return q, nil
 }

@@ -1,6 +1,7 @@
 package shard_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -13,12 +14,16 @@ import (
 // FuzzKey checks that every key ParseKey accepts formats back to itself, and every key
 // FormatKey makes from valid parts parses back to those parts.
 func FuzzKey(f *testing.F) {
-	for _, s := range []string{"q:0:0", "emails:12:3", "a.b-c_d:9999:0", "q:-1:0", "q::", "::", "q:1:2:3"} {
+	for _, s := range []string{"q:0:0", "emails:12:3", "a.b-c_d:9999:0", "q:-1:0", "q::", "::", "q:1:2:3", "q~2:1:0", "q~0:1:0", "q~:1:0"} {
 		f.Add(s, 3, 4)
 	}
 	f.Fuzz(func(t *testing.T, key string, ts, cs int) {
-		if q, a, b, err := shard.ParseKey(key); err == nil && shard.FormatKey(q, a, b) != key {
-			t.Fatalf("ParseKey(%q) = %q %d %d, which formats differently", key, q, a, b)
+		if q, a, b, err := shard.ParseKey(key); err == nil {
+			ring, _, _ := strings.Cut(key, ":")
+			rq, g, ok := shard.ParseRing(ring)
+			if !ok || rq != q || shard.FormatKey(shard.Layout{Queue: q, Generation: g}.Ring(), a, b) != key {
+				t.Fatalf("ParseKey(%q) = %q %d %d, which formats differently", key, q, a, b)
+			}
 		}
 		if !shard.ValidQueueName(key) || ts < 0 || cs < 0 {
 			return

@@ -29,6 +29,20 @@ type Layout struct {
 	BucketCount    int
 	BucketDuration time.Duration
 	ShardCount     int
+	// Generation counts the queue's layout changes: 0 for the layout it was created
+	// with. Each generation is a ring of partitions of its own (see Ring), so two
+	// layouts never share a partition, a lock row or a signal cell.
+	Generation int
+}
+
+// Ring names the generation's ring of partitions: the queue's name for generation 0, so
+// the keys of queues that never changed stay as they were, and '<queue>~<generation>'
+// after, which no queue name can spell ('~' is not allowed in one).
+func (l Layout) Ring() string {
+	if l.Generation == 0 {
+		return l.Queue
+	}
+	return l.Queue + "~" + strconv.Itoa(l.Generation)
 }
 
 // Bucket returns the absolute bucket number of t (floor division, so times before the
@@ -78,7 +92,7 @@ func (l Layout) TimeShard(b int64) int {
 
 // Key returns the partition key of bucket b's concurrency shard s.
 func (l Layout) Key(b int64, s int) string {
-	return FormatKey(l.Queue, l.TimeShard(b), s)
+	return FormatKey(l.Ring(), l.TimeShard(b), s)
 }
 
 // ShardFor returns the concurrency shard of the task with this ID, in [0, ShardCount).
@@ -97,23 +111,42 @@ var ErrBadKey = errors.New("shard: malformed partition key")
 // starting with a letter or digit. Names never contain ':' so keys parse unambiguously.
 func ValidQueueName(name string) bool { return queueName.MatchString(name) }
 
-// FormatKey spells the partition key '<queue>:<timeShard>:<concurrencyShard>'.
-func FormatKey(queue string, timeShard, concurrencyShard int) string {
-	return queue + ":" + strconv.Itoa(timeShard) + ":" + strconv.Itoa(concurrencyShard)
+// FormatKey spells the partition key '<ring>:<timeShard>:<concurrencyShard>', ring being
+// a Layout's Ring.
+func FormatKey(ring string, timeShard, concurrencyShard int) string {
+	return ring + ":" + strconv.Itoa(timeShard) + ":" + strconv.Itoa(concurrencyShard)
 }
 
-// ParseKey splits a partition key made by FormatKey.
+// ParseKey splits a partition key made by FormatKey, returning the queue's name without
+// the ring's generation (see ParseRing).
 func ParseKey(key string) (queue string, timeShard, concurrencyShard int, err error) {
 	parts := strings.Split(key, ":")
-	if len(parts) != 3 || !ValidQueueName(parts[0]) {
+	if len(parts) != 3 {
 		return "", 0, 0, fmt.Errorf("%w: %q", ErrBadKey, key)
 	}
+	queue, _, ok := ParseRing(parts[0])
 	ts, err1 := strconv.Atoi(parts[1])
 	cs, err2 := strconv.Atoi(parts[2])
-	if err1 != nil || err2 != nil || ts < 0 || cs < 0 || FormatKey(parts[0], ts, cs) != key {
+	if !ok || err1 != nil || err2 != nil || ts < 0 || cs < 0 || FormatKey(parts[0], ts, cs) != key {
 		return "", 0, 0, fmt.Errorf("%w: %q", ErrBadKey, key)
 	}
-	return parts[0], ts, cs, nil
+	return queue, ts, cs, nil
+}
+
+// ParseRing splits a Layout's Ring into the queue's name and the generation.
+func ParseRing(ring string) (queue string, generation int, ok bool) {
+	queue, gen, tagged := strings.Cut(ring, "~")
+	if !ValidQueueName(queue) {
+		return "", 0, false
+	}
+	if !tagged {
+		return queue, 0, true
+	}
+	g, err := strconv.Atoi(gen)
+	if err != nil || g < 1 || strconv.Itoa(g) != gen {
+		return "", 0, false
+	}
+	return queue, g, true
 }
 
 // uuidEpoch is 1582-10-15, where version 1 UUID time starts, in 100 ns units before 1970.

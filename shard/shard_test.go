@@ -77,7 +77,15 @@ func TestKeys(t *testing.T) {
 	require.Equal(t, "emails.v2", q)
 	require.Equal(t, 12, ts)
 	require.Equal(t, 0, cs)
-	for _, bad := range []string{"", "q", "q:1", "q:1:2:3", "Q:1:2", "q:-1:2", "q:1:+2", "q:01:2", ":1:2", "q:1:x"} {
+	l.Generation = 2
+	require.Equal(t, "q~2:3:5", l.Key(10, 5), "a later generation's ring is apart from the first's")
+	q, ts, cs, err = shard.ParseKey("emails.v2~12:12:0")
+	require.NoError(t, err)
+	require.Equal(t, "emails.v2", q, "the queue, without the generation")
+	require.Equal(t, 12, ts)
+	require.Equal(t, 0, cs)
+	for _, bad := range []string{"", "q", "q:1", "q:1:2:3", "Q:1:2", "q:-1:2", "q:1:+2", "q:01:2", ":1:2", "q:1:x",
+		"q~0:1:2", "q~:1:2", "q~01:1:2", "q~-1:1:2", "~1:1:2", "q~1~2:1:2"} {
 		_, _, _, err := shard.ParseKey(bad)
 		require.ErrorIs(t, err, shard.ErrBadKey, bad)
 	}

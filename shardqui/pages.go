@@ -259,17 +259,21 @@ func (h *Handler) queueView(ctx context.Context, name string) (*queueView, error
 	if snap.err != nil {
 		v.Error = snap.err.Error()
 	}
-	for s := range q.ShardCount {
+	// The picture is of the layout in force, the first until the queue is resized.
+	l := q.Layout()
+	st := snap.stats
+	if st != nil {
+		l = st.Layout
+	}
+	for s := range l.ShardCount {
 		v.Shards = append(v.Shards, s)
 	}
-	for b := range q.BucketCount {
+	for b := range l.BucketCount {
 		v.Cols = append(v.Cols, b)
 	}
-	st := snap.stats
 	if st == nil {
 		return v, nil
 	}
-	l := q.Layout()
 	v.At, v.Total, v.Oldest, v.Dead, v.Failed = when(st.At), st.Total, oldest(st), st.DeadLetters, len(st.Failed)
 	v.NowCol = l.TimeShard(l.Bucket(st.At))
 	for _, cells := range st.Lap {

@@ -1,13 +1,10 @@
 package worker_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -18,7 +15,6 @@ import (
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/internal/cassandratest"
-	"github.com/shardq/shardq/internal/cqlcluster"
 	"github.com/shardq/shardq/producer"
 	"github.com/shardq/shardq/worker"
 )
@@ -62,47 +58,7 @@ func TestPauseWorkerProcess(t *testing.T) {
 func TestPauseUnderLoad(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, shardq.QueueConfig{ShardCount: 4})
-	ran := make(chan [2]string, 1024)
-	var children []*exec.Cmd
-	var stdins []io.Closer
-	ready := make(chan struct{}, 2)
-	for range 2 {
-		child := exec.Command(os.Args[0], "-test.run=^TestPauseWorkerProcess$", "-test.count=1")
-		child.Env = append(os.Environ(), pauseKeyspaceEnv+"="+e.ks, pauseQueueEnv+"="+e.q.Name,
-			cqlcluster.HostsEnv+"="+strings.Join(cassandratest.Hosts(t), ","))
-		stdin, err := child.StdinPipe()
-		require.NoError(t, err)
-		stdout, err := child.StdoutPipe()
-		require.NoError(t, err)
-		child.Stderr = os.Stderr
-		require.NoError(t, child.Start())
-		children, stdins = append(children, child), append(stdins, stdin)
-		go func() {
-			sc := bufio.NewScanner(stdout)
-			for sc.Scan() {
-				f := strings.Fields(sc.Text())
-				switch {
-				case len(f) == 1 && f[0] == "ready":
-					ready <- struct{}{}
-				case len(f) == 3 && f[0] == "ran":
-					ran <- [2]string{f[1], f[2]}
-				}
-			}
-		}()
-	}
-	defer func() {
-		for _, c := range children {
-			_ = c.Process.Kill()
-			_ = c.Wait()
-		}
-	}()
-	for range 2 {
-		select {
-		case <-ready:
-		case <-time.After(30 * time.Second):
-			require.FailNow(t, "a worker process did not start in 30s")
-		}
-	}
+	kids := spawn(t, "TestPauseWorkerProcess", 2, pauseKeyspaceEnv+"="+e.ks, pauseQueueEnv+"="+e.q.Name)
 
 	// A producer schedules 20 tasks due now every 50 ms (400 a second) until told to stop.
 	type scheduled struct {
@@ -146,12 +102,15 @@ func TestPauseUnderLoad(t *testing.T) {
 		deadline := time.After(within)
 		for !until() {
 			select {
-			case r := <-ran:
+			case f := <-kids.lines:
+				if len(f) != 3 || f[0] != "ran" {
+					continue
+				}
 				var ns int64
-				_, err := fmt.Sscan(r[1], &ns)
+				_, err := fmt.Sscan(f[2], &ns)
 				require.NoError(t, err)
-				runs[r[0]]++
-				leased[r[0]] = time.Unix(0, ns)
+				runs[f[1]]++
+				leased[f[1]] = time.Unix(0, ns)
 			case <-time.After(50 * time.Millisecond): // until may hold by the time alone
 			case <-deadline:
 				require.FailNow(t, what)
@@ -195,13 +154,7 @@ func TestPauseUnderLoad(t *testing.T) {
 		require.Equal(t, 1, runs[s.id.String()], "task %s runs once", s.id)
 	}
 	t.Logf("%d tasks; %d scheduled while paused; paused %v, resumed after %v", len(all), duringPause, paused.Format(time.StampMilli), resumed.Sub(paused))
-	for _, in := range stdins {
-		require.NoError(t, in.Close())
-	}
-	for _, c := range children {
-		require.NoError(t, c.Wait())
-	}
-	children = nil
+	kids.stop()
 }
 
 // assertNoError reports err from a goroutine other than the test's, which may not call

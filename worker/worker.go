@@ -186,6 +186,7 @@ type Worker struct {
 	consumer *consumer.Consumer
 	series   *series.Client
 	signals  *signal.Watcher
+	state    *sessionstate.State
 	bus      *wakeup.Bus
 	log      *slog.Logger
 	stats    stats
@@ -248,7 +249,7 @@ func New(session *gocql.Session, cfg Config) (*Worker, error) {
 		// which must agree on when leases end.
 		cfg.Clock = st.Cluster
 	}
-	w := &Worker{cfg: cfg, bus: st.Bus, signals: signal.NewWatcher(st.Store.Signals(), cfg.Queue), log: cfg.Logger, stopFetch: make(chan struct{}),
+	w := &Worker{cfg: cfg, state: st, bus: st.Bus, signals: signal.NewWatcher(st.Store.Signals(), cfg.Queue), log: cfg.Logger, stopFetch: make(chan struct{}),
 		fetchStopped: make(chan struct{}), done: make(chan struct{})}
 	c, err := consumer.New(session, consumer.Config{Queue: cfg.Queue, MaxClockSkew: cfg.MaxClockSkew,
 		// An idle worker scans fully once per 1.5 idle intervals, polling at least once per
@@ -606,11 +607,22 @@ func (w *Worker) signalled(ctx context.Context, wake, looked time.Time) bool {
 		w.log.WarnContext(ctx, "loading the queue's settings", "queue", w.cfg.Queue, "error", err)
 		return false
 	}
-	l, now := q.Layout(), w.cfg.Clock.Now()
-	from, to := l.Bucket(now.Add(-w.cfg.MaxClockSkew)), l.Bucket(now.Add(time.Until(wake)))
-	changed, err := w.signals.Changed(ctx, from, max(from, to), looked.Add(-w.cfg.MaxClockSkew))
-	if err != nil && ctx.Err() == nil {
-		w.log.WarnContext(ctx, "reading wake-up signals", "queue", w.cfg.Queue, "error", err)
+	// Every layout that may still hold rows: rows due before a change takes effect go to
+	// the old one (see internal/layouts).
+	h, err := w.state.Layouts(ctx, q.Name)
+	if err != nil {
+		w.log.WarnContext(ctx, "reading the queue's layouts", "queue", w.cfg.Queue, "error", err)
+		return false
+	}
+	now := w.cfg.Clock.Now()
+	changed := false
+	for _, l := range h.Live() {
+		from, to := l.Bucket(now.Add(-w.cfg.MaxClockSkew)), l.Bucket(now.Add(time.Until(wake)))
+		c, err := w.signals.ChangedIn(ctx, l.Ring(), from, max(from, to), looked.Add(-w.cfg.MaxClockSkew))
+		if err != nil && ctx.Err() == nil {
+			w.log.WarnContext(ctx, "reading wake-up signals", "queue", w.cfg.Queue, "error", err)
+		}
+		changed = changed || c
 	}
 	return changed
 }

@@ -254,6 +254,12 @@ state            running
 	require.Equal(t, false, jsonLines(t, c.ok("queue", "show", "emails", "--json"))[0]["paused"])
 	c.fails(exitFailed, []string{"queue", "pause", "nosuch"}, "queue not found")
 
+	require.Regexp(t, `^queue emails: layout 1 takes effect at \d{4}-\S+Z\n$`, c.ok("queue", "resize", "emails", "--shards", "16"))
+	require.Regexp(t, `(?m)^layout 1\s+16 shards, 150 x 5s \(takes effect at \d{4}-`, c.ok("queue", "show", "emails"))
+	c.fails(exitFailed, []string{"queue", "resize", "emails", "--shards", "2"}, "cannot change yet")
+	require.Equal(t, "queue reports already has this layout (layout 0)\n", c.ok("queue", "resize", "reports", "--shards", "8"))
+	c.fails(exitUsage, []string{"queue", "resize", "emails", "--bucket", "7ms"}, "LayoutConfig.BucketDuration")
+
 	// Flags win over the environment.
 	flags := &cli{t: t, env: map[string]string{envHosts: "127.0.0.1:1", envKeyspace: "nosuch_ks"}}
 	require.Contains(t, flags.ok("--hosts", c.env[envHosts], "--keyspace", ks, "queue", "list"), "emails")

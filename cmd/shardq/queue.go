@@ -23,7 +23,54 @@ func (a *app) queueCmd() *cobra.Command {
 		a.queuePauseCmd("pause", shardq.PauseQueue, shardq.SettingsRefresh,
 			"paused: workers take none of its tasks from at most %v from now; tasks in flight finish, and producers keep scheduling\n"),
 		// A worker that found the queue paused looks again every SettingsRefresh.
-		a.queuePauseCmd("resume", shardq.ResumeQueue, 2*shardq.SettingsRefresh, "resumed: workers take its tasks again within %v\n"))
+		a.queuePauseCmd("resume", shardq.ResumeQueue, 2*shardq.SettingsRefresh, "resumed: workers take its tasks again within %v\n"),
+		a.queueResizeCmd())
+	return c
+}
+
+func (a *app) queueResizeCmd() *cobra.Command {
+	var cfg shardq.LayoutConfig
+	c := &cobra.Command{
+		Use:   "resize NAME",
+		Short: "Change a live queue's layout: its shards, buckets or bucket duration",
+		Long: `Change the layout of a live queue without losing a task. The new layout takes
+effect at a bucket boundary at least ` + shardq.LayoutLead.String() + ` from now, which this prints, so
+that every producer and consumer has read it; tasks written under the old layout
+(due later, in flight or retrying) are still delivered from it, and consumers stop
+reading it once a full read finds it empty. A second change while the last has yet to
+take effect is refused, naming when it can be made. Flags not given keep the current
+value.`,
+		Example: `  shardq queue resize emails --shards 16
+  shardq queue resize reports --buckets 600 --bucket 1s`,
+		Args: args("NAME"),
+		RunE: a.command(func(ctx context.Context, _ *cobra.Command, args []string) error {
+			if err := queueArg(args[0]); err != nil {
+				return err
+			}
+			return a.withSession(ctx, func(s *gocql.Session) error {
+				ch, err := shardq.ChangeLayout(ctx, s, args[0], cfg)
+				if errors.Is(err, shardq.ErrInvalid) {
+					return &usageError{err}
+				}
+				if err != nil {
+					return err
+				}
+				if a.json {
+					return a.emit(map[string]any{"name": args[0], "generation": ch.Generation, "takes_effect_at": ch.From.UTC()})
+				}
+				if !ch.From.After(time.Now()) {
+					_, err = fmt.Fprintf(a.stdout, "queue %s already has this layout (layout %d)\n", args[0], ch.Generation)
+					return err
+				}
+				_, err = fmt.Fprintf(a.stdout, "queue %s: layout %d takes effect at %s\n", args[0], ch.Generation, utc(ch.From))
+				return err
+			})
+		}),
+	}
+	f := c.Flags()
+	f.IntVar(&cfg.ShardCount, "shards", 0, "concurrency shards (default: unchanged)")
+	f.IntVar(&cfg.BucketCount, "buckets", 0, "time shards in one lap of the ring (default: unchanged)")
+	f.DurationVar(&cfg.BucketDuration, "bucket", 0, "how long each time shard collects due tasks (default: unchanged)")
 	return c
 }
 
@@ -167,6 +214,23 @@ func (a *app) showQueue(q inspect.QueueInfo) error {
 	fmt.Fprintf(w, "state\t%s\n", state(q))
 	if !q.CreatedAt.IsZero() {
 		fmt.Fprintf(w, "created\t%s\n", created(q.CreatedAt))
+	}
+	// Shards and buckets above are the ones the queue was created with; a resize adds
+	// a layout, read until it is drained.
+	for _, l := range q.Layouts[min(1, len(q.Layouts)):] {
+		var status string
+		switch {
+		case l.Drained:
+			status = "drained"
+		case !l.From.After(time.Now()):
+			status = "from " + utc(l.From)
+		default:
+			status = "takes effect at " + utc(l.From)
+		}
+		fmt.Fprintf(w, "layout %d\t%d shards, %d x %v (%s)\n", l.Layout.Generation, l.Layout.ShardCount, l.Layout.BucketCount, l.Layout.BucketDuration, status)
+	}
+	if len(q.Layouts) > 0 && q.Layouts[0].Drained {
+		fmt.Fprintf(w, "layout 0\tdrained\n")
 	}
 	return w.Flush()
 }

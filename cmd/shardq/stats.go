@@ -142,6 +142,9 @@ func (a *app) printStats(q shardq.QueueConfig, st *inspect.Stats, elapsed time.D
 	for i, c := range st.Shards {
 		row(fmt.Sprint(i), c)
 	}
+	if st.Draining != (inspect.Counts{}) {
+		row("draining", st.Draining) // the layouts a resize left, until they are empty
+	}
 	row("total", st.Total)
 	if err := w.Flush(); err != nil {
 		return err
@@ -171,7 +174,7 @@ func statsJSON(q shardq.QueueConfig, st *inspect.Stats, elapsed time.Duration) m
 		failed = append(failed, map[string]string{"partition_key": f.PartitionKey, "error": f.Err.Error()})
 	}
 	m := map[string]any{
-		"queue": q.Name, "at": st.At.UTC(), "lap_ms": ms(st.Window), "shards": shards, "total": st.Total,
+		"queue": q.Name, "at": st.At.UTC(), "lap_ms": ms(st.Window), "shards": shards, "draining": st.Draining, "total": st.Total,
 		"oldest_due_at": nil, "oldest_due_age_ms": nil, "dead_letters": st.DeadLetters, "dead_letter_days": st.DeadDays,
 		"partitions": st.Partitions, "rows_read": st.RowsRead, "elapsed_ms": ms(elapsed), "failed": failed,
 	}

@@ -568,6 +568,41 @@ var scenarios = []scenario{
 		require.Equal(t, q, got, "settings are untouched")
 	}},
 
+	{"a queue's layout history is replaced only from the value last read", func(t *testing.T, ctx context.Context, s store.Store) {
+		queues := s.Queues()
+		applied, err := queues.SetLayouts(ctx, "q", "", "a")
+		require.NoError(t, err)
+		require.False(t, applied, "no such queue: the update does not make a row")
+		_, err = queues.Status(ctx, "q", false)
+		require.ErrorIs(t, err, store.ErrNotFound)
+		_, _, err = queues.Create(ctx, store.Queue{Name: "q", BucketCount: 10, BucketDuration: time.Second, ShardCount: 2,
+			DefaultTimeout: 3 * time.Second, LockTTL: 3 * time.Second})
+		require.NoError(t, err)
+		st, err := queues.Status(ctx, "q", true)
+		require.NoError(t, err)
+		require.Empty(t, st.Layouts, "a new queue has its first layout only")
+		applied, err = queues.SetLayouts(ctx, "q", "b", "c")
+		require.NoError(t, err)
+		require.False(t, applied, "not from what is stored")
+		for _, step := range [][2]string{{"", "a"}, {"a", "ab"}} {
+			applied, err = queues.SetLayouts(ctx, "q", step[0], step[1])
+			require.NoError(t, err)
+			require.True(t, applied)
+			applied, err = queues.SetLayouts(ctx, "q", step[0], "x")
+			require.NoError(t, err)
+			require.False(t, applied, "a second change from the same value loses")
+			for _, serial := range []bool{false, true} {
+				st, err = queues.Status(ctx, "q", serial)
+				require.NoError(t, err)
+				require.Equal(t, step[1], st.Layouts)
+			}
+			statuses, err := queues.Statuses(ctx)
+			require.NoError(t, err)
+			require.Equal(t, step[1], statuses["q"].Layouts)
+		}
+		require.NoError(t, err)
+	}},
+
 	{"dead letters page newest first", func(t *testing.T, ctx context.Context, s store.Store) {
 		dl := s.DeadLetters()
 		now := time.Now()

@@ -20,6 +20,7 @@ const (
 	colRetention
 	colCreatedAt
 	colQueuePaused
+	colLayouts
 )
 
 type queues struct{ *client }
@@ -120,7 +121,8 @@ func (q queues) Names(ctx context.Context) ([]string, error) {
 }
 
 func statusOf(r *row, sec int64) store.QueueStatus {
-	return store.QueueStatus{CreatedAt: timeOf(r.value(colCreatedAt, sec)), Paused: boolOf(r.value(colQueuePaused, sec))}
+	return store.QueueStatus{CreatedAt: timeOf(r.value(colCreatedAt, sec)), Paused: boolOf(r.value(colQueuePaused, sec)),
+		Layouts: stringOf(r.value(colLayouts, sec))}
 }
 
 func (q queues) Status(ctx context.Context, name string, serial bool) (store.QueueStatus, error) {
@@ -154,6 +156,21 @@ func (q queues) SetPaused(ctx context.Context, name string, paused bool) (bool, 
 		}
 		applied = true
 		s.apply(s.c.queues, name, op{sets: []set{{colQueuePaused, paused}}}, ballot)
+		return nil
+	})
+	return applied, err
+}
+
+func (q queues) SetLayouts(ctx context.Context, name, from, to string) (bool, error) {
+	applied := false
+	err := q.exec(ctx, Request{Table: "queues", Op: "Queues.SetLayouts", Key: name, Write: true, Conditional: true}, "CAS", func(s *state) error {
+		ballot := s.serverStamp()
+		r := s.get(s.c.queues, name, "")
+		if r == nil || !r.live(s.sec) || stringOf(r.value(colLayouts, s.sec)) != from {
+			return nil
+		}
+		applied = true
+		s.apply(s.c.queues, name, op{sets: []set{{colLayouts, to}}}, ballot)
 		return nil
 	})
 	return applied, err

@@ -106,11 +106,15 @@ func (e *Env) keep(ctx context.Context, q shardq.QueueConfig, name string, statu
 func (e *Env) replace(ctx context.Context, q shardq.QueueConfig, old State) error {
 	e.Log.WarnContext(ctx, "writing an occurrence of a series its scheduler did not write, at a new place: its own is too old",
 		"queue", q.Name, "series", old.Name, "task_id", old.TaskID)
-	del := store.Mutation{Op: store.Delete, Row: occurrenceRow(q, old), Stamp: e.Cluster.DeleteStamp()}
+	l, err := e.occurrenceLayout(ctx, q, old)
+	if err != nil {
+		return fmt.Errorf("series: deleting the old place of occurrence %d of %s: %w", old.Seq, old.Name, err)
+	}
+	del := store.Mutation{Op: store.Delete, Row: occurrenceRow(l, old), Stamp: e.Cluster.DeleteStamp()}
 	if err := e.Tasks.Write(ctx, []store.Mutation{del}); err != nil {
 		return fmt.Errorf("series: deleting the old place of occurrence %d of %s: %w", old.Seq, old.Name, err)
 	}
-	_, err := e.Change(ctx, q, old.Name, func(st *State, now time.Time) (bool, error) {
+	_, err = e.Change(ctx, q, old.Name, func(st *State, now time.Time) (bool, error) {
 		if !st.Pending() || st.TaskID != old.TaskID {
 			return false, nil
 		}

@@ -129,6 +129,17 @@ type Env struct {
 	Log     *slog.Logger
 	Signals *signal.Toucher
 	Bus     *wakeup.Bus
+	// Layout returns the layout of an occurrence of q whose ID has time t (see
+	// sessionstate.State.Fixed); nil: q's first layout.
+	Layout func(ctx context.Context, q shardq.QueueConfig, t time.Time) (shard.Layout, error)
+}
+
+// occurrenceLayout returns the layout st's occurrence is written under.
+func (e *Env) occurrenceLayout(ctx context.Context, q shardq.QueueConfig, st State) (shard.Layout, error) {
+	if e.Layout == nil {
+		return q.Layout(), nil
+	}
+	return e.Layout(ctx, q, shard.IDTime(st.TaskID))
 }
 
 // Load reads a series; serial reads settle any change in flight first.
@@ -283,9 +294,12 @@ func (e *Env) Write(ctx context.Context, q shardq.QueueConfig, st State) error {
 	if timeout == 0 {
 		timeout = q.DefaultTimeout
 	}
-	l := q.Layout()
+	l, err := e.occurrenceLayout(ctx, q, st)
+	if err != nil {
+		return fmt.Errorf("series: writing occurrence %d of %s: %w", st.Seq, st.Name, err)
+	}
 	place := shard.IDTime(st.TaskID)
-	r := occurrenceRow(q, st)
+	r := occurrenceRow(l, st)
 	r.Payload, r.DueAt, r.Timeout, r.Series = st.Spec.Payload, st.Nominal, timeout, st.Name
 	if err := e.Tasks.Write(ctx, []store.Mutation{{Op: store.Insert, Row: r, Stamp: st.Stamp}}); err != nil {
 		return fmt.Errorf("series: writing occurrence %d of %s: %w", st.Seq, st.Name, err)
@@ -300,9 +314,9 @@ func (e *Env) Write(ctx context.Context, q shardq.QueueConfig, st State) error {
 	return e.markWritten(ctx, st)
 }
 
-// occurrenceRow is the key of st's occurrence's row: its place is its task ID's time.
-func occurrenceRow(q shardq.QueueConfig, st State) taskrow.Row {
-	l := q.Layout()
+// occurrenceRow is the key of st's occurrence's row, laid out by l: its place is its
+// task ID's time.
+func occurrenceRow(l shard.Layout, st State) taskrow.Row {
 	id := gocql.UUID(st.TaskID)
 	return taskrow.Row{Key: l.Key(l.Bucket(shard.IDTime(st.TaskID)), l.ShardFor(st.TaskID)), Priority: st.Priority, ID: id, TaskID: id}
 }

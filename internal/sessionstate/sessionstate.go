@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"strings"
 	"sync"
 	"time"
 	"weak"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/internal/clustertime"
+	"github.com/shardq/shardq/internal/layouts"
 	"github.com/shardq/shardq/internal/signal"
 	"github.com/shardq/shardq/internal/store"
 	"github.com/shardq/shardq/internal/wakeup"
@@ -44,10 +46,12 @@ type State struct {
 	paused   map[string]pauseRead
 }
 
-// pauseRead is what a read of whether a queue is paused found, and when it was sent.
+// pauseRead is what a read of a queue's status (whether it is paused, its layouts)
+// found, and when it was sent.
 type pauseRead struct {
-	paused bool
-	at     time.Time
+	paused  bool
+	layouts layouts.History
+	at      time.Time
 }
 
 // New returns the State of parts working on tables, whose host clock is host (nil: the
@@ -140,24 +144,85 @@ func (s *State) Queue(ctx context.Context, name string) (shardq.QueueConfig, err
 // ago (timed from when the read was sent): the parts of one session share one read per
 // queue and interval. No lock is held across the read.
 func (s *State) Paused(ctx context.Context, name string) (bool, error) {
+	st, err := s.status(ctx, name)
+	return st.paused, err
+}
+
+// Layouts returns queue name's layout history, as read at most shardq.SettingsRefresh ago
+// (timed from when the read was sent), in the same read as Paused: every producer and
+// consumer that writes calls it first, so each writes under a history at most that old,
+// which shardq.ChangeLayout counts on.
+func (s *State) Layouts(ctx context.Context, name string) (layouts.History, error) {
+	st, err := s.status(ctx, name)
+	return st.layouts, err
+}
+
+// Place returns the layout a row of queue q visible at t goes under when written at now
+// (layouts.History.Place), by the history last read by Layouts or Paused: callers read it
+// first, and place by it without a read per row.
+func (s *State) Place(q shardq.QueueConfig, t, now time.Time) shard.Layout {
+	s.pausedMu.Lock()
+	last, ok := s.paused[q.Name]
+	s.pausedMu.Unlock()
+	if !ok {
+		return q.Layout()
+	}
+	return last.layouts.Place(t, now)
+}
+
+// Fixed returns the layout of a row of queue q whose place its ID's time t fixes
+// (layouts.History.Fixed), by a history read at most shardq.SettingsRefresh ago.
+func (s *State) Fixed(ctx context.Context, q shardq.QueueConfig, t time.Time) (shard.Layout, error) {
+	h, err := s.Layouts(ctx, q.Name)
+	if err != nil {
+		return shard.Layout{}, err
+	}
+	return h.Fixed(t), nil
+}
+
+// LayoutOf returns the layout of queue q whose ring holds partition key, by the history
+// last read; q's first layout when the key names no generation it knows.
+func (s *State) LayoutOf(q shardq.QueueConfig, key string) shard.Layout {
+	ring, _, _ := strings.Cut(key, ":")
+	_, g, ok := shard.ParseRing(ring)
+	s.pausedMu.Lock()
+	last, known := s.paused[q.Name]
+	s.pausedMu.Unlock()
+	if !ok || !known || g >= len(last.layouts.Gens) {
+		return q.Layout()
+	}
+	return last.layouts.Gens[g].Layout
+}
+
+// status reads queue name's status at most shardq.SettingsRefresh ago.
+func (s *State) status(ctx context.Context, name string) (pauseRead, error) {
 	s.pausedMu.Lock()
 	last, ok := s.paused[name]
 	s.pausedMu.Unlock()
 	if ok && time.Since(last.at) < shardq.SettingsRefresh {
-		return last.paused, nil
+		return last, nil
+	}
+	q, err := s.Queue(ctx, name)
+	if err != nil {
+		return pauseRead{}, err
 	}
 	sent := time.Now()
 	st, err := s.Store.Queues().Status(ctx, name, false)
 	if errors.Is(err, store.ErrNotFound) {
-		return false, fmt.Errorf("%w: %q", shardq.ErrQueueNotFound, name)
+		return pauseRead{}, fmt.Errorf("%w: %q", shardq.ErrQueueNotFound, name)
 	}
 	if err != nil {
-		return false, fmt.Errorf("shardq: reading whether queue %q is paused: %w", name, err)
+		return pauseRead{}, fmt.Errorf("shardq: reading the state of queue %q: %w", name, err)
 	}
+	h, err := layouts.Decode(q.Layout(), st.Layouts)
+	if err != nil {
+		return pauseRead{}, err
+	}
+	read := pauseRead{paused: st.Paused, layouts: h, at: sent}
 	s.pausedMu.Lock()
 	if cur, ok := s.paused[name]; !ok || cur.at.Before(sent) {
-		s.paused[name] = pauseRead{paused: st.Paused, at: sent}
+		s.paused[name] = read
 	}
 	s.pausedMu.Unlock()
-	return st.Paused, nil
+	return read, nil
 }

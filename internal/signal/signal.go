@@ -83,12 +83,12 @@ type Touches struct {
 	list []Touch
 }
 
-// Add records a row of the queue laid out by l: its ID (whose time is when it becomes
+// Add records a row of the ring laid out by l (each generation of a queue signals apart): its ID (whose time is when it becomes
 // visible) and its task's ID (which picks its concurrency shard).
 func (ts *Touches) Add(l shard.Layout, id, taskID uuid.UUID) {
 	at := shard.IDTime(id)
 	b := l.Bucket(at)
-	e := Entry{Cell: Cell{Queue: l.Queue, Bucket: b, Shard: l.ShardFor(taskID)},
+	e := Entry{Cell: Cell{Queue: l.Ring(), Bucket: b, Shard: l.ShardFor(taskID)},
 		Slot: int(at.Sub(l.BucketStart(b)) / slotWidth(l))}
 	if i, ok := ts.idx[e]; ok {
 		if at.Before(ts.list[i].Earliest) {
@@ -428,7 +428,13 @@ func NewWatcher(cells Reader, queue string) *Watcher {
 // for tasks, less the clock skew it allows between processes. Earlier rows are those
 // that look already saw, or rows written late, which consumers' sweeps find.
 func (w *Watcher) Changed(ctx context.Context, from, to int64, since time.Time) (bool, error) {
-	cells, err := w.cells.Cells(ctx, w.queue, from, to)
+	return w.ChangedIn(ctx, w.queue, from, to, since)
+}
+
+// ChangedIn is Changed on the cells of ring, a layout's ring of the watched queue
+// (shard.Layout.Ring), whose buckets from..to are its layout's.
+func (w *Watcher) ChangedIn(ctx context.Context, ring string, from, to int64, since time.Time) (bool, error) {
+	cells, err := w.cells.Cells(ctx, ring, from, to)
 	if err != nil {
 		return false, err
 	}

@@ -214,6 +214,7 @@ func run(cfg Config) (Result, error) {
 	}
 	w.quietWrite()
 	w.pausedQueue()
+	w.resizedQueue()
 	w.monthLater(start)
 	res := Result{Seed: cfg.Seed, Trace: trace, Requests: w.sched.steps, Crashes: int(w.crashes.Load())}
 	for f, n := range w.sched.counts {
@@ -894,6 +895,71 @@ func (w *world) pausedQueue() {
 			time.Sleep(50 * time.Millisecond)
 		}
 		ended(waiting)
+	}()
+	w.driveUntil(done)
+}
+
+// resizedQueue, after the run: a producer schedules tasks due over the coming seconds and
+// a few due in the next lap (at most ten minutes on) while the queue's layout changes
+// twice, the second change once the first took effect, and two workers run them. The
+// checks of the run cover them: none may be lost or start before it is due.
+func (w *world) resizedQueue() {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		rng := w.rngFor("resize-0")
+		stop := make(chan struct{})
+		var workersDone sync.WaitGroup
+		for i := range 2 {
+			name := fmt.Sprintf("resize-w.%d", i)
+			wrng := w.rngFor(name)
+			wp := w.newProc(name, newClock(wrng))
+			workersDone.Go(func() { w.runWorker(wrng, wp, 16, func() { <-stop }, false) })
+		}
+		defer workersDone.Wait()
+		defer close(stop)
+		pp := w.newProc("resize-p.0", newClock(rng))
+		pr, err := producer.New(pp.session, producer.Config{})
+		if err != nil {
+			panic(err)
+		}
+		ctx := context.Background()
+		var ids []uuid.UUID
+		schedule := func(n int, within, after time.Duration) {
+			tasks := make([]producer.Task, n)
+			for i := range tasks {
+				due := pp.state.Cluster.Now().Add(after + time.Duration(rng.Int64N(int64(within))))
+				tasks[i] = producer.Task{Queue: w.queue.Name, Payload: []byte("resized"), DueAt: due}
+			}
+			began := time.Now()
+			got, err := pr.ScheduleTasks(ctx, tasks)
+			w.oracle.scheduled(pp, began, tasks, got, err)
+			ids = append(ids, got...)
+		}
+		schedule(4, time.Second, min(w.queue.Layout().Window(), 10*time.Minute))
+		for range 2 {
+			var ch shardq.LayoutChange
+			// Layouts the queue's default timeout fits in, tried in a random order.
+			tried := 0
+			for _, i := range rng.Perm(12) {
+				cfg := shardq.LayoutConfig{ShardCount: 1 + i%4, BucketDuration: []time.Duration{time.Second, 5 * time.Second, 10 * time.Second}[i/4]}
+				if ch, err = shardq.ChangeLayout(ctx, pp.session, w.queue.Name, cfg); !errors.Is(err, shardq.ErrInvalid) {
+					break
+				}
+				tried++
+			}
+			if err != nil {
+				w.oracle.violate("resized queue: changing the layout (%d tried): %v", tried, err)
+				return
+			}
+			for time.Now().Before(ch.From.Add(5 * time.Second)) {
+				schedule(2, 10*time.Second, 0)
+				time.Sleep(500 * time.Millisecond)
+			}
+		}
+		for from := time.Now(); !w.oracle.allEnded(ids) && time.Since(from) < 15*time.Minute; {
+			time.Sleep(time.Second)
+		}
 	}()
 	w.driveUntil(done)
 }

@@ -63,13 +63,13 @@ func (s queues) Names(ctx context.Context) ([]string, error) {
 }
 
 func (s queues) Status(ctx context.Context, name string, serial bool) (QueueStatus, error) {
-	q := cql.Query(s.session, `SELECT created_at, paused FROM queues WHERE name = ?`, name).WithContext(ctx)
+	q := cql.Query(s.session, `SELECT created_at, paused, layouts FROM queues WHERE name = ?`, name).WithContext(ctx)
 	if serial {
 		q = q.Consistency(lwt.Serial)
 	}
 	var st QueueStatus
 	var paused *bool // null: never paused
-	err := q.Scan(&st.CreatedAt, &paused)
+	err := q.Scan(&st.CreatedAt, &paused, &st.Layouts)
 	if errors.Is(err, gocql.ErrNotFound) {
 		return QueueStatus{}, fmt.Errorf("%w: queue %q", ErrNotFound, name)
 	}
@@ -78,14 +78,14 @@ func (s queues) Status(ctx context.Context, name string, serial bool) (QueueStat
 }
 
 func (s queues) Statuses(ctx context.Context) (map[string]QueueStatus, error) {
-	iter := cql.Query(s.session, `SELECT name, created_at, paused FROM queues`).WithContext(ctx).Iter()
+	iter := cql.Query(s.session, `SELECT name, created_at, paused, layouts FROM queues`).WithContext(ctx).Iter()
 	out := map[string]QueueStatus{}
-	var name string
+	var name, layouts string
 	var at time.Time
 	var paused *bool
-	for iter.Scan(&name, &at, &paused) {
-		out[name] = QueueStatus{CreatedAt: at, Paused: paused != nil && *paused}
-		paused = nil
+	for iter.Scan(&name, &at, &paused, &layouts) {
+		out[name] = QueueStatus{CreatedAt: at, Paused: paused != nil && *paused, Layouts: layouts}
+		paused, layouts = nil, ""
 	}
 	if err := iter.Close(); err != nil {
 		return nil, err
@@ -95,5 +95,16 @@ func (s queues) Statuses(ctx context.Context) (map[string]QueueStatus, error) {
 
 func (s queues) SetPaused(ctx context.Context, name string, paused bool) (bool, error) {
 	return cql.Query(s.session, `UPDATE queues SET paused = ? WHERE name = ? IF EXISTS`, paused, name).
+		WithContext(ctx).RetryPolicy(lwt.NoRetry).MapScanCAS(map[string]any{})
+}
+
+func (s queues) SetLayouts(ctx context.Context, name, from, to string) (bool, error) {
+	var seen any // null matches a queue that never changed its layout
+	if from != "" {
+		seen = from
+	}
+	// Not IF EXISTS, which takes no other condition: shard_count is set in every queue's
+	// row, so a condition on it keeps the update from making a row.
+	return cql.Query(s.session, `UPDATE queues SET layouts = ? WHERE name = ? IF shard_count != null AND layouts = ?`, to, name, seen).
 		WithContext(ctx).RetryPolicy(lwt.NoRetry).MapScanCAS(map[string]any{})
 }

@@ -154,13 +154,18 @@ type Queues interface {
 	// SetPaused pauses or resumes queue name, and reports false when there is no such
 	// queue. It is conditional, and never retried.
 	SetPaused(ctx context.Context, name string, paused bool) (bool, error)
+	// SetLayouts replaces queue name's encoded layout history with to if it is still from
+	// ("": none), and reports whether it did (false too when there is no such queue). It
+	// is conditional, and never retried.
+	SetLayouts(ctx context.Context, name, from, to string) (bool, error)
 }
 
-// QueueStatus is a queue's row beside its settings: when it was created and whether it
-// is paused.
+// QueueStatus is a queue's row beside its settings: when it was created, whether it is
+// paused, and its layout history as encoded by package layouts ("": none).
 type QueueStatus struct {
 	CreatedAt time.Time
 	Paused    bool
+	Layouts   string
 }
 
 // Index is the task_index table (see package taskindex).

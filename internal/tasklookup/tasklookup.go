@@ -15,6 +15,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/internal/layouts"
 	"github.com/shardq/shardq/internal/store"
 	"github.com/shardq/shardq/internal/taskid"
 	"github.com/shardq/shardq/internal/taskindex"
@@ -149,19 +150,48 @@ func (fi *Finder) home(ctx context.Context, id uuid.UUID) (Found, error) {
 		if err != nil {
 			return Found{}, err
 		}
-		lay := q.Layout()
-		key := lay.Key(lay.Bucket(shard.IDTime(id)), lay.ShardFor(id))
-		r, ok, err := fi.store.Tasks().Find(ctx, key, allPriorities, gocql.UUID(id))
-		if err != nil {
-			return Found{}, fmt.Errorf("tasklookup: reading %s: %w", key, err)
-		}
-		if ok && r.TaskID == gocql.UUID(id) {
-			e := taskindex.Entry{TaskID: id, Queue: name, State: taskindex.Scheduled,
-				Row: taskindex.Loc{Key: r.Key, Priority: r.Priority, ID: r.ID}, DueAt: r.DueAt}
-			return Found{Entry: e, Stamp: taskindex.Stamp(id, 0, 0), State: taskindex.Scheduled, Row: r}, nil
+		// The first layout first, which is all most queues have; then any the queue
+		// changed to, in whose ring a producer may have written it (layouts.History.Place).
+		lays := []shard.Layout{q.Layout()}
+		for i := 0; i < len(lays); i++ {
+			lay := lays[i]
+			key := lay.Key(lay.Bucket(shard.IDTime(id)), lay.ShardFor(id))
+			r, ok, err := fi.store.Tasks().Find(ctx, key, allPriorities, gocql.UUID(id))
+			if err != nil {
+				return Found{}, fmt.Errorf("tasklookup: reading %s: %w", key, err)
+			}
+			if ok && r.TaskID == gocql.UUID(id) {
+				e := taskindex.Entry{TaskID: id, Queue: name, State: taskindex.Scheduled,
+					Row: taskindex.Loc{Key: r.Key, Priority: r.Priority, ID: r.ID}, DueAt: r.DueAt}
+				return Found{Entry: e, Stamp: taskindex.Stamp(id, 0, 0), State: taskindex.Scheduled, Row: r}, nil
+			}
+			if i == 0 {
+				later, err := fi.laterLayouts(ctx, q)
+				if err != nil {
+					return Found{}, err
+				}
+				lays = append(lays, later...)
+			}
 		}
 	}
 	return Found{}, errMoved // or gone: Locate reads the entry again to tell
+}
+
+// laterLayouts returns the layouts queue q changed to after its first.
+func (fi *Finder) laterLayouts(ctx context.Context, q shardq.QueueConfig) ([]shard.Layout, error) {
+	st, err := fi.store.Queues().Status(ctx, q.Name, false)
+	if err != nil {
+		return nil, fmt.Errorf("tasklookup: reading the layouts of queue %q: %w", q.Name, err)
+	}
+	h, err := layouts.Decode(q.Layout(), st.Layouts)
+	if err != nil {
+		return nil, err
+	}
+	var out []shard.Layout
+	for _, g := range h.Gens[1:] {
+		out = append(out, g.Layout)
+	}
+	return out, nil
 }
 
 var allPriorities = func() []int8 {

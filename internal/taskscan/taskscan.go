@@ -13,6 +13,7 @@ import (
 
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/internal/fanout"
+	"github.com/shardq/shardq/internal/layouts"
 	"github.com/shardq/shardq/internal/sessionstate"
 )
 
@@ -26,18 +27,31 @@ const PageSize = 5000
 // walking the tombstones of every task consumed since they were last purged (and fails
 // on a partition drained of more than tombstone_failure_threshold in that time); a
 // partition that cannot be read fails the call, since what it holds is unknown.
+//
+// A queue whose layout changed is read in every layout it had, drained or not.
 func TaskIDs(ctx context.Context, session *gocql.Session, q shardq.QueueConfig, inFlight, pageSize int) ([]uuid.UUID, error) {
-	lay := q.Layout()
+	tables := sessionstate.For(session, nil).Store
+	st, err := tables.Queues().Status(ctx, q.Name, false)
+	if err != nil {
+		return nil, fmt.Errorf("taskscan: reading the layouts of queue %q: %w", q.Name, err)
+	}
+	h, err := layouts.Decode(q.Layout(), st.Layouts)
+	if err != nil {
+		return nil, err
+	}
 	var keys []string // one lap of buckets holds every partition key once
-	for s := range lay.ShardCount {
-		for b := range int64(lay.BucketCount) {
-			keys = append(keys, lay.Key(b, s))
+	for _, g := range h.Gens {
+		lay := g.Layout
+		for s := range lay.ShardCount {
+			for b := range int64(lay.BucketCount) {
+				keys = append(keys, lay.Key(b, s))
+			}
 		}
 	}
-	scans := sessionstate.For(session, nil).Store.Scans()
+	scans := tables.Scans()
 	var mu sync.Mutex
 	var ids []uuid.UUID
-	err := fanout.Each(len(keys), inFlight, func(i int) error {
+	err = fanout.Each(len(keys), inFlight, func(i int) error {
 		var found []uuid.UUID
 		err := scans.TaskIDs(ctx, keys[i], pageSize, func(id uuid.UUID) { found = append(found, id) })
 		if err != nil {

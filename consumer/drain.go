@@ -1,0 +1,64 @@
+package consumer
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/shardq/shardq/internal/layouts"
+	"github.com/shardq/shardq/internal/random"
+)
+
+// drainEvery is how often a consumer looks whether the oldest of its queue's live
+// layouts can be marked drained (layouts.Drain): a read of every partition of its ring,
+// once sealed. Consumers look at random offsets, so a few look per interval between them.
+// A look that finds tasks left (due next week, say) doubles the wait, up to drainAtMost,
+// so a ring holding far-future tasks costs little to keep.
+const (
+	drainEvery  = 30 * time.Second
+	drainAtMost = 16 * time.Minute
+)
+
+// drainer marks layouts drained for one Consumer.
+type drainer struct {
+	mu   sync.Mutex
+	next time.Time     // when to look next; zero before the first look is planned
+	wait time.Duration // from one look to the next
+}
+
+// maybe looks whether h's oldest live layout can be marked drained, when it is time to.
+// It runs in the AcquireTasks call that finds it due, which takes no longer than the
+// ring's reads; a failure is logged and tried again at the next look.
+func (d *drainer) maybe(ctx context.Context, c *Consumer, h layouts.History) {
+	if h.Drained == len(h.Gens)-1 {
+		return
+	}
+	now := c.cfg.Clock.Now()
+	d.mu.Lock()
+	if d.next.IsZero() {
+		d.next = now.Add(time.Duration(random.N(int(drainEvery/time.Millisecond))) * time.Millisecond)
+	}
+	due := !now.Before(d.next)
+	if due {
+		d.wait = max(d.wait, drainEvery)
+		d.next = now.Add(d.wait)
+	}
+	d.mu.Unlock()
+	if !due {
+		return
+	}
+	looked, drained, err := layouts.Drain(ctx, c.state.Store, h, now, c.cfg.PartitionsInFlight)
+	switch {
+	case err != nil:
+		c.log.WarnContext(ctx, "looking whether an old layout is drained", "queue", c.q.Name, "generation", h.Drained, "error", err)
+	case drained:
+		c.log.InfoContext(ctx, "an old layout is drained: it is read no more", "queue", c.q.Name, "generation", h.Drained)
+	}
+	d.mu.Lock()
+	if looked && !drained && err == nil {
+		d.wait = min(2*d.wait, drainAtMost)
+	} else {
+		d.wait = drainEvery
+	}
+	d.mu.Unlock()
+}
