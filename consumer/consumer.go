@@ -243,7 +243,7 @@ func (c *Consumer) ringsOf(h layouts.History) []*Consumer {
 		if !ok {
 			r = &Consumer{cfg: c.cfg, log: c.log, state: c.state, cluster: c.cluster, q: c.q, layout: l, locker: c.locker,
 				signals: c.signals, series: c.series, leasing: c.leasing, plan: c.newPlan(l),
-				beforeSwap: c.beforeSwap, afterSwap: c.afterSwap, afterAck: c.afterAck, failRead: c.failRead, crash: c.crash}
+				beforeSwap: c.beforeSwap, afterSwap: c.afterSwap, afterAck: c.afterAck, failRead: c.failRead, failLookup: c.failLookup, crash: c.crash}
 			if c.rings == nil {
 				c.rings = map[int]*Consumer{}
 			}
