@@ -134,3 +134,26 @@ func TestCancelledRetryRowDropped(t *testing.T) {
 	require.NoError(t, err)
 	e.runsNever(id, due, r)
 }
+
+// TestCancelledRescheduledRowDropped: a Reschedule wrote the task's row at its new time
+// and crashed before it deleted the old one; a consumer leased the old row, and its index
+// entry stopped naming the new; the task was cancelled with AfterLease. The new row,
+// never delivered, must not run the task when it comes due (it did: only rows delivered
+// before were looked up; simulator seed 1251).
+func TestCancelledRescheduledRowDropped(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 4, BucketDuration: time.Hour})
+	ctx := context.Background()
+	id, row := e.pendingRow()
+	later := e.clock.Now().Add(30 * time.Minute)
+	moved := row
+	moved.ID = gocql.UUID(shard.NewID(later))
+	moved.Key = e.q.Layout().Key(e.q.Layout().Bucket(later), 0)
+	stmt, args := moved.Insert(time.Now().Add(-time.Second).UnixMicro())
+	require.NoError(t, e.s.Query(stmt, args...).Exec())
+
+	got := e.acquire(e.consumer(), 1)
+	require.Equal(t, []uuid.UUID{id}, ids(got))
+	require.NoError(t, e.p.Cancel(ctx, id, producer.CancelOptions{AfterLease: true}))
+	e.runsNever(id, later, moved)
+}

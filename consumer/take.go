@@ -234,19 +234,22 @@ func onePerTask(rows []taskrow.Row) []taskrow.Row {
 	return out
 }
 
-// notEnded returns rows without the copies of tasks whose index entry says they ended:
-// timeout markers a lease fault left behind (a swap whose outcome stayed unknown, a drop
-// that failed) and retry rows a lease move left (a Retry whose drop of its new row failed,
-// or whose unknown outcome was settled as applied because a cancel had deleted the old
-// marker), which the cancel or ack that ended the task could not see. The swap deletes
-// them with the others. Only rows delivered before (attempt above zero) are looked up:
-// a row never delivered is deleted under its partition's lock by whoever ends its task.
+// notEnded returns rows without the copies of tasks whose index entry says they ended,
+// copies the cancel or ack that ended the task could not see: timeout markers a lease
+// fault left behind (a swap whose outcome stayed unknown, a drop that failed), retry rows
+// a lease move left (a Retry whose drop of its new row failed, or whose unknown outcome
+// was settled as applied because a cancel had deleted the old marker), and rows a
+// Reschedule moved the task to (an ID other than the task's) beside an old row it crashed
+// before deleting, which a lease of the old row then stopped the entry naming. The swap
+// deletes them with the others. Other rows never delivered are the task's first, found
+// from its ID and deleted under their partition's lock by whoever ends the task, so they
+// are not looked up.
 // A lookup that fails fails the take, leasing nothing: the row may be the copy of a task
 // cancelled since, which must never run again.
 func (c *Consumer) notEnded(ctx context.Context, rows []taskrow.Row) ([]taskrow.Row, error) {
 	var delivered []int
 	for i, r := range rows {
-		if r.Attempt > 0 {
+		if r.Attempt > 0 || r.ID != r.TaskID {
 			delivered = append(delivered, i)
 		}
 	}
