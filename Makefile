@@ -36,16 +36,18 @@ sim:
 	SEEDS=$(SEEDS) SEED=$(SEED) BUDGET=$(BUDGET) GO=$(GO) scripts/sim
 
 # On three local nodes (started for it unless SHARDQ_CASSANDRA_HOSTS names a cluster, or
-# three already answer from SHARDQ_CASSANDRA_FIRST_ADDR on): the library's tests again at
-# replication factor 3, where QUORUM and SERIAL need two replicas of three (the programs
-# and adapters, which reach Cassandra only through the library, run once, in test), then
+# three already answer from SHARDQ_CASSANDRA_FIRST_ADDR on): the library's tests that
+# reach Cassandra again at replication factor 3, where QUORUM and SERIAL need two replicas
+# of three (scripts/cassandra-packages; the simulator, pure packages, programs and adapters
+# run once, in test), then
 # the fault tests (internal/faults: a node killed, frozen, restarted past gc_grace; workers killed),
 # which signal and restart the nodes of scripts/cassandra. Their figures go to
 # $(FAULTS_JSON) as JSON lines.
 FAULTS_JSON ?= $(CURDIR)/.run/faults.jsonl
 test-cluster:
 	mkdir -p $(dir $(FAULTS_JSON))
-	scripts/with-cassandra --nodes 3 sh -c 'export SHARDQ_CASSANDRA_RF=3 && $(GO) test -count=1 -timeout 20m ./... && \
+	scripts/with-cassandra --nodes 3 sh -c 'export SHARDQ_CASSANDRA_RF=3 && pkgs=$$(GO=$(GO) scripts/cassandra-packages) && \
+		$(GO) test -count=1 -timeout 20m $$pkgs && \
 		SHARDQ_FAULTS_JSON=$(FAULTS_JSON) \
 		$(GO) test -tags faults -count=1 -timeout 30m -v ./internal/faults'
 
