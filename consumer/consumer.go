@@ -128,17 +128,10 @@ type Task struct {
 
 // Consumer takes and acks tasks of one queue. It is safe for concurrent use.
 type Consumer struct {
-	cfg     Config
-	log     *slog.Logger
-	state   *sessionstate.State
-	cluster *clustertime.Clock
-
-	q       shardq.QueueConfig
-	layout  shard.Layout
-	locker  *locking.Locker
-	signals *signal.Toucher
-	series  *series.Env
-	leasing store.Leasing
+	// shared is what the consumers of a queue's later layouts (rings) share with c; each
+	// has a layout and a plan of its own.
+	shared
+	layout shard.Layout
 
 	mu   sync.Mutex     // guards plan, rings, and q, layout and locker while init sets them
 	plan *scanplan.Plan // what to read next and from where; nil before init
@@ -148,6 +141,19 @@ type Consumer struct {
 	rings map[int]*Consumer
 	turn  atomic.Uint64 // calls of AcquireTasks, which pick the ring read first
 	drain drainer
+}
+
+type shared struct {
+	cfg     Config
+	log     *slog.Logger
+	state   *sessionstate.State
+	cluster *clustertime.Clock
+
+	q       shardq.QueueConfig
+	locker  *locking.Locker
+	signals *signal.Toucher
+	series  *series.Env
+	leasing store.Leasing
 
 	beforeSwap func()            // tests only: runs between the locked read and the swap
 	afterSwap  func(error) error // tests only: what the swap's LWT returned, and what to make of it
@@ -186,8 +192,8 @@ func New(session *gocql.Session, cfg Config) (*Consumer, error) {
 		cfg.Observer = shardq.NopObserver{}
 	}
 	signals := st.Signals
-	return &Consumer{cfg: cfg, log: cfg.Logger, state: st, cluster: cluster, signals: signals, leasing: st.Store.Leasing(),
-		series: &series.Env{Store: st.Store.Series(), Tasks: st.Store.Tasks(), Clock: cfg.Clock, Cluster: cluster, Log: cfg.Logger, Signals: signals, Bus: st.Bus, Layout: st.Fixed}}, nil
+	return &Consumer{shared: shared{cfg: cfg, log: cfg.Logger, state: st, cluster: cluster, signals: signals, leasing: st.Store.Leasing(),
+		series: &series.Env{Store: st.Store.Series(), Tasks: st.Store.Tasks(), Clock: cfg.Clock, Cluster: cluster, Log: cfg.Logger, Signals: signals, Bus: st.Bus, Layout: st.Fixed}}}, nil
 }
 
 // init loads the queue's settings once; a failure is retried on the next call.
@@ -241,9 +247,7 @@ func (c *Consumer) ringsOf(h layouts.History) []*Consumer {
 		}
 		r, ok := c.rings[l.Generation]
 		if !ok {
-			r = &Consumer{cfg: c.cfg, log: c.log, state: c.state, cluster: c.cluster, q: c.q, layout: l, locker: c.locker,
-				signals: c.signals, series: c.series, leasing: c.leasing, plan: c.newPlan(l),
-				beforeSwap: c.beforeSwap, afterSwap: c.afterSwap, afterAck: c.afterAck, failRead: c.failRead, failLookup: c.failLookup, crash: c.crash}
+			r = &Consumer{shared: c.shared, layout: l, plan: c.newPlan(l)}
 			if c.rings == nil {
 				c.rings = map[int]*Consumer{}
 			}
