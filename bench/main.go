@@ -66,6 +66,8 @@ type options struct {
 	sweepTasks                 int
 	sweepShards, sweepBuckets  string
 	sweepConsumers, sweepBatch string
+	targetRate                 float64
+	targetP99                  time.Duration
 
 	ceilingTasks int
 
@@ -133,6 +135,8 @@ func main() {
 	flag.StringVar(&o.sweepBuckets, "sweep-bucket", "1s,10s", "sweep: bucket durations")
 	flag.StringVar(&o.sweepConsumers, "sweep-consumers", "4,8", "sweep: consumer counts")
 	flag.StringVar(&o.sweepBatch, "sweep-batch", "50,200", "sweep: batch sizes")
+	flag.Float64Var(&o.targetRate, "target-rate", 0, "sweep: tasks/s the recommended layout must drain, before 1.5x headroom (0: none, the fastest point)")
+	flag.DurationVar(&o.targetP99, "target-p99", 500*time.Millisecond, "sweep: the most lateness p99 the recommended point may have had (0: no bound)")
 
 	flag.IntVar(&o.ceilingTasks, "ceiling-tasks", 50_000, "ceiling: rows per measurement")
 

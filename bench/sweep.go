@@ -29,9 +29,13 @@ func (p point) label() string {
 }
 
 // sweep runs a burst of -sweep-tasks at every point of the grid shard count × bucket
-// duration × consumers × batch size, prints the table and draws drain tasks/s and
-// lateness p99 (delivery − due) against the grid.
+// duration × consumers × batch size, prints the table, draws drain tasks/s and
+// lateness p99 (delivery − due) against the grid, and recommends the point that meets
+// -target-rate and -target-p99.
 func (b *bench) sweep(ctx context.Context) error {
+	if b.o.targetRate < 0 || b.o.targetP99 < 0 {
+		return fmt.Errorf("-target-rate %v, -target-p99 %v: want neither negative", b.o.targetRate, b.o.targetP99)
+	}
 	shards, err1 := ints(b.o.sweepShards)
 	buckets, err2 := durations(b.o.sweepBuckets)
 	consumers, err3 := ints(b.o.sweepConsumers)
@@ -62,6 +66,12 @@ func (b *bench) sweep(ctx context.Context) error {
 		return err
 	}
 	fmt.Printf("sweep chart: %s\n", b.o.chartPath)
+	r, err := recommend(points, target{rate: b.o.targetRate, p99: b.o.targetP99})
+	if err != nil {
+		return err
+	}
+	b.emit(r.result())
+	r.print(os.Stdout)
 	return nil
 }
 
