@@ -12,6 +12,7 @@ import (
 
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/consumer"
+	"github.com/shardq/shardq/inspect"
 	"github.com/shardq/shardq/internal/store"
 	"github.com/shardq/shardq/internal/taskindex"
 	"github.com/shardq/shardq/internal/taskrow"
@@ -156,4 +157,33 @@ func TestCancelledRescheduledRowDropped(t *testing.T) {
 	require.Equal(t, []uuid.UUID{id}, ids(got))
 	require.NoError(t, e.p.Cancel(ctx, id, producer.CancelOptions{AfterLease: true}))
 	e.runsNever(id, later, moved)
+}
+
+// TestReplayAfterCancel: a task in flight is cancelled with AfterLease, its holder then
+// dead-letters it (the letter is written, the lease is found gone), and the dead letter is
+// replayed. The replay is a new life of the task and runs, although its row was moved (an ID other than the task's) and the cancel's
+// entry outranks the replay's (simulator seed 40001298 lost it once such rows were looked
+// up before a lease).
+func TestReplayAfterCancel(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 4, BucketDuration: time.Hour})
+	ctx := context.Background()
+	id, _ := e.pendingRow()
+	c := e.consumer()
+	got := e.acquire(c, 1)
+	require.Equal(t, []uuid.UUID{id}, ids(got))
+	require.NoError(t, e.p.Cancel(ctx, id, producer.CancelOptions{AfterLease: true}))
+	require.ErrorIs(t, c.DeadLetter(ctx, got[0], errors.New("boom")), consumer.ErrLeaseLost)
+	in, err := inspect.New(e.s, inspect.Config{Clock: e.clock})
+	require.NoError(t, err)
+	letters, err := in.DeadLetters(ctx, e.q.Name, inspect.DeadLetterQuery{})
+	require.NoError(t, err)
+	require.Len(t, letters, 1)
+	_, err = e.p.ReplayDeadLetter(ctx, e.q.Name, letters[0].DeadLetterID)
+	require.NoError(t, err)
+
+	e.clock.Add(time.Second)
+	d := &deliveries{at: map[uuid.UUID][]time.Time{}}
+	e.drain(d)
+	require.Len(t, d.of(id), 1, "the replayed task ran once")
 }

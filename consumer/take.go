@@ -241,7 +241,9 @@ func onePerTask(rows []taskrow.Row) []taskrow.Row {
 // was settled as applied because a cancel had deleted the old marker), and rows a
 // Reschedule moved the task to (an ID other than the task's) beside an old row it crashed
 // before deleting, which a lease of the old row then stopped the entry naming. The swap
-// deletes them with the others. Other rows never delivered are the task's first, found
+// deletes them with the others. A moved row never delivered whose token is above the
+// ended entry's is a dead letter's replay, a new life of the task, and runs. Other rows
+// never delivered are the task's first, found
 // from its ID and deleted under their partition's lock by whoever ends the task, so they
 // are not looked up.
 // A lookup that fails fails the take, leasing nothing: the row may be the copy of a task
@@ -271,7 +273,10 @@ func (c *Consumer) notEnded(ctx context.Context, rows []taskrow.Row) ([]taskrow.
 		case err != nil:
 			return fmt.Errorf("looking up task %s: %w", id, err)
 		}
-		ended[i] = e.State.Final()
+		r := rows[delivered[i]]
+		// A row never delivered that the entry's delivery does not reach is a later life of
+		// the task, a dead letter's replay, which its cancel or death did not end.
+		ended[i] = e.State.Final() && (r.Attempt > 0 || r.Token <= e.Token)
 		return nil
 	})
 	if err != nil {
