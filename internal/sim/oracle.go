@@ -512,7 +512,11 @@ func checkDeliveries(t *task, leaseFaults []time.Time) []string {
 	for i, d := range ds {
 		at := d.leased().Add(tolerance)
 		for _, e := range ds[:i] {
-			if e.attempt < d.attempt && e.token >= d.token && !t.replayedBetween(e.leased(), d.leased()) {
+			// A delivery from a row made before a replay that came before e's lease is of
+			// an earlier life of the task (a copy its death could not see): its tokens are
+			// that life's.
+			if e.attempt < d.attempt && e.token >= d.token && !t.replayedBetween(e.leased(), d.leased()) &&
+				(d.made.IsZero() || !t.replayedBetween(d.made, e.leased())) {
 				v = append(v, fmt.Sprintf("task %s attempt %d has token %d, not above attempt %d's %d", t.id, d.attempt, d.token, e.attempt, e.token))
 			}
 			if e.source == d.source && e.deadline.After(at) && !crashedBy(e.proc, at) && (e.ended.IsZero() || e.ok || e.ended.After(at)) &&
