@@ -14,6 +14,7 @@ import (
 	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/inspect"
 	"github.com/shardq/shardq/internal/cassandratest"
+	"github.com/shardq/shardq/internal/testclock"
 	"github.com/shardq/shardq/producer"
 	"github.com/shardq/shardq/series"
 )
@@ -113,6 +114,20 @@ func TestLayoutChangeKeepsFeatures(t *testing.T) {
 	require.Len(t, st.Shards, 3, "the picture is of the layout in force")
 	require.Equal(t, 1, st.Layout.Generation)
 	require.GreaterOrEqual(t, st.Total.Due+st.Total.DueAgain, 3, "rescheduled, replayed, fresh")
+
+	// Peek merges both layouts in delivery order: seen from two hours on, the task due in
+	// an hour, in the first layout, is due beside those written into the new one.
+	future, err := inspect.New(s, inspect.Config{Clock: testclock.New(time.Now().Add(2 * time.Hour))})
+	require.NoError(t, err)
+	peeked, err := future.Peek(ctx, q.Name, inspect.MaxPeek)
+	require.NoError(t, err)
+	require.Empty(t, peeked.Failed)
+	peekedAt := map[uuid.UUID]string{}
+	for _, ti := range peeked.Tasks {
+		peekedAt[ti.ID] = ti.PartitionKey
+	}
+	require.True(t, strings.HasPrefix(peekedAt[stays], "q:"), "peeked in the first layout: %q", peekedAt[stays])
+	require.True(t, strings.HasPrefix(peekedAt[fresh], "q~1:"), "peeked in the new layout: %q", peekedAt[fresh])
 
 	want := map[uuid.UUID]bool{rescheduled: true, dies: true, fresh: true, held: true}
 	deadline := time.Now().Add(30 * time.Second)
