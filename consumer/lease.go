@@ -66,7 +66,7 @@ func (c *Consumer) relocate(ctx context.Context, t *Task, at time.Time, state ta
 	moved := *t
 	moved.Deadline = at
 	t.steps++
-	entry := c.moveEntry(&moved, state, next, taskindex.InFlight, t.marker, t.steps)
+	entry := c.moveEntry(&moved, state, next, taskindex.InFlight, t.marker, taskindex.MoveStep(t.steps))
 	if _, err := c.state.Store.Index().Write(ctx, []taskindex.Write{entry}, 1); err != nil {
 		return t.marker, fmt.Errorf("consumer: moving the lease of %s: %w", t.ID, err)
 	}

@@ -165,7 +165,7 @@ func (c *Consumer) swap(ctx context.Context, pt *scanplan.Part, lk *locking.Lock
 	// names the rows read as the previous place, which readers find still there.
 	index := make([]taskindex.Write, len(leased))
 	for i, r := range leased {
-		index[i] = c.moveEntry(tasks[i], taskindex.InFlight, markers[i], rowState(r), r, 0)
+		index[i] = c.moveEntry(tasks[i], taskindex.InFlight, markers[i], rowState(r), r, taskindex.LeaseStep(lk.Token()))
 	}
 	var indexErr error
 	indexed := make(chan struct{})

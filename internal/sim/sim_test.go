@@ -135,6 +135,7 @@ var regressions = []struct {
 	{40001298, "a moved row never delivered is dropped only when the ended entry's delivery reaches its token: a dead letter's replay (a new life) ran no more once a cancel had outranked it (found by the simulator on 8705d88)"},
 	{41008710, "oracle: a Retry whose move met a fault may leave the old marker, which delivers the occurrence again beside the next (a documented copy)"},
 	{41006298, "oracle: a copy from before a replay, running after the replay's first lease, carries its old life's token (README, Fencing tokens)"},
+	{40011824, "two takes of one row announce its lease at stamps their lock tokens order: at one stamp the entry named the marker a failed swap dropped, Locate found the task in flight nowhere and the series keeper started the next occurrence beside it"},
 	{462, "a copy left by a crashed take acked first and the series moved on beside the still-running original: the oracle counts both runs of an occurrence with a copy as copies"},
 }
 
