@@ -165,9 +165,9 @@ func TestCancelledRescheduledRowDropped(t *testing.T) {
 
 // TestReplayAfterCancel: a task in flight is cancelled with AfterLease, its holder then
 // dead-letters it (the letter is written, the lease is found gone), and the dead letter is
-// replayed. The replay is a new life of the task and runs, although its row was moved (an ID other than the task's) and the cancel's
-// entry outranks the replay's (simulator seed 40001298 lost it once such rows were looked
-// up before a lease).
+// replayed. The replay is a new life of the task and runs, although its row was moved (an
+// ID other than the task's) and the cancel's entry outranks the replay's (simulator seed
+// 40001298 lost it once such rows were looked up before a lease).
 func TestReplayAfterCancel(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 4, BucketDuration: time.Hour})

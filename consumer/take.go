@@ -243,24 +243,23 @@ func onePerTask(rows []taskrow.Row) []taskrow.Row {
 // before deleting, which a lease of the old row then stopped the entry naming. The swap
 // deletes them with the others. A moved row never delivered whose token is above the
 // ended entry's is a dead letter's replay, a new life of the task, and runs. Other rows
-// never delivered are the task's first, found
-// from its ID and deleted under their partition's lock by whoever ends the task, so they
-// are not looked up.
+// never delivered are the task's first, found from its ID and deleted under their
+// partition's lock by whoever ends the task, so they are not looked up.
 // A lookup that fails fails the take, leasing nothing: the row may be the copy of a task
 // cancelled since, which must never run again.
 func (c *Consumer) notEnded(ctx context.Context, rows []taskrow.Row) ([]taskrow.Row, error) {
-	var delivered []int
+	var looked []int // the rows looked up: delivered before, or moved
 	for i, r := range rows {
 		if r.Attempt > 0 || r.ID != r.TaskID {
-			delivered = append(delivered, i)
+			looked = append(looked, i)
 		}
 	}
-	if len(delivered) == 0 {
+	if len(looked) == 0 {
 		return rows, nil
 	}
-	ended := make([]bool, len(delivered))
-	err := fanout.Each(len(delivered), c.cfg.PartitionsInFlight, func(i int) error {
-		id := uuid.UUID(rows[delivered[i]].TaskID)
+	ended := make([]bool, len(looked))
+	err := fanout.Each(len(looked), c.cfg.PartitionsInFlight, func(i int) error {
+		id := uuid.UUID(rows[looked[i]].TaskID)
 		if c.failLookup != nil {
 			if err := c.failLookup(id); err != nil {
 				return err
@@ -273,7 +272,7 @@ func (c *Consumer) notEnded(ctx context.Context, rows []taskrow.Row) ([]taskrow.
 		case err != nil:
 			return fmt.Errorf("looking up task %s: %w", id, err)
 		}
-		r := rows[delivered[i]]
+		r := rows[looked[i]]
 		// A row never delivered that the entry's delivery does not reach is a later life of
 		// the task, a dead letter's replay, which its cancel or death did not end.
 		ended[i] = e.State.Final() && (r.Attempt > 0 || r.Token <= e.Token)
@@ -285,7 +284,7 @@ func (c *Consumer) notEnded(ctx context.Context, rows []taskrow.Row) ([]taskrow.
 	out := make([]taskrow.Row, 0, len(rows))
 	next := 0
 	for i, r := range rows {
-		if next < len(delivered) && delivered[next] == i {
+		if next < len(looked) && looked[next] == i {
 			next++
 			if ended[next-1] {
 				c.log.DebugContext(ctx, "dropping a copy of an ended task", "task_id", uuid.UUID(r.TaskID))
