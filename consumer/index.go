@@ -35,7 +35,7 @@ func (c *Consumer) moveEntry(t *Task, state taskindex.State, to taskrow.Row, pre
 
 // finishEntry is the index write of a delivery's last step: dead, or acked (kept as
 // completed for the queue's retention, and at least taskindex.Finished when the task has
-// a key, else removed).
+// a key or is a series occurrence, else removed).
 func (c *Consumer) finishEntry(t *Task, state taskindex.State, cause string) taskindex.Write {
 	now := c.cfg.Clock.Now()
 	w := taskindex.Write{Stamp: taskindex.Stamp(t.ID, t.Token, taskindex.Final), Replace: true,
@@ -44,9 +44,10 @@ func (c *Consumer) finishEntry(t *Task, state taskindex.State, cause string) tas
 	switch {
 	case state == taskindex.Dead:
 		w.TTL = deadletters.Retention
-	case c.q.CompletedRetention == 0 && !t.marker.Keyed:
-		// Nothing will ask: the inspector reports acked tasks only for a retention, and only a
-		// keyed task's next claimer needs to see that it ended.
+	case c.q.CompletedRetention == 0 && !t.marker.Keyed && t.Series == "":
+		// Nothing will ask: the inspector reports acked tasks only for a retention, a keyed
+		// task's next claimer needs to see that it ended, and a series keeper that the
+		// occurrence it finds unrecorded was written and ran (series.Keep).
 		w.Replace, w.Delete = false, true
 	default:
 		w.TTL = max(c.q.CompletedRetention, taskindex.Finished)

@@ -24,6 +24,7 @@ import (
 	"github.com/shardq/shardq"
 	iseries "github.com/shardq/shardq/internal/series"
 	"github.com/shardq/shardq/internal/sessionstate"
+	"github.com/shardq/shardq/internal/taskindex"
 	"github.com/shardq/shardq/internal/tasklookup"
 	"github.com/shardq/shardq/producer"
 	"github.com/shardq/shardq/shard"
@@ -364,20 +365,21 @@ func (c *Client) Keep(ctx context.Context, queue string) error {
 		return err
 	}
 	return c.env.Keep(ctx, q, func(ctx context.Context, id uuid.UUID) (iseries.Status, error) {
-		t, err := c.tasks.Get(ctx, id)
+		// Locate, not Get: a completed occurrence is reported whatever the retention.
+		f, err := c.tasks.Locate(ctx, id)
 		switch {
 		case errors.Is(err, shardq.ErrTaskNotFound):
 			return iseries.Gone, nil
 		case err != nil:
 			return 0, err
 		}
-		switch t.State {
-		case shardq.TaskScheduled:
+		switch {
+		case f.State == taskindex.Scheduled:
 			return iseries.Waiting, nil
-		case shardq.TaskInFlight, shardq.TaskRetrying:
-			return iseries.Taken, nil
+		case f.State.Final():
+			return iseries.Ended, nil
 		}
-		return iseries.Gone, nil
+		return iseries.Taken, nil
 	})
 }
 

@@ -372,3 +372,39 @@ func TestKeeperReplacesOccurrenceLostForALap(t *testing.T) {
 	require.Equal(t, again.NextID, got.ID)
 	require.Equal(t, start.Add(time.Minute), got.DueAt.UTC(), "the occurrence keeps its time")
 }
+
+// An occurrence that ran to its end while its series recorded neither that it was
+// written nor that it ended (the scheduler's record of the write and the consumer's
+// move both failed) is not written again at a new place once half a lap has passed: the
+// keeper finds it ended and moves the series on (simulator seed 40006380).
+func TestKeeperLeavesEndedOccurrenceUnrecorded(t *testing.T) {
+	t.Parallel()
+	start := time.Date(2026, 1, 5, 12, 0, 0, 0, time.UTC)
+	e := newEnv(t, start.Add(-time.Second))
+	ctx := context.Background()
+	_, err := e.c.Create(ctx, series.Series{Queue: e.q.Name, Name: "e", Every: time.Minute, Start: start})
+	require.NoError(t, err)
+	e.next("e")
+	in, err := e.c.Get(ctx, e.q.Name, "e")
+	require.NoError(t, err)
+	var saved string
+	require.NoError(t, e.s.Query(`SELECT JSON * FROM series WHERE queue = ? AND name = ?`, e.q.Name, "e").Scan(&saved))
+	ran := e.next("e")
+	require.Equal(t, in.NextID, ran.ID)
+	// The series as it was before the occurrence ran, and without the record of its write:
+	// the move on its ack never happened, so neither did the next occurrence.
+	moved, err := e.c.Get(ctx, e.q.Name, "e")
+	require.NoError(t, err)
+	require.NoError(t, e.p.Cancel(ctx, moved.NextID, producer.CancelOptions{}))
+	require.NoError(t, e.s.Query(`INSERT INTO series JSON ?`, saved).Exec())
+	require.NoError(t, e.s.Query(`UPDATE series SET written = null WHERE queue = ? AND name = ?`, e.q.Name, "e").Exec())
+
+	e.clock.Add(iseries.StalledAfter + e.q.Layout().Window())
+	require.NoError(t, e.c.Keep(ctx, e.q.Name))
+	require.NoError(t, e.c.Keep(ctx, e.q.Name))
+	again, err := e.c.Get(ctx, e.q.Name, "e")
+	require.NoError(t, err)
+	require.NotEqual(t, in.NextID, again.NextID, "the series was not moved on")
+	require.Equal(t, start.Add(2*time.Minute), again.NextAt.UTC())
+	require.Equal(t, start.Add(2*time.Minute), e.next("e").DueAt.UTC(), "the occurrence that ran ran again")
+}

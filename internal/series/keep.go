@@ -24,14 +24,15 @@ const RepairAfter = 5 * time.Second
 // moves it: the consumer moves it at once, unless it died in between.
 const StalledAfter = 10 * time.Second
 
-// Status is what a keeper needs to know of an occurrence: whether it still exists, and
-// whether a consumer has taken it.
+// Status is what a keeper needs to know of an occurrence: whether it still exists,
+// whether a consumer has taken it, and whether it ran to its end.
 type Status int
 
 const (
-	Gone Status = iota
-	Waiting
-	Taken
+	Gone    Status = iota // no trace of it: never written, or ended long ago
+	Waiting               // written, not taken
+	Taken                 // in flight or waiting for a retry
+	Ended                 // completed, dead or cancelled: it was written
 )
 
 // Keep checks every series of queue q once: an occurrence its mover did not write is
@@ -79,6 +80,8 @@ func (e *Env) keep(ctx context.Context, q shardq.QueueConfig, name string, statu
 			return err
 		}
 		if s != Gone {
+			// Written, and maybe run to its end by a consumer that then failed to move the
+			// series: a new place would run it again.
 			return e.markWritten(ctx, st)
 		}
 		if now.After(shard.IDTime(st.TaskID).Add(q.Layout().Window() / 2)) {
