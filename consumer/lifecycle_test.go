@@ -137,6 +137,42 @@ func TestStatusAfterCrashes(t *testing.T) {
 	e.notFound(id)
 }
 
+// TestOrphanMarkerOfCrashedTakeDropped: a consumer that died between writing its markers
+// and its swap leaves a marker that comes due at its deadline. Once a live consumer has
+// leased the task, that marker is not the task's lease: it is dropped, not delivered
+// beside the lease in force (simulator seed 40002880).
+func TestOrphanMarkerOfCrashedTakeDropped(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 60, BucketDuration: time.Second})
+	ctx := context.Background()
+	id := e.schedule(producer.Task{Payload: []byte("x")})[0]
+	crashing := e.consumer()
+	consumer.SetCrash(crashing, func(step string) bool { return step == "swap" })
+	_, _ = crashing.AcquireTasks(ctx, 1)
+
+	e.clock.Add(time.Second)
+	live := e.consumer()
+	var got []*consumer.Task
+	require.Eventually(t, func() bool {
+		got = e.acquire(live, 1)
+		return len(got) == 1
+	}, 20*time.Second, 50*time.Millisecond, "the crashed consumer's lock never expired")
+	require.Equal(t, id, got[0].ID)
+
+	// The dead take's marker is due, the live lease is not; a task due beside it shows the
+	// partition was read.
+	canary := e.schedule(producer.Task{Payload: []byte("c"), DueAt: base.Add(e.q.DefaultTimeout + 200*time.Millisecond)})[0]
+	e.clock.Add(base.Add(e.q.DefaultTimeout + 500*time.Millisecond).Sub(e.clock.Now()))
+	require.True(t, e.clock.Now().Before(got[0].Deadline))
+	other := e.consumer()
+	again := e.acquire(other, 10)
+	require.Equal(t, []uuid.UUID{canary}, ids(again), "the task was delivered beside its lease")
+	require.NoError(t, other.AckTasks(ctx, again...))
+	require.NoError(t, live.AckTasks(ctx, got[0]))
+	e.clock.Add(e.q.DefaultTimeout)
+	require.Empty(t, e.acquire(e.consumer(), 10))
+}
+
 // TestAckedTaskNotFoundWithoutRetention: by default an acked task is forgotten.
 func TestAckedTaskNotFoundWithoutRetention(t *testing.T) {
 	t.Parallel()

@@ -241,7 +241,8 @@ func onePerTask(rows []taskrow.Row) []taskrow.Row {
 // was settled as applied because a cancel had deleted the old marker), and rows a
 // Reschedule moved the task to (an ID other than the task's) beside an old row it crashed
 // before deleting, which a lease of the old row then stopped the entry naming. The swap
-// deletes them with the others. A moved row never delivered whose token is above the
+// deletes them with the others, as it does markers an announced lease outranks
+// (outranked). A moved row never delivered whose token is above the
 // ended entry's is a dead letter's replay, a new life of the task, and runs. Other rows
 // never delivered are the task's first, found from its ID and deleted under their
 // partition's lock by whoever ends the task, so they are not looked up.
@@ -265,7 +266,7 @@ func (c *Consumer) notEnded(ctx context.Context, rows []taskrow.Row) ([]taskrow.
 				return err
 			}
 		}
-		e, _, err := c.state.Store.Index().Read(ctx, id)
+		e, stamp, err := c.state.Store.Index().Read(ctx, id)
 		switch {
 		case errors.Is(err, taskindex.ErrNotFound):
 			return nil
@@ -275,7 +276,7 @@ func (c *Consumer) notEnded(ctx context.Context, rows []taskrow.Row) ([]taskrow.
 		r := rows[looked[i]]
 		// A row never delivered that the entry's delivery does not reach is a later life of
 		// the task, a dead letter's replay, which its cancel or death did not end.
-		ended[i] = e.State.Final() && (r.Attempt > 0 || r.Token <= e.Token)
+		ended[i] = e.State.Final() && (r.Attempt > 0 || r.Token <= e.Token) || outranked(e, taskindex.Delivery(id, stamp), r)
 		return nil
 	})
 	if err != nil {
@@ -294,6 +295,19 @@ func (c *Consumer) notEnded(ctx context.Context, rows []taskrow.Row) ([]taskrow.
 		out = append(out, r)
 	}
 	return out, nil
+}
+
+// outranked reports whether r is a timeout marker a later lease of its task left behind:
+// the entry, written at delivery token, announces a lease (or its holder's move) of the
+// task at r's delivery or a later one, and names neither r nor r as the place it left. Two takes of one row make
+// two markers of one delivery, and only the take holding the lock last (whose
+// announcement outranks, taskindex.LeaseStep) can have swapped; a later delivery took
+// a row still there. Either way the task lives where the entry says, and r, left by a
+// take that died before its swap, would deliver it beside the lease in force.
+func outranked(e taskindex.Entry, token int64, r taskrow.Row) bool {
+	at := loc(r)
+	return e.State == taskindex.InFlight && r.Attempt > 0 && !r.Retrying && r.Token <= token &&
+		e.Row != at && e.Prev != at
 }
 
 // marker returns r's timeout marker visible at at: a copy of the row in the partition of

@@ -136,6 +136,8 @@ var regressions = []struct {
 	{41008710, "oracle: a Retry whose move met a fault may leave the old marker, which delivers the occurrence again beside the next (a documented copy)"},
 	{41006298, "oracle: a copy from before a replay, running after the replay's first lease, carries its old life's token (README, Fencing tokens)"},
 	{40011824, "two takes of one row announce its lease at stamps their lock tokens order: at one stamp the entry named the marker a failed swap dropped, Locate found the task in flight nowhere and the series keeper started the next occurrence beside it"},
+	{40002880, "a marker left by a take that died before its swap is dropped once a later lease is announced: it delivered the occurrence beside that lease, and beside the next occurrence"},
+	{40006380, "a keeper finds an occurrence that ran to its end while its series recorded neither its write nor its end, and does not write it again at a new place"},
 	{462, "a copy left by a crashed take acked first and the series moved on beside the still-running original: the oracle counts both runs of an occurrence with a copy as copies"},
 }
 

@@ -106,6 +106,12 @@ func Stamp(taskID uuid.UUID, token int64, step int64) int64 {
 	return shard.IDTime(taskID).UnixMicro() + token<<stepBits + step
 }
 
+// Delivery is the delivery token of the entry of taskID written at stamp: what Stamp
+// was given, for entries (of tasks still moving) that do not record it.
+func Delivery(taskID uuid.UUID, stamp int64) int64 {
+	return (stamp - shard.IDTime(taskID).UnixMicro()) >> stepBits
+}
+
 // TTL is how long an entry whose row becomes visible at visible is kept, from now.
 func TTL(now, visible time.Time) time.Duration {
 	return min(max(visible.Sub(now), 0)+Keep, maxTTL)
