@@ -143,11 +143,12 @@ func (c *Consumer) lockedRead(ctx context.Context, pt *scanplan.Part, want int, 
 // new floors and leaves lk's receipt, which settles an unknown outcome. Markers of
 // a swap that did not apply are deleted.
 func (c *Consumer) swap(ctx context.Context, pt *scanplan.Part, lk *locking.Lock, rows []taskrow.Row, s scanplan.Span, now time.Time) ([]*Task, error) {
-	leased, err := c.notEnded(ctx, onePerTask(rows))
+	leased, err := c.notEnded(ctx, rows)
 	if err != nil {
 		// Nothing written yet: the partition is read afresh next time.
 		return nil, errors.Join(wrapErr("looking up tasks in", pt.Key, err), c.release(ctx, lk))
 	}
+	leased = onePerTask(leased)
 	tasks := make([]*Task, len(leased))
 	markers := make([]taskrow.Row, len(leased))
 	for i, r := range leased {
@@ -240,27 +241,35 @@ func onePerTask(rows []taskrow.Row) []taskrow.Row {
 // a lease move left (a Retry whose drop of its new row failed, or whose unknown outcome
 // was settled as applied because a cancel had deleted the old marker), and rows a
 // Reschedule moved the task to (an ID other than the task's) beside an old row it crashed
-// before deleting, which a lease of the old row then stopped the entry naming. The swap
-// deletes them with the others, as it does markers an announced lease outranks
-// (outranked). A moved row never delivered whose token is above the
-// ended entry's is a dead letter's replay, a new life of the task, and runs. Other rows
-// never delivered are the task's first, found from its ID and deleted under their
-// partition's lock by whoever ends the task, so they are not looked up.
+// before deleting, which a lease of the old row then stopped the entry naming; and
+// without markers an announced lease outranks (outranked). The swap deletes them with the
+// others. A moved row never delivered whose token is above the ended entry's is a dead
+// letter's replay, a new life of the task, and runs. A task is looked up when one of its
+// rows was delivered before or moved, and then each of its rows read is judged; the rows
+// of other tasks, never delivered, are their first, found from the task's ID and deleted
+// under their partition's lock by whoever ends the task.
 // A lookup that fails fails the take, leasing nothing: the row may be the copy of a task
 // cancelled since, which must never run again.
 func (c *Consumer) notEnded(ctx context.Context, rows []taskrow.Row) ([]taskrow.Row, error) {
-	var looked []int // the rows looked up: delivered before, or moved
-	for i, r := range rows {
-		if r.Attempt > 0 || r.ID != r.TaskID {
-			looked = append(looked, i)
+	type lookup struct {
+		e     taskindex.Entry
+		token int64 // the delivery the entry was written for
+		found bool
+	}
+	at := map[gocql.UUID]int{} // the tasks looked up: with a row delivered before, or moved
+	var ids []gocql.UUID
+	for _, r := range rows {
+		if _, ok := at[r.TaskID]; !ok && (r.Attempt > 0 || r.ID != r.TaskID) {
+			at[r.TaskID] = len(ids)
+			ids = append(ids, r.TaskID)
 		}
 	}
-	if len(looked) == 0 {
+	if len(ids) == 0 {
 		return rows, nil
 	}
-	ended := make([]bool, len(looked))
-	err := fanout.Each(len(looked), c.cfg.PartitionsInFlight, func(i int) error {
-		id := uuid.UUID(rows[looked[i]].TaskID)
+	found := make([]lookup, len(ids))
+	err := fanout.Each(len(ids), c.cfg.PartitionsInFlight, func(i int) error {
+		id := uuid.UUID(ids[i])
 		if c.failLookup != nil {
 			if err := c.failLookup(id); err != nil {
 				return err
@@ -273,22 +282,22 @@ func (c *Consumer) notEnded(ctx context.Context, rows []taskrow.Row) ([]taskrow.
 		case err != nil:
 			return fmt.Errorf("looking up task %s: %w", id, err)
 		}
-		r := rows[looked[i]]
-		// A row never delivered that the entry's delivery does not reach is a later life of
-		// the task, a dead letter's replay, which its cancel or death did not end.
-		ended[i] = e.State.Final() && (r.Attempt > 0 || r.Token <= e.Token) || outranked(e, taskindex.Delivery(id, stamp), r)
+		found[i] = lookup{e: e, token: taskindex.Delivery(id, stamp), found: true}
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
+	// Row by row, not one per task: of two copies read together, the one a lease
+	// outranks goes and the other, which the entry names, stays.
 	out := make([]taskrow.Row, 0, len(rows))
-	next := 0
-	for i, r := range rows {
-		if next < len(looked) && looked[next] == i {
-			next++
-			if ended[next-1] {
-				c.log.DebugContext(ctx, "dropping a copy of an ended task", "task_id", uuid.UUID(r.TaskID))
+	for _, r := range rows {
+		if i, ok := at[r.TaskID]; ok && found[i].found {
+			l := found[i]
+			// A row never delivered that the entry's delivery does not reach is a later life
+			// of the task, a dead letter's replay, which its cancel or death did not end.
+			if l.e.State.Final() && (r.Attempt > 0 || r.Token <= l.e.Token) || outranked(l.e, l.token, r) {
+				c.log.DebugContext(ctx, "dropping a copy of a task", "task_id", uuid.UUID(r.TaskID), "row_id", uuid.UUID(r.ID))
 				continue
 			}
 		}
