@@ -82,6 +82,10 @@ type task struct {
 	// of the two, it is due and its row is in the store.
 	dueCeil time.Time
 	written time.Time
+	// writerDied: the last call that wrote it returned after its process had crashed, which a
+	// real caller never sees; a touch it left undone leaves the row for the ring to find
+	// (signal.Toucher), so its lateness is not bounded.
+	writerDied bool
 	// writes are the spans of the calls that wrote it, each until its deferred touch
 	// (signal.Coalesce) was sent and admitted.
 	writes [][2]time.Time
@@ -190,6 +194,7 @@ func (o *oracle) scheduled(p *proc, began time.Time, tasks []producer.Task, ids 
 		}
 		t.dueCeil, t.written = maxTime(t.dueCeil, tasks[i].DueAt), now
 		t.writes = append(t.writes, [2]time.Time{began, now.Add(time.Second)})
+		t.writerDied = p.crashed()
 	}
 	var dup *producer.DuplicateError
 	if errors.As(err, &dup) {
@@ -270,6 +275,7 @@ func (o *oracle) rescheduled(p *proc, id uuid.UUID, due, began time.Time, err er
 	}
 	t.written = time.Now()
 	t.writes = append(t.writes, [2]time.Time{began, t.written.Add(time.Second)})
+	t.writerDied = p.crashed()
 }
 
 func (o *oracle) replayed(p *proc, id uuid.UUID, began time.Time, err error) {
@@ -572,7 +578,7 @@ const lateness = worker.DefaultSignalInterval + worker.DefaultBatchDelay + signa
 // or any worker running as many handlers as its Concurrency (the task may be leased by it
 // and wait in its queue, as the README's Prefetch says), or no worker alive throughout;
 // and tasks whose due time a call may have changed without telling (an unknown outcome,
-// a cancel, a replay).
+// a cancel, a replay), or whose writer died before its call returned.
 func (o *oracle) checkLateness(w *world, end time.Time) []string {
 	var workers []*proc
 	var crashes []time.Time
@@ -590,7 +596,7 @@ func (o *oracle) checkLateness(w *world, end time.Time) []string {
 	var v []string
 	for _, id := range o.order {
 		t := o.tasks[id]
-		if !t.ok || t.unsettled || len(t.replays) > 0 || !t.cancelled.IsZero() || t.maybeCancelled {
+		if !t.ok || t.unsettled || t.writerDied || len(t.replays) > 0 || !t.cancelled.IsZero() || t.maybeCancelled {
 			continue
 		}
 		due := maxTime(t.dueCeil, t.written)
