@@ -52,8 +52,14 @@ func (p *Producer) ReplayDeadLetter(ctx context.Context, queue string, id uuid.U
 		return uuid.Nil, err
 	}
 	task := Task{Queue: queue, Payload: d.Payload, Priority: d.Priority, Timeout: d.Timeout, Headers: d.Headers}
-	if e, _, err := p.store.Index().Read(ctx, d.TaskID); err == nil {
+	// The replay's token goes above every delivery the index has seen, not only the
+	// letter's: a copy the death could not delete (its marker's delete failed) may have
+	// been delivered and cancelled since, and an entry at or above the replay's token
+	// would end the replay's row before it ran.
+	token := d.Deliveries
+	if e, stamp, err := p.store.Index().Read(ctx, d.TaskID); err == nil {
 		task.Key = e.Key
+		token = max(token, e.Token, taskindex.Delivery(d.TaskID, stamp))
 	} else if !errors.Is(err, taskindex.ErrNotFound) {
 		return uuid.Nil, fmt.Errorf("producer: replaying %s: %w", id, err)
 	}
@@ -62,13 +68,13 @@ func (p *Producer) ReplayDeadLetter(ctx context.Context, queue string, id uuid.U
 	// floors. The claim reckons its TTL from a row due just before, so it ends short of
 	// the row's horizon by the time the claim took.
 	now := p.cfg.Clock.Now()
-	wctx, cancel, err := p.claimKeys(ctx, []Task{task}, []taskrow.Row{replayRow(p.state.Place(q, now, now), d, task, now)}, now)
+	wctx, cancel, err := p.claimKeys(ctx, []Task{task}, []taskrow.Row{replayRow(p.state.Place(q, now, now), d, task, token, now)}, now)
 	if err != nil {
 		return uuid.Nil, err
 	}
 	defer cancel()
 	now = p.cfg.Clock.Now()
-	row := replayRow(p.state.Place(q, now, now), d, task, now)
+	row := replayRow(p.state.Place(q, now, now), d, task, token, now)
 	if _, err := p.store.Index().Write(wctx, []taskindex.Write{scheduledEntry(task, row, now)}, 1); err != nil {
 		return uuid.Nil, fmt.Errorf("producer: replaying %s: %w", id, err)
 	}
@@ -84,12 +90,11 @@ func (p *Producer) ReplayDeadLetter(ctx context.Context, queue string, id uuid.U
 }
 
 // replayRow is the row that puts dead letter d back into the queue, laid out by lay, due
-// at now.
-func replayRow(lay shard.Layout, d deadletters.Letter, t Task, now time.Time) taskrow.Row {
+// at now, as the delivery after token (the last the task had).
+func replayRow(lay shard.Layout, d deadletters.Letter, t Task, token int64, now time.Time) taskrow.Row {
 	return taskrow.Row{Key: lay.Key(lay.Bucket(now), lay.ShardFor(d.TaskID)), Priority: int8(d.Priority),
 		ID: gocql.UUID(shard.NewID(now)), TaskID: gocql.UUID(d.TaskID), Payload: d.Payload, DueAt: now,
-		Timeout: d.Timeout, Token: d.Deliveries + 1, // the index entry of its death was written at d.Token
-		Keyed: t.Key != "", Headers: d.Headers}
+		Timeout: d.Timeout, Token: token + 1, Keyed: t.Key != "", Headers: d.Headers}
 }
 
 // PurgeDeadLetter deletes a dead letter for good; inspect's Task no longer finds its task.
