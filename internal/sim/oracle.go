@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"reflect"
@@ -752,10 +753,19 @@ func (o *oracle) checkSeries(w *world, end time.Time) []string {
 		}
 		for _, t := range occs {
 			// Leased before: a delivery started, or a later attempt's row was made (a lease
-			// that expired, its handler never started) before the pause returned.
+			// that expired, its handler never started) before the pause returned; or the
+			// first delivery started is of a later attempt whose earlier leases, none of
+			// them started, each ran out (a timeout apart at least), the first of them
+			// before the pause returned: in flight then, it is left to finish.
 			before := slices.ContainsFunc(t.deliveries, func(d *delivery) bool {
 				return !d.leased().After(c.to.Add(tolerance)) || d.attempt > 1 && !d.made.After(c.to.Add(tolerance))
 			})
+			if first := slices.MinFunc(append(slices.Clone(t.deliveries), &delivery{attempt: math.MaxInt}), func(a, b *delivery) int {
+				return cmp.Compare(a.attempt, b.attempt)
+			}); first.attempt > 1 && first.attempt < math.MaxInt && !first.made.IsZero() {
+				chain := first.made.Add(-time.Duration(first.attempt-2) * first.timeout)
+				before = before || !chain.After(c.to.Add(tolerance))
+			}
 			for _, d := range t.deliveries {
 				if d.leased().After(c.to.Add(tolerance)) && d.leased().Before(until) && !before && !(d.attempt > 1 && faultNear(leaseFaults, d.made)) {
 					v = append(v, fmt.Sprintf("series %s paused at %s (until %s), yet occurrence %s leased at %s%s%s",
