@@ -16,6 +16,7 @@ import (
 	"github.com/shardq/shardq/inspect"
 	"github.com/shardq/shardq/internal/lwt"
 	"github.com/shardq/shardq/internal/store"
+	"github.com/shardq/shardq/internal/taskindex"
 	"github.com/shardq/shardq/internal/taskrow"
 	"github.com/shardq/shardq/lock"
 	"github.com/shardq/shardq/producer"
@@ -850,6 +851,40 @@ func TestDeadLettersPageReplayPurge(t *testing.T) {
 	got = e.acquire(c, 5)
 	require.Equal(t, []uuid.UUID{taskIDs[4]}, ids(got), "only the replayed task is back")
 	require.Equal(t, 1, got[0].Attempt)
+}
+
+// TestReplayAboveLaterDeliveries: a death whose marker's delete failed leaves the
+// marker, which delivers the task once more and can be cancelled: the index then records
+// a delivery past the dead letter's. Its replay must still run, so it takes a token above
+// every delivery the index saw (simulator seed 50013077). The entry that cancel leaves
+// is written here by hand.
+func TestReplayAboveLaterDeliveries(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 60, BucketDuration: time.Second})
+	ctx := context.Background()
+	c := e.consumer()
+	id := e.schedule(producer.Task{Payload: []byte("x")})[0]
+	got := e.acquire(c, 1)
+	require.Equal(t, []uuid.UUID{id}, ids(got))
+	require.NoError(t, c.DeadLetter(ctx, got[0], errors.New("boom")))
+
+	cancelled := taskindex.Write{Entry: taskindex.Entry{TaskID: id, Queue: e.q.Name, State: taskindex.Cancelled,
+		Attempt: 2, Token: 2, DoneAt: e.clock.Now()}, Stamp: taskindex.Stamp(id, 3, taskindex.Final), TTL: time.Hour, Replace: true}
+	_, err := store.Cassandra(e.s).Index().Write(ctx, []taskindex.Write{cancelled}, 1)
+	require.NoError(t, err)
+
+	in, err := inspect.New(e.s, inspect.Config{Clock: e.clock})
+	require.NoError(t, err)
+	letters, err := in.DeadLetters(ctx, e.q.Name, inspect.DeadLetterQuery{})
+	require.NoError(t, err)
+	require.Len(t, letters, 1)
+	_, err = e.p.ReplayDeadLetter(ctx, e.q.Name, letters[0].DeadLetterID)
+	require.NoError(t, err)
+	require.Equal(t, shardq.TaskScheduled, e.state(id).State)
+	e.clock.Add(time.Second)
+	again := e.acquire(e.consumer(), 1)
+	require.Equal(t, []uuid.UUID{id}, ids(again), "the replay did not run")
+	require.Greater(t, again[0].Token, int64(3), "fencing tokens grow")
 }
 
 // TestCopiesInOneTakeRunOnce leaves a crashed swap's timeout marker beside the task's
