@@ -9,6 +9,7 @@ import (
 
 	"github.com/gocql/gocql"
 	"github.com/google/uuid"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/shardq/shardq"
@@ -18,6 +19,7 @@ import (
 	"github.com/shardq/shardq/internal/store"
 	"github.com/shardq/shardq/internal/taskindex"
 	"github.com/shardq/shardq/internal/taskrow"
+	"github.com/shardq/shardq/internal/testclock"
 	"github.com/shardq/shardq/lock"
 	"github.com/shardq/shardq/producer"
 	"github.com/shardq/shardq/shard"
@@ -851,6 +853,55 @@ func TestDeadLettersPageReplayPurge(t *testing.T) {
 	got = e.acquire(c, 5)
 	require.Equal(t, []uuid.UUID{taskIDs[4]}, ids(got), "only the replayed task is back")
 	require.Equal(t, 1, got[0].Attempt)
+}
+
+// TestOutrankedOnlyByALeaseThatTookEffect: a take announces a lease of a task's marker,
+// then the holder extends its lease (deleting that marker) and the take's swap does not
+// apply. The entry names the take's dropped marker, and the holder's new marker is the
+// task: when it comes due (its holder died), it is delivered, not dropped as outranked by
+// a lease that never took effect (found by review of ca32b16).
+func TestOutrankedOnlyByALeaseThatTookEffect(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 60, BucketDuration: time.Second})
+	ctx := context.Background()
+	id := e.schedule(producer.Task{Payload: []byte("x")})[0]
+	holder := e.consumer()
+	got := e.acquire(holder, 1)
+	require.Equal(t, []uuid.UUID{id}, ids(got))
+
+	// A consumer whose clock runs ahead finds the marker due and stops after announcing
+	// its lease, before its swap.
+	ahead := testclock.New(got[0].Deadline.Add(time.Millisecond))
+	racer, err := consumer.New(e.s, consumer.Config{Queue: e.q.Name, Clock: ahead})
+	require.NoError(t, err)
+	reached, resume := make(chan struct{}), make(chan struct{})
+	consumer.SetCrash(racer, func(step string) bool {
+		if step == "swap" {
+			close(reached)
+			<-resume
+		}
+		return false
+	})
+	raced := make(chan []*consumer.Task, 1)
+	go func() {
+		tasks, err := racer.AcquireTasks(ctx, 1)
+		assert.NoError(t, err)
+		raced <- tasks
+	}()
+	select {
+	case <-reached:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the racer never came to its swap")
+	}
+	require.NoError(t, holder.Extend(ctx, got[0], e.q.DefaultTimeout))
+	close(resume)
+	require.Empty(t, <-raced, "the racer's swap applied though the marker it read was gone")
+
+	// The holder dies; its extended lease runs out.
+	e.clock.Add(got[0].Deadline.Sub(e.clock.Now()) + time.Second)
+	again := e.acquire(e.consumer(), 1)
+	require.Equal(t, []uuid.UUID{id}, ids(again), "the task was dropped")
+	require.Equal(t, 2, again[0].Attempt)
 }
 
 // TestReplayAboveLaterDeliveries: a death whose marker's delete failed leaves the

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"time"
 
 	"github.com/gocql/gocql"
@@ -255,6 +256,7 @@ func (c *Consumer) notEnded(ctx context.Context, rows []taskrow.Row) ([]taskrow.
 		e     taskindex.Entry
 		token int64 // the delivery the entry was written for
 		found bool
+		named bool // the row the entry names exists
 	}
 	at := map[gocql.UUID]int{} // the tasks looked up: with a row delivered before, or moved
 	var ids []gocql.UUID
@@ -282,7 +284,16 @@ func (c *Consumer) notEnded(ctx context.Context, rows []taskrow.Row) ([]taskrow.
 		case err != nil:
 			return fmt.Errorf("looking up task %s: %w", id, err)
 		}
-		found[i] = lookup{e: e, token: taskindex.Delivery(id, stamp), found: true}
+		l := lookup{e: e, token: taskindex.Delivery(id, stamp), found: true}
+		if slices.ContainsFunc(rows, func(r taskrow.Row) bool { return r.TaskID == ids[i] && outranked(e, l.token, r) }) {
+			// Only a lease that took effect outranks: an announcement whose move failed
+			// names rows that are gone, while the copy at hand is the task's.
+			named := taskrow.Row{Key: e.Row.Key, Priority: e.Row.Priority, ID: e.Row.ID, TaskID: ids[i]}
+			if l.named, err = c.state.Store.Tasks().Exists(ctx, named); err != nil {
+				return fmt.Errorf("looking up the lease of task %s: %w", id, err)
+			}
+		}
+		found[i] = l
 		return nil
 	})
 	if err != nil {
@@ -296,7 +307,7 @@ func (c *Consumer) notEnded(ctx context.Context, rows []taskrow.Row) ([]taskrow.
 			l := found[i]
 			// A row never delivered that the entry's delivery does not reach is a later life
 			// of the task, a dead letter's replay, which its cancel or death did not end.
-			if l.e.State.Final() && (r.Attempt > 0 || r.Token <= l.e.Token) || outranked(l.e, l.token, r) {
+			if l.e.State.Final() && (r.Attempt > 0 || r.Token <= l.e.Token) || l.named && outranked(l.e, l.token, r) {
 				c.log.DebugContext(ctx, "dropping a copy of a task", "task_id", uuid.UUID(r.TaskID), "row_id", uuid.UUID(r.ID))
 				continue
 			}
@@ -306,13 +317,15 @@ func (c *Consumer) notEnded(ctx context.Context, rows []taskrow.Row) ([]taskrow.
 	return out, nil
 }
 
-// outranked reports whether r is a timeout marker a later lease of its task left behind:
-// the entry, written at delivery token, announces a lease (or its holder's move) of the
-// task at r's delivery or a later one, and names neither r nor r as the place it left. Two takes of one row make
-// two markers of one delivery, and only the take holding the lock last (whose
-// announcement outranks, taskindex.LeaseStep) can have swapped; a later delivery took
-// a row still there. Either way the task lives where the entry says, and r, left by a
-// take that died before its swap, would deliver it beside the lease in force.
+// outranked reports whether r may be a timeout marker a later lease of its task left
+// behind: the entry, written at delivery token, announces a lease (or its holder's move)
+// of the task at r's delivery or a later one, and names neither r nor r as the place it
+// left. Two takes of one row make two markers of one delivery; a take that died before
+// its swap leaves one, which would deliver the task beside the lease in force. But an
+// announcement comes before its move, and a move that failed (a take whose swap did not
+// apply, an Extend or Retry that lost a race or met a fault) leaves an entry naming rows
+// that are gone while r is the task: r goes only when the row the entry names exists
+// (notEnded reads it), so the task lives there.
 func outranked(e taskindex.Entry, token int64, r taskrow.Row) bool {
 	at := loc(r)
 	return e.State == taskindex.InFlight && r.Attempt > 0 && !r.Retrying && r.Token <= token &&
