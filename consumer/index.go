@@ -7,6 +7,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/shardq/shardq/internal/deadletters"
+	"github.com/shardq/shardq/internal/series"
 	"github.com/shardq/shardq/internal/taskindex"
 	"github.com/shardq/shardq/internal/taskrow"
 	"github.com/shardq/shardq/shard"
@@ -49,6 +50,10 @@ func (c *Consumer) finishEntry(t *Task, state taskindex.State, cause string) tas
 		// task's next claimer needs to see that it ended, and a series keeper that the
 		// occurrence it finds unrecorded was written and ran (series.Keep).
 		w.Replace, w.Delete = false, true
+	case t.Series != "":
+		// A keeper that finds the occurrence unrecorded writes it again at a new place once
+		// its own is half a lap old: by then the entry must still say it ran.
+		w.TTL = max(c.q.CompletedRetention, taskindex.Finished, c.q.Layout().Window()/2+series.StalledAfter)
 	default:
 		w.TTL = max(c.q.CompletedRetention, taskindex.Finished)
 	}
