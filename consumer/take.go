@@ -86,7 +86,12 @@ func (c *Consumer) take(ctx context.Context, pt *scanplan.Part, want int, now ti
 	lockWait := time.Since(t0)
 	rows, s, err := c.lockedRead(ctx, pt, want, now)
 	full := err == nil && s.Cut()
-	c.plan.Taken(pt, full)
+	// Hot (tried before any peek next time) only when the partition was seen or assumed to
+	// hold a PeekLimit or more and gave all that was read for: a backlog. Under a steady
+	// stream a take read for what its peek counted usually fills up too, with rows come due
+	// since, yet the partition holds a few more at most, and taking it blind next time
+	// would cost a lock and a read where a peek finds that.
+	c.plan.Taken(pt, full && pt.Avail >= scanplan.PeekLimit)
 	if err != nil || len(rows) == 0 {
 		if err == nil {
 			c.plan.Read(pt, s)

@@ -409,16 +409,12 @@ func (w *Worker) stopBy(ctx context.Context, at time.Time) error {
 	return w.Stop(ctx)
 }
 
-// busyFetch is the fewest tasks a fetch that fell short must get for the next to follow
-// at once, whatever Concurrency: below it, a fetch (a read of every current partition)
-// would cost more requests than the tasks it finds are worth.
-const busyFetch = 50
-
 // fetch leases tasks while there are free slots, and waits sparingly when none is due.
 func (w *Worker) fetch(ctx context.Context) {
 	sub := w.bus.Subscribe(w.cfg.Queue)
 	defer sub.Cancel()
 	paused := false
+	var prev time.Time // when the last fetch that found tasks began
 	for {
 		n, ok := w.slots(ctx)
 		if !ok {
@@ -447,22 +443,38 @@ func (w *Worker) fetch(ctx context.Context) {
 			}
 			w.log.ErrorContext(ctx, "acquiring tasks", "queue", w.cfg.Queue, "error", err)
 			wake = time.Now().Add(errorPause)
-		case got == n || got >= max(w.cfg.Concurrency, busyFetch):
-			// There may be more due: fetch again once a slot frees. A fetch that got
-			// enough to fill every handler shows tasks arriving faster than one fetch
-			// at a time takes them, so it does not wait for the next signal read either.
+		case got == n:
+			// There may be more due (a backlog): fetch again once a slot frees.
+			prev = looked
 			continue
 		default:
 			wake = w.idleWake()
 			if got > 0 {
-				// Tasks are coming due one after another: gather them into fewer fetches.
-				notBefore = looked.Add(w.cfg.BatchDelay)
+				// Everything due was taken, and tasks are coming due one after another:
+				// gather them into fewer fetches, each taking many from every partition.
+				notBefore = looked.Add(w.linger(got, n, looked.Sub(prev)))
+				prev = looked
 			}
 		}
 		if !w.wait(ctx, sub, wake, notBefore, looked) {
 			return
 		}
 	}
+}
+
+// linger is how long after a fetch that took got of the n tasks it asked for, and so
+// everything due, the next waits: BatchDelay, or less when tasks come due fast enough to
+// fill a fetch sooner, at the pace of this one, which took what came due over since (the
+// time since the last fetch that found tasks). A fetch costs about the same for one task
+// as for hundreds (a read, a lock and a swap per partition), so one that waits for a
+// stream to gather takes many per partition at the cost of at most BatchDelay of
+// lateness; one that fills up goes on at once.
+func (w *Worker) linger(got, n int, since time.Duration) time.Duration {
+	d := w.cfg.BatchDelay
+	if got > 0 && since > 0 {
+		d = min(d, time.Duration(float64(since)*float64(n)/float64(got)))
+	}
+	return d
 }
 
 // keepSeries repairs the queue's series at start and then every SeriesInterval, with
