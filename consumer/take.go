@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/gocql/gocql"
@@ -46,14 +47,18 @@ func (c *Consumer) takeAll(ctx context.Context, parts []scanplan.Part, n int, no
 		}
 		got := make([][]*Task, len(round))
 		full := make([]bool, len(round))
+		var written touchSet
 		_ = fanout.Each(len(round), c.cfg.PartitionsInFlight, func(i int) error {
 			var err error
-			got[i], full[i], err = c.take(ctx, &round[i], shares[i], now)
+			got[i], full[i], err = c.take(ctx, &round[i], shares[i], now, &written)
 			if err != nil && !errors.Is(err, locking.ErrLockHeld) {
 				c.observeFailure(ctx, round[i].Key, "take", err)
 			}
 			return nil
 		})
+		if len(written.rows) > 0 {
+			c.touch(ctx, written.rows)
+		}
 		for i, g := range got {
 			if len(g) == 0 {
 				// Seen to hold due rows but skipped (its lock was held, its swap did not
@@ -71,7 +76,7 @@ func (c *Consumer) takeAll(ctx context.Context, parts []scanplan.Part, n int, no
 
 // take leases up to want due rows of one partition. It reports whether it found as many
 // rows as it read for (the partition may hold more).
-func (c *Consumer) take(ctx context.Context, pt *scanplan.Part, want int, now time.Time) ([]*Task, bool, error) {
+func (c *Consumer) take(ctx context.Context, pt *scanplan.Part, want int, now time.Time, written *touchSet) ([]*Task, bool, error) {
 	if err := c.loadFloors(ctx, pt); err != nil {
 		return nil, false, err
 	}
@@ -101,7 +106,7 @@ func (c *Consumer) take(ctx context.Context, pt *scanplan.Part, want int, now ti
 	if c.beforeSwap != nil {
 		c.beforeSwap()
 	}
-	tasks, err := c.swap(ctx, pt, lk, rows, s, now)
+	tasks, err := c.swap(ctx, pt, lk, rows, s, now, written)
 	if len(tasks) > 0 {
 		c.cfg.Observer.Observe(ctx, shardq.BatchAcquired{Queue: c.q.Name, PartitionKey: pt.Key, Size: len(tasks), LockWait: lockWait})
 	}
@@ -147,8 +152,9 @@ func (c *Consumer) lockedRead(ctx context.Context, pt *scanplan.Part, want int, 
 // applies only while lk still has the lock and every expired marker among rows still
 // exists (its holder may be acking it right now). The batch also records the partition's
 // new floors and leaves lk's receipt, which settles an unknown outcome. Markers of
-// a swap that did not apply are deleted.
-func (c *Consumer) swap(ctx context.Context, pt *scanplan.Part, lk *locking.Lock, rows []taskrow.Row, s scanplan.Span, now time.Time) ([]*Task, error) {
+// a swap that did not apply are deleted. The markers written are added to written,
+// whose signal cells the caller touches.
+func (c *Consumer) swap(ctx context.Context, pt *scanplan.Part, lk *locking.Lock, rows []taskrow.Row, s scanplan.Span, now time.Time, written *touchSet) ([]*Task, error) {
 	leased, err := c.notEnded(ctx, rows)
 	if err != nil {
 		// Nothing written yet: the partition is read afresh next time.
@@ -180,7 +186,7 @@ func (c *Consumer) swap(ctx context.Context, pt *scanplan.Part, lk *locking.Lock
 		defer close(indexed)
 		_, indexErr = c.state.Store.Index().Write(ctx, index, c.cfg.PartitionsInFlight)
 	}()
-	ts, err := c.writeMarkers(ctx, markers)
+	ts, err := c.writeMarkersTouchLater(ctx, markers, written)
 	<-indexed
 	if err = errors.Join(err, indexErr); err != nil {
 		c.dropMarkers(ctx, markers, ts)
@@ -358,6 +364,32 @@ func (c *Consumer) writeMarkers(ctx context.Context, rows []taskrow.Row) (int64,
 	defer c.touch(ctx, rows)
 	ts := c.cluster.Stamp(c.cfg.Clock.Now())
 	return ts, c.leasing.WriteMarkers(ctx, rows, ts, c.cfg.PartitionsInFlight)
+}
+
+// writeMarkersTouchLater is writeMarkers for a take, which leaves the touch to its round
+// of takes: it adds rows to written whatever the outcome, and the round touches the cells
+// of every partition's markers in one write once its takes are over. Their markers share a
+// bucket (their leases' deadline's) and so a signal row: touched take by take, a round of
+// takes from every shard cost as many touches as takes. The touch comes a swap later than
+// writeMarkers' would, which changes nothing for the markers, visible a lease term later;
+// a consumer that dies before it leaves them for the ring to find, as one that died right
+// after writing them always did.
+func (c *Consumer) writeMarkersTouchLater(ctx context.Context, rows []taskrow.Row, written *touchSet) (int64, error) {
+	defer written.add(rows)
+	ts := c.cluster.Stamp(c.cfg.Clock.Now())
+	return ts, c.leasing.WriteMarkers(ctx, rows, ts, c.cfg.PartitionsInFlight)
+}
+
+// touchSet gathers the markers written by a round of takes, for one touch of their cells.
+type touchSet struct {
+	mu   sync.Mutex
+	rows []taskrow.Row
+}
+
+func (t *touchSet) add(rows []taskrow.Row) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.rows = append(t.rows, rows...)
 }
 
 // dropMarkers deletes markers of a swap that did not apply, written at ts. Their IDs are
