@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -27,6 +28,7 @@ import (
 
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/internal/clustertime"
+	"github.com/shardq/shardq/internal/combine"
 	"github.com/shardq/shardq/internal/defaults"
 	"github.com/shardq/shardq/internal/layouts"
 	"github.com/shardq/shardq/internal/locking"
@@ -36,6 +38,7 @@ import (
 	"github.com/shardq/shardq/internal/sessionstate"
 	"github.com/shardq/shardq/internal/signal"
 	"github.com/shardq/shardq/internal/store"
+	"github.com/shardq/shardq/internal/taskindex"
 	"github.com/shardq/shardq/internal/taskrow"
 	"github.com/shardq/shardq/shard"
 )
@@ -154,6 +157,9 @@ type shared struct {
 	signals *signal.Toucher
 	series  *series.Env
 	leasing store.Leasing
+	// moves writes the index entries of takes: those of takes running at once go in one
+	// request (split by taskindex.Apply into batches of its partitions), not one each.
+	moves *combine.Writer[taskindex.Write]
 
 	beforeSwap func()            // tests only: runs between the locked read and the swap
 	afterSwap  func(error) error // tests only: what the swap's LWT returned, and what to make of it
@@ -192,7 +198,12 @@ func New(session *gocql.Session, cfg Config) (*Consumer, error) {
 		cfg.Observer = shardq.NopObserver{}
 	}
 	signals := st.Signals
-	return &Consumer{shared: shared{cfg: cfg, log: cfg.Logger, state: st, cluster: cluster, signals: signals, leasing: st.Store.Leasing(),
+	index := st.Store.Index()
+	moves := combine.New(func(ctx context.Context, ws []taskindex.Write) error {
+		_, err := index.Write(ctx, ws, cfg.PartitionsInFlight)
+		return err
+	}, 2*MaxAcquire, math.MaxInt)
+	return &Consumer{shared: shared{cfg: cfg, log: cfg.Logger, state: st, cluster: cluster, signals: signals, leasing: st.Store.Leasing(), moves: moves,
 		series: &series.Env{Store: st.Store.Series(), Tasks: st.Store.Tasks(), Clock: cfg.Clock, Cluster: cluster, Log: cfg.Logger, Signals: signals, Bus: st.Bus, Layout: st.Fixed}}}, nil
 }
 

@@ -184,7 +184,8 @@ func (c *Consumer) swap(ctx context.Context, pt *scanplan.Part, lk *locking.Lock
 	indexed := make(chan struct{})
 	go func() {
 		defer close(indexed)
-		_, indexErr = c.state.Store.Index().Write(ctx, index, c.cfg.PartitionsInFlight)
+		// With the index writes of the takes running beside this one, when any is in flight.
+		indexErr = c.moves.Write(ctx, "", index, 0)
 	}()
 	ts, err := c.writeMarkersTouchLater(ctx, markers, written)
 	<-indexed
