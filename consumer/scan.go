@@ -35,13 +35,27 @@ func (c *Consumer) loadFloors(ctx context.Context, pt *scanplan.Part) error {
 // bucket that ended more than MaxClockSkew ago, whether nothing of its lap is left.
 // Look-ahead buckets are read from their own start and move no floor.
 func (c *Consumer) peek(ctx context.Context, pt *scanplan.Part, now, upper time.Time, touched bool) error {
+	s, _, known, err := c.peekRead(ctx, pt, now, upper)
+	if err != nil {
+		return err
+	}
+	if c.plan.Peeked(pt, s, known, touched, now) {
+		c.lateRow(ctx, pt, now)
+	}
+	return nil
+}
+
+// peekRead reads the IDs of pt's rows from its floors up to upper, at most PeekLimit,
+// counting them into pt (Avail, Next), and returns what it covered and when the rows seen
+// that are not visible at now become so; known as scanplan.Plan.PeekGroups says.
+func (c *Consumer) peekRead(ctx context.Context, pt *scanplan.Part, now, upper time.Time) (s scanplan.Span, coming []time.Time, known bool, err error) {
+	s = scanplan.NewSpan(now)
 	if c.failRead != nil {
 		if err := c.failRead(pt.Key); err != nil {
-			return err
+			return s, nil, false, err
 		}
 	}
 	groups, known := c.plan.PeekGroups(pt)
-	s := scanplan.NewSpan(now)
 	read := 0
 	for _, g := range groups {
 		want := scanplan.PeekLimit - read
@@ -49,9 +63,12 @@ func (c *Consumer) peek(ctx context.Context, pt *scanplan.Part, now, upper time.
 		for _, r := range refs {
 			s.Note(r.Priority, r.ID)
 			pt.See(r.ID, now)
+			if at := shard.IDTime(r.ID); at.After(now) {
+				coming = append(coming, at)
+			}
 		}
 		if err != nil {
-			return wrapErr("reading", pt.Key, err)
+			return s, nil, known, wrapErr("reading", pt.Key, err)
 		}
 		got := len(refs)
 		read += got
@@ -60,9 +77,35 @@ func (c *Consumer) peek(ctx context.Context, pt *scanplan.Part, now, upper time.
 			break
 		}
 	}
-	if c.plan.Peeked(pt, s, known, touched, now) {
-		c.lateRow(ctx, pt, now)
+	return s, coming, known, nil
+}
+
+// peekAhead is peek for a busy call, of a partition of the current bucket, given the
+// signal cells as read before the call's peeks: unless pt is dense, it reads KnowAhead
+// past now and records the rows it saw coming due (scanplan.Plan.Know), so that the next
+// calls need not peek pt again while its cell shows no write. A read ahead that is cut
+// may have counted rows coming due of a higher priority in place of due ones of a lower:
+// pt is read again up to now, and is dense from then on.
+func (c *Consumer) peekAhead(ctx context.Context, pt *scanplan.Part, now time.Time, touched bool, cells scanplan.Cells) error {
+	if pt.Dense {
+		if err := c.peek(ctx, pt, now, now, touched); err != nil {
+			return err
+		}
+		c.plan.Dense(pt, pt.Avail >= scanplan.PeekLimit/10)
+		return nil
 	}
+	until := now.Add(scanplan.KnowAhead)
+	s, coming, known, err := c.peekRead(ctx, pt, now, until)
+	if err != nil {
+		return err
+	}
+	if s.Cut() {
+		c.plan.Dense(pt, true)
+		pt.Avail, pt.Next = 0, time.Time{}
+		return c.peek(ctx, pt, now, now, touched)
+	}
+	c.plan.Peeked(pt, s, known, touched, now) // a bucket not ended: nothing to check for late rows
+	c.plan.Know(pt, now, until, coming, cells)
 	return nil
 }
 
@@ -108,18 +151,25 @@ func (c *Consumer) firstVisible(ctx context.Context, pt *scanplan.Part, now time
 func (c *Consumer) peekAll(ctx context.Context, parts []scanplan.Part, want int, now time.Time, idle bool) (look func(), err error) {
 	current, ahead := scanplan.Split(parts)
 	upper := now
-	var cells scanplan.Cells
+	var cells, knowing scanplan.Cells
 	full := true
+	read := current
 	if idle {
 		upper = now.Add(c.cfg.LookAhead)
 		cells = c.touchedCells(ctx, parts)
 		current, full = c.plan.IdleReads(parts, now, cells)
-		ahead = nil
+		read, ahead = current, nil
+	} else if c.plan.WantsCells(parts, now) {
+		// Partitions of the current bucket whose cell shows no write since their last peek
+		// are counted from what it saw coming due; the others are peeked, reading ahead.
+		knowing = c.touchedCells(ctx, parts)
+		read = c.plan.Known(parts, current, now, knowing)
 	}
+	bNow := c.layout.Bucket(now)
 	var errs []error
 	failed := 0
-	_ = fanout.Each(len(current), c.cfg.PartitionsInFlight, func(i int) error {
-		pt := &parts[current[i]]
+	_ = fanout.Each(len(read), c.cfg.PartitionsInFlight, func(i int) error {
+		pt := &parts[read[i]]
 		var err error
 		op := "floors"
 		switch {
@@ -131,7 +181,11 @@ func (c *Consumer) peekAll(ctx context.Context, parts []scanplan.Part, want int,
 		}
 		if err == nil {
 			op = "peek"
-			err = c.peek(ctx, pt, now, upper, !cells.Untouched(pt))
+			if knowing != nil && pt.Bucket == bNow {
+				err = c.peekAhead(ctx, pt, now, !knowing.Untouched(pt), knowing)
+			} else {
+				err = c.peek(ctx, pt, now, upper, !cells.Untouched(pt))
+			}
 		}
 		if err != nil {
 			pt.Err, pt.Avail, pt.Finished = err, 0, false

@@ -100,6 +100,9 @@ func (c *Consumer) take(ctx context.Context, pt *scanplan.Part, want int, now ti
 	if err != nil || len(rows) == 0 {
 		if err == nil {
 			c.plan.Read(pt, s)
+			c.plan.Consumed(pt, now)
+		} else {
+			c.plan.Forget(pt)
 		}
 		return nil, false, errors.Join(err, c.release(ctx, lk))
 	}
@@ -107,6 +110,13 @@ func (c *Consumer) take(ctx context.Context, pt *scanplan.Part, want int, now ti
 		c.beforeSwap()
 	}
 	tasks, err := c.swap(ctx, pt, lk, rows, s, now, written)
+	if err == nil && len(tasks) > 0 && !full {
+		// Every row visible at now was taken: what pt's last peek saw coming due after now
+		// still is, unless its cell shows a write since.
+		c.plan.Consumed(pt, now)
+	} else {
+		c.plan.Forget(pt)
+	}
 	if len(tasks) > 0 {
 		c.cfg.Observer.Observe(ctx, shardq.BatchAcquired{Queue: c.q.Name, PartitionKey: pt.Key, Size: len(tasks), LockWait: lockWait})
 	}

@@ -57,6 +57,7 @@ type Part struct {
 	Next     time.Time // earliest row seen that is not yet visible; zero if none
 	Finished bool      // a past bucket with nothing of its lap left: the cursor may pass it
 	Err      error     // reading it failed
+	Dense    bool      // too busy for a peek that reads ahead (Plan.Dense); set by Known
 }
 
 // See counts a row read from pt with this ID: visible at now, or coming due.
@@ -107,6 +108,8 @@ type Plan struct {
 	swept        time.Time            // when the signal cells were last read for late rows
 	cells        map[Cell]Slots       // the lap's signal cells as last read; nil before
 	sweptCursors []int64              // the cursors when the cells were last read
+	known        map[pkey]*known      // per partition of the current bucket, its rows coming due as last peeked
+	dense        map[pkey]bool        // partitions too busy for a peek that reads ahead
 }
 
 // New returns the plan of a consumer starting at now, whose scans start at concurrency
@@ -115,7 +118,8 @@ type Plan struct {
 func New(cfg Config, now time.Time, first int) *Plan {
 	p := &Plan{cfg: cfg, cursors: make([]int64, cfg.Layout.ShardCount), next: first % cfg.Layout.ShardCount,
 		hot: map[string]bool{}, floors: map[pkey]*floors{}, keptFloors: map[string]lapFloors{},
-		upcoming: map[pkey]time.Time{}, lateChecked: map[pkey]Slots{}, pageRows: cfg.MaxPageRows}
+		upcoming: map[pkey]time.Time{}, lateChecked: map[pkey]Slots{}, pageRows: cfg.MaxPageRows,
+		known: map[pkey]*known{}, dense: map[pkey]bool{}}
 	start := p.lapStart(now)
 	for i := range p.cursors {
 		p.cursors[i] = start
@@ -209,6 +213,10 @@ func (p *Plan) Advance(parts []Part, now time.Time) {
 			delete(p.lateChecked, k)
 		}
 	}
+	// Rows coming due are recorded for partitions of the current bucket only.
+	bNow := p.cfg.Layout.Bucket(now)
+	maps.DeleteFunc(p.known, func(k pkey, _ *known) bool { return k.bucket < bNow })
+	maps.DeleteFunc(p.dense, func(k pkey, _ bool) bool { return k.bucket < bNow })
 }
 
 // Cursors returns a copy of the per-shard cursors: the oldest bucket each may hold work in.
@@ -237,6 +245,7 @@ func (p *Plan) Skipped(pt *Part, now time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.upcoming[pt.pkey()] = revisit
+	delete(p.known, pt.pkey())
 	if at := now.Add(skipRetry); p.nextDue.IsZero() || at.Before(p.nextDue) {
 		p.nextDue = at
 	}
@@ -379,6 +388,7 @@ func (p *Plan) LateRow(pt *Part, at time.Time) {
 			f[i] = minID(f[i], below)
 		}
 	}
+	delete(p.known, pt.pkey())
 	pt.Finished, pt.Avail = false, 1
 }
 

@@ -87,6 +87,7 @@ func (p *Plan) Late(late map[Cell]time.Time) {
 		}
 		p.cursors[cell.Shard] = min(p.cursors[cell.Shard], cell.Bucket)
 		p.upcoming[k] = revisit
+		delete(p.known, k)
 	}
 }
 

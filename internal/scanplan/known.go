@@ -1,0 +1,128 @@
+package scanplan
+
+import (
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// KnowAhead is how far past now a busy consumer's peek of a partition of the current
+// bucket reads, to know the rows coming due in it (Know): as long as that partition's
+// signal cell is not touched again and KnowAhead has not passed, the next calls count its
+// due rows from what that peek saw instead of peeking again (Known). A row whose writer
+// died before its touch applied is found by the next peek, at most KnowAhead later.
+const KnowAhead = time.Second
+
+// known is what a peek of a partition saw of its rows coming due.
+type known struct {
+	times []time.Time // when the rows seen, not yet taken, become visible; ascending
+	until time.Time   // every row of the partition visible by until was seen
+	cell  uuid.UUID   // the partition's signal cell as read before that peek; zero if untouched
+}
+
+// value is pt's signal cell in cells, zero if untouched.
+func (cells Cells) value(pt *Part) uuid.UUID { return cells[pt.cell()] }
+
+// Known sets Avail (and Next) of the parts among current, indexes into parts, of the
+// bucket of now whose last peek's record still holds: cells, read before this call's
+// peeks, show no touch of the partition since that peek, and now is before its end. It
+// returns the indexes left to peek. With cells nil (not read), every part is left.
+func (p *Plan) Known(parts []Part, current []int, now time.Time, cells Cells) (peek []int) {
+	if cells == nil {
+		return current
+	}
+	bNow := p.cfg.Layout.Bucket(now)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, i := range current {
+		pt := &parts[i]
+		pt.Dense = p.dense[pt.pkey()]
+		k, ok := p.known[pt.pkey()]
+		switch {
+		case !ok || pt.Bucket != bNow || pt.Avail > 0:
+			peek = append(peek, i)
+			continue
+		case cells.value(pt) != k.cell || now.After(k.until):
+			delete(p.known, pt.pkey())
+			peek = append(peek, i)
+			continue
+		}
+		n := 0
+		for n < len(k.times) && !k.times[n].After(now) {
+			n++
+		}
+		pt.Avail = n
+		if n < len(k.times) {
+			pt.Next = k.times[n]
+		}
+	}
+	return peek
+}
+
+// Know records what a peek of pt, sent at now and reading every row visible by until (it
+// was not cut), saw coming due after now (times, in any order), with pt's signal cell as
+// cells held before the peek. Only partitions of the bucket of now are recorded.
+func (p *Plan) Know(pt *Part, now, until time.Time, times []time.Time, cells Cells) {
+	if cells == nil || pt.Bucket != p.cfg.Layout.Bucket(now) {
+		return
+	}
+	times = slices.Clone(times)
+	slices.SortFunc(times, func(a, b time.Time) int { return a.Compare(b) })
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.known[pt.pkey()] = &known{times: times, until: until, cell: cells.value(pt)}
+}
+
+// Consumed records that a take of pt took every row of it visible at now (its read was
+// not cut and its swap applied, or it found none): those are no longer coming due.
+func (p *Plan) Consumed(pt *Part, now time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	k, ok := p.known[pt.pkey()]
+	if !ok {
+		return
+	}
+	n := 0
+	for n < len(k.times) && !k.times[n].After(now) {
+		n++
+	}
+	k.times = k.times[n:]
+}
+
+// Dense records whether a peek of pt found it too busy for a peek reading KnowAhead
+// ahead: one that read ahead was cut (it saw PeekLimit rows), or one that did not saw a
+// tenth of that due. Such a partition is peeked up to now only, as each call takes what
+// came due in it since the last.
+func (p *Plan) Dense(pt *Part, dense bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if dense {
+		p.dense[pt.pkey()] = true
+	} else {
+		delete(p.dense, pt.pkey())
+	}
+}
+
+// Forget drops what pt's last peek saw coming due: a take of it was cut, failed or did
+// not apply, so the next call peeks it again.
+func (p *Plan) Forget(pt *Part) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.known, pt.pkey())
+}
+
+// WantsCells reports whether a busy call at now should read the signal cells: some
+// partition of the bucket of now among parts has its rows coming due recorded, or is not
+// dense, so that its peek may read ahead and record them.
+func (p *Plan) WantsCells(parts []Part, now time.Time) bool {
+	bNow := p.cfg.Layout.Bucket(now)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, pt := range parts {
+		if pt.Bucket == bNow && !pt.Ahead && (p.known[pt.pkey()] != nil || !p.dense[pt.pkey()]) {
+			return true
+		}
+	}
+	return false
+}
