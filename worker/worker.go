@@ -98,11 +98,12 @@ type Config struct {
 	// Defaults to DefaultMaxIdleInterval.
 	MaxIdleInterval time.Duration
 	// BatchDelay is the shortest time between two fetches while tasks come due steadily:
-	// after a fetch that found some tasks but fewer than it asked for, tasks coming due
-	// wait up to this long, so that each fetch, whose reads and lightweight transactions
-	// cost the same for one task as for hundreds, takes many. It adds at most BatchDelay
-	// to a task's lateness, and nothing after a fetch that found none. Defaults to
-	// DefaultBatchDelay.
+	// after a fetch that found some tasks but fewer than it asked for (so everything due),
+	// tasks coming due wait up to this long, or less when they come fast enough to fill a
+	// fetch sooner, so that each fetch, whose reads and lightweight transactions cost the
+	// same for one task as for hundreds, takes many from every partition. It adds at most
+	// BatchDelay to a task's lateness, nothing while a backlog fills every fetch, and
+	// nothing after a fetch that found none. Defaults to DefaultBatchDelay.
 	BatchDelay time.Duration
 	// MaxAttempts is how many deliveries a failing task gets before it is dead-lettered.
 	// Defaults to DefaultMaxAttempts.
