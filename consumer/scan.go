@@ -81,19 +81,12 @@ func (c *Consumer) peekRead(ctx context.Context, pt *scanplan.Part, now, upper t
 }
 
 // peekAhead is peek for a busy call, of a partition of the current bucket, given the
-// signal cells as read before the call's peeks: unless pt is dense, it reads KnowAhead
-// past now and records the rows it saw coming due (scanplan.Plan.Know), so that the next
-// calls need not peek pt again while its cell shows no write. A read ahead that is cut
-// may have counted rows coming due of a higher priority in place of due ones of a lower:
-// pt is read again up to now, and is dense from then on.
+// signal cells as read before the call's peeks: it reads KnowAhead past now and records
+// the rows it saw coming due (scanplan.Plan.Know), so that the next calls need not peek pt
+// again while its cell shows no write. A read ahead that is cut may have counted rows
+// coming due of a higher priority in place of due ones of a lower: pt is read again up to
+// now, and is dense (taken without a peek) from then on.
 func (c *Consumer) peekAhead(ctx context.Context, pt *scanplan.Part, now time.Time, touched bool, cells scanplan.Cells) error {
-	if pt.Dense {
-		if err := c.peek(ctx, pt, now, now, touched); err != nil {
-			return err
-		}
-		c.plan.Dense(pt, pt.Avail >= scanplan.PeekLimit/10)
-		return nil
-	}
 	until := now.Add(scanplan.KnowAhead)
 	s, coming, known, err := c.peekRead(ctx, pt, now, until)
 	if err != nil {
@@ -159,10 +152,13 @@ func (c *Consumer) peekAll(ctx context.Context, parts []scanplan.Part, want int,
 		cells = c.touchedCells(ctx, parts)
 		current, full = c.plan.IdleReads(parts, now, cells)
 		read, ahead = current, nil
-	} else if c.plan.WantsCells(parts, now) {
-		// Partitions of the current bucket whose cell shows no write since their last peek
-		// are counted from what it saw coming due; the others are peeked, reading ahead.
-		knowing = c.touchedCells(ctx, parts)
+	} else {
+		// Busy partitions of the current bucket are taken without a peek; quiet ones whose
+		// cell shows no write since their last peek are counted from what it saw coming
+		// due; the others are peeked, reading ahead.
+		if c.plan.WantsCells(parts, now) {
+			knowing = c.touchedCells(ctx, parts)
+		}
 		read = c.plan.Known(parts, current, now, knowing)
 	}
 	bNow := c.layout.Bucket(now)

@@ -47,11 +47,11 @@ func (c *Consumer) takeAll(ctx context.Context, parts []scanplan.Part, n int, no
 		}
 		got := make([][]*Task, len(round))
 		full := make([]bool, len(round))
+		errs := make([]error, len(round))
 		var written touchSet
 		_ = fanout.Each(len(round), c.cfg.PartitionsInFlight, func(i int) error {
-			var err error
-			got[i], full[i], err = c.take(ctx, &round[i], shares[i], now, &written)
-			if err != nil && !errors.Is(err, locking.ErrLockHeld) {
+			got[i], full[i], errs[i] = c.take(ctx, &round[i], shares[i], now, &written)
+			if err := errs[i]; err != nil && !errors.Is(err, locking.ErrLockHeld) {
 				c.observeFailure(ctx, round[i].Key, "take", err)
 			}
 			return nil
@@ -60,9 +60,10 @@ func (c *Consumer) takeAll(ctx context.Context, parts []scanplan.Part, n int, no
 			c.touch(ctx, written.rows)
 		}
 		for i, g := range got {
-			if len(g) == 0 {
+			if len(g) == 0 && (!round[i].Blind || errs[i] != nil) {
 				// Seen to hold due rows but skipped (its lock was held, its swap did not
-				// apply, or it failed): try again soon rather than sleep past them.
+				// apply, or it failed): try again soon rather than sleep past them. A busy
+				// partition taken without a peek that had none is peeked next time.
 				c.plan.Skipped(&round[i], now)
 			}
 			out = append(out, g...)
@@ -91,6 +92,9 @@ func (c *Consumer) take(ctx context.Context, pt *scanplan.Part, want int, now ti
 	lockWait := time.Since(t0)
 	rows, s, err := c.lockedRead(ctx, pt, want, now)
 	full := err == nil && s.Cut()
+	if err == nil {
+		c.plan.Dense(pt, len(rows) >= scanplan.PeekLimit/10)
+	}
 	// Hot (tried before any peek next time) only when the partition was seen or assumed to
 	// hold a PeekLimit or more and gave all that was read for: a backlog. Under a steady
 	// stream a take read for what its peek counted usually fills up too, with rows come due

@@ -24,23 +24,32 @@ type known struct {
 // value is pt's signal cell in cells, zero if untouched.
 func (cells Cells) value(pt *Part) uuid.UUID { return cells[pt.cell()] }
 
-// Known sets Avail (and Next) of the parts among current, indexes into parts, of the
-// bucket of now whose last peek's record still holds: cells, read before this call's
-// peeks, show no touch of the partition since that peek, and now is before its end. It
-// returns the indexes left to peek. With cells nil (not read), every part is left.
+// Known prepares the parts among current, indexes into parts, of the bucket of now for a
+// busy call, and returns the indexes left to peek. A dense partition (Dense) is taken
+// without a peek: it is Blind and assumed to hold PeekLimit rows, as a hot one, and the
+// take reads what is due. Another whose last peek's record still holds (cells, read before
+// this call's peeks, show no touch of it since that peek, and now is not past the
+// record's end) gets Avail (and Next) from it. With cells nil (not read), only dense
+// partitions are not peeked.
 func (p *Plan) Known(parts []Part, current []int, now time.Time, cells Cells) (peek []int) {
-	if cells == nil {
-		return current
-	}
 	bNow := p.cfg.Layout.Bucket(now)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, i := range current {
 		pt := &parts[i]
-		pt.Dense = p.dense[pt.pkey()]
+		if pt.Bucket != bNow || pt.Avail > 0 {
+			peek = append(peek, i)
+			continue
+		}
+		if p.dense[pt.pkey()] {
+			// Next: a call that finds none after all, taking everything, is followed by an
+			// idle one at once, which reads ahead for when the next row comes due.
+			pt.Avail, pt.Blind, pt.Next = PeekLimit, true, now
+			continue
+		}
 		k, ok := p.known[pt.pkey()]
 		switch {
-		case !ok || pt.Bucket != bNow || pt.Avail > 0:
+		case !ok || cells == nil:
 			peek = append(peek, i)
 			continue
 		case cells.value(pt) != k.cell || now.After(k.until):
@@ -90,10 +99,12 @@ func (p *Plan) Consumed(pt *Part, now time.Time) {
 	k.times = k.times[n:]
 }
 
-// Dense records whether a peek of pt found it too busy for a peek reading KnowAhead
-// ahead: one that read ahead was cut (it saw PeekLimit rows), or one that did not saw a
-// tenth of that due. Such a partition is peeked up to now only, as each call takes what
-// came due in it since the last.
+// Dense records whether pt is busy: a take of it read a tenth of PeekLimit due rows or
+// more, or a peek of it that read KnowAhead ahead was cut. Busy calls take such a
+// partition of the current bucket without peeking it first (Known): each finds rows come
+// due in it since the last, and every read of it walks the tombstones of the rows taken
+// over the last MaxClockSkew, below which its floors cannot rise, so a peek before each
+// take doubled that walk. A take that reads fewer makes it quiet again.
 func (p *Plan) Dense(pt *Part, dense bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -78,10 +78,20 @@ func TestKnown(t *testing.T) {
 	require.Empty(t, p.known)
 	p.mu.Unlock()
 
-	// A dense partition does not ask for cells once nothing of the bucket is known.
+	// A dense partition is taken without a peek, assumed to hold PeekLimit, cells read or
+	// not, and asks for no cells: with every partition of the bucket dense, none are read.
 	p.Dense(&pt, true)
+	parts = []Part{part(b0, 0), part(b0, 1)}
+	require.Equal(t, []int{1}, p.Known(parts, []int{0, 1}, t0, nil))
+	require.True(t, parts[0].Blind)
+	require.Equal(t, PeekLimit, parts[0].Avail)
+	require.Equal(t, t0, parts[0].Next, "a call that finds none after all comes back at once")
+	require.False(t, parts[1].Blind)
 	p.Dense(&other, true)
 	require.False(t, p.WantsCells([]Part{part(b0, 0), part(b0, 1)}, t0))
 	p.Dense(&other, false)
 	require.True(t, p.WantsCells([]Part{part(b0, 0), part(b0, 1)}, t0))
+	// A partition of an older bucket is peeked, dense or not.
+	p.Dense(&old, true)
+	require.Equal(t, []int{0}, p.Known([]Part{old}, []int{0}, t0, cells))
 }

@@ -57,7 +57,7 @@ type Part struct {
 	Next     time.Time // earliest row seen that is not yet visible; zero if none
 	Finished bool      // a past bucket with nothing of its lap left: the cursor may pass it
 	Err      error     // reading it failed
-	Dense    bool      // too busy for a peek that reads ahead (Plan.Dense); set by Known
+	Blind    bool      // taken without a peek (Plan.Known): busy, assumed to hold PeekLimit
 }
 
 // See counts a row read from pt with this ID: visible at now, or coming due.
