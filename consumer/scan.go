@@ -47,8 +47,8 @@ func (c *Consumer) peek(ctx context.Context, pt *scanplan.Part, now, upper time.
 
 // peekRead reads the IDs of pt's rows from its floors up to upper, at most PeekLimit,
 // counting them into pt (Avail, Next), and returns what it covered and when the rows seen
-// that are not visible at now become so; known as scanplan.Plan.PeekGroups says.
-func (c *Consumer) peekRead(ctx context.Context, pt *scanplan.Part, now, upper time.Time) (s scanplan.Span, coming []time.Time, known bool, err error) {
+// become visible; known as scanplan.Plan.PeekGroups says.
+func (c *Consumer) peekRead(ctx context.Context, pt *scanplan.Part, now, upper time.Time) (s scanplan.Span, seen []time.Time, known bool, err error) {
 	s = scanplan.NewSpan(now)
 	if c.failRead != nil {
 		if err := c.failRead(pt.Key); err != nil {
@@ -63,9 +63,7 @@ func (c *Consumer) peekRead(ctx context.Context, pt *scanplan.Part, now, upper t
 		for _, r := range refs {
 			s.Note(r.Priority, r.ID)
 			pt.See(r.ID, now)
-			if at := shard.IDTime(r.ID); at.After(now) {
-				coming = append(coming, at)
-			}
+			seen = append(seen, shard.IDTime(r.ID))
 		}
 		if err != nil {
 			return s, nil, known, wrapErr("reading", pt.Key, err)
@@ -77,18 +75,18 @@ func (c *Consumer) peekRead(ctx context.Context, pt *scanplan.Part, now, upper t
 			break
 		}
 	}
-	return s, coming, known, nil
+	return s, seen, known, nil
 }
 
 // peekAhead is peek for a busy call, of a partition of the current bucket, given the
 // signal cells as read before the call's peeks: it reads KnowAhead past now and records
 // the rows it saw coming due (scanplan.Plan.Know), so that the next calls need not peek pt
-// again while its cell shows no write. A read ahead that is cut may have counted rows
+// again while its cell shows no write, nor a take of it that left rows. A read ahead that is cut may have counted rows
 // coming due of a higher priority in place of due ones of a lower: pt is read again up to
 // now, and is dense (taken without a peek) from then on.
 func (c *Consumer) peekAhead(ctx context.Context, pt *scanplan.Part, now time.Time, touched bool, cells scanplan.Cells) error {
 	until := now.Add(scanplan.KnowAhead)
-	s, coming, known, err := c.peekRead(ctx, pt, now, until)
+	s, seen, known, err := c.peekRead(ctx, pt, now, until)
 	if err != nil {
 		return err
 	}
@@ -98,7 +96,7 @@ func (c *Consumer) peekAhead(ctx context.Context, pt *scanplan.Part, now time.Ti
 		return c.peek(ctx, pt, now, now, touched)
 	}
 	c.plan.Peeked(pt, s, known, touched, now) // a bucket not ended: nothing to check for late rows
-	c.plan.Know(pt, now, until, coming, cells)
+	c.plan.Know(pt, now, until, seen, cells)
 	return nil
 }
 

@@ -14,7 +14,7 @@ import (
 // died before its touch applied is found by the next peek, at most KnowAhead later.
 const KnowAhead = time.Second
 
-// known is what a peek of a partition saw of its rows coming due.
+// known is what a peek of a partition saw of its rows due and coming due.
 type known struct {
 	times []time.Time // when the rows seen, not yet taken, become visible; ascending
 	until time.Time   // every row of the partition visible by until was seen
@@ -70,7 +70,8 @@ func (p *Plan) Known(parts []Part, current []int, now time.Time, cells Cells) (p
 }
 
 // Know records what a peek of pt, sent at now and reading every row visible by until (it
-// was not cut), saw coming due after now (times, in any order), with pt's signal cell as
+// was not cut), saw: when each row becomes visible (times, in any order; those due at
+// now stay until a take consumes them, Consumed), with pt's signal cell as
 // cells held before the peek. Only partitions of the bucket of now are recorded.
 func (p *Plan) Know(pt *Part, now, until time.Time, times []time.Time, cells Cells) {
 	if cells == nil || pt.Bucket != p.cfg.Layout.Bucket(now) {
