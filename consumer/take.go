@@ -114,9 +114,10 @@ func (c *Consumer) take(ctx context.Context, pt *scanplan.Part, want int, now ti
 		c.beforeSwap()
 	}
 	tasks, err := c.swap(ctx, pt, lk, rows, s, now, written)
-	if err == nil && len(tasks) > 0 && !full {
-		// Every row visible at now was taken: what pt's last peek saw coming due after now
-		// still is, unless its cell shows a write since.
+	if err == nil && len(tasks) > 0 && (!full || !pt.Blind && len(rows) >= pt.Avail) {
+		// Every row visible at now was taken (the read stopped short, or read all its peek
+		// counted): what pt's last peek saw coming due after now still is, unless its cell
+		// shows a write since.
 		c.plan.Consumed(pt, now)
 	} else {
 		c.plan.Forget(pt)

@@ -33,7 +33,7 @@ const (
 	DefaultConcurrency     = 10
 	DefaultMaxIdleInterval = 10 * time.Second
 	DefaultMaxAttempts     = 25
-	DefaultAckInterval     = 50 * time.Millisecond
+	DefaultAckInterval     = 500 * time.Millisecond
 	DefaultSignalInterval  = 250 * time.Millisecond
 	DefaultBatchDelay      = 200 * time.Millisecond
 	DefaultSeriesInterval  = 30 * time.Second
@@ -115,8 +115,12 @@ type Config struct {
 	// ExtendLeases renews each running task's lease by the task's timeout halfway through
 	// each term, for handlers that may outlast it. Defaults to false.
 	ExtendLeases bool
-	// AckInterval is the longest a finished task waits for its ack to be batched.
-	// Defaults to DefaultAckInterval.
+	// AckInterval is the longest a finished task waits for its ack to be batched: acks
+	// go in one conditional batch per partition of their markers however many there are,
+	// so under a steady stream a longer interval gathers the tasks of several fetches
+	// into each. A task whose lease ends sooner than twice this is acked before then, so
+	// no ack waits past its lease. A worker that dies loses the acks it was gathering:
+	// those tasks run again at their deadline. Defaults to DefaultAckInterval.
 	AckInterval time.Duration
 	// SignalInterval is how often an idle worker reads the queue's wake-up signals,
 	// which producers in any process touch when they schedule tasks: one small read, so
@@ -852,13 +856,16 @@ func (w *Worker) deadLetter(t *consumer.Task, cause error) {
 	w.observe(ctx, shardq.DeadLettered{Queue: t.Queue, TaskID: t.ID, Attempt: t.Attempt, Err: cause})
 }
 
-// ack batches finished tasks: a batch goes when it is full or AckInterval after its
-// first task, and whatever is left goes when the worker stops.
+// ack batches finished tasks: a batch goes when it is full, AckInterval after its first
+// task, or when the lease of one of its tasks is about to end (ackBy), and whatever is
+// left goes when the worker stops.
 func (w *Worker) ack() {
 	var batch []*consumer.Task
+	var by time.Time // when the batch must go
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	flush := func() {
+		timer.Stop()
 		if len(batch) == 0 {
 			return
 		}
@@ -867,7 +874,7 @@ func (w *Worker) ack() {
 		if err := w.consumer.AckTasks(ctx, batch...); err != nil {
 			w.log.WarnContext(ctx, "acking tasks", "queue", w.cfg.Queue, "tasks", len(batch), "error", err)
 		}
-		batch = batch[:0]
+		batch, by = batch[:0], time.Time{}
 	}
 	for {
 		select {
@@ -876,18 +883,37 @@ func (w *Worker) ack() {
 				flush()
 				return
 			}
-			if len(batch) == 0 {
-				timer.Reset(w.cfg.AckInterval)
-			}
 			batch = append(batch, t)
-			if len(batch) >= ackBatch {
-				timer.Stop()
+			if at := w.ackBy(t, len(batch) == 1); by.IsZero() || at.Before(by) {
+				by = at
+				timer.Reset(time.Until(by))
+			}
+			if len(batch) >= ackBatch || !time.Now().Before(by) {
 				flush()
 			}
 		case <-timer.C:
 			flush()
 		}
 	}
+}
+
+// ackBy is when the ack of t, which just finished, must go (by the real clock): when it
+// is the first of a batch, AckInterval from now, and in any case before its lease ends,
+// by the worker's clock, less twice AckInterval for the ack's own way there.
+func (w *Worker) ackBy(t *consumer.Task, first bool) time.Time {
+	now := time.Now()
+	at := now.Add(t.Deadline.Sub(w.cfg.Clock.Now()) - 2*w.cfg.AckInterval)
+	if first {
+		at = minTime(at, now.Add(w.cfg.AckInterval))
+	}
+	return at
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // average folds one handling time into the running average.
