@@ -827,11 +827,13 @@ func (t *task) isCopy(d *delivery, leaseFaults, workerCrashes []time.Time) bool 
 }
 
 // ackRaced reports whether an earlier delivery than d succeeded so near its lease's end
-// that its ack (sent within AckInterval) may have come after it: the marker then delivers
-// the task again ("a marker not deleted by its deadline delivers the task again").
+// that its ack may have come after it: the marker then delivers the task again ("a marker
+// not deleted by its deadline delivers the task again"). A worker sends an ack within
+// AckInterval, and at once when the lease ends within twice that, so only an ack sent at
+// its task's end can be late.
 func (t *task) ackRaced(d *delivery) bool {
 	return slices.ContainsFunc(t.deliveries, func(e *delivery) bool {
-		return e.attempt < d.attempt && e.ok && !e.ended.Add(worker.DefaultAckInterval+tolerance).Before(e.deadline)
+		return e.attempt < d.attempt && e.ok && !e.ended.Add(tolerance).Before(e.deadline)
 	})
 }
 
