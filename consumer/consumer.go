@@ -144,6 +144,10 @@ type Consumer struct {
 	rings map[int]*Consumer
 	turn  atomic.Uint64 // calls of AcquireTasks, which pick the ring read first
 	drain drainer
+	// woken is the wake-ups of the queue this process's producers had (wakeup.Bus.Woken)
+	// at the last call: a change drops the plan's peek records, as a producer's touch
+	// gathered with others (signal.Coalesce) may not show yet.
+	woken atomic.Uint64
 }
 
 type shared struct {
@@ -341,6 +345,9 @@ func (c *Consumer) acquire(ctx context.Context, n int) ([]*Task, error) {
 	c.sweep(ctx, now)
 	parts := c.plan.Candidates(now)
 	idle := c.plan.Begin()
+	if w := c.state.Bus.Woken(c.q.Name); c.woken.Swap(w) != w {
+		c.plan.ForgetAll()
+	}
 	// Partitions whose last take was full are assumed to hold more: when they can fill
 	// the call, they are tried first without reading the others. Otherwise, or when they
 	// fall short, every candidate is peeked at once, so an idle queue costs one round of

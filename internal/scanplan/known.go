@@ -116,6 +116,14 @@ func (p *Plan) Dense(pt *Part, dense bool) {
 	}
 }
 
+// ForgetAll drops what every peek saw coming due: rows were written that the signal cells
+// may not show yet.
+func (p *Plan) ForgetAll() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	clear(p.known)
+}
+
 // Forget drops what pt's last peek saw coming due: a take of it was cut, failed or did
 // not apply, so the next call peeks it again.
 func (p *Plan) Forget(pt *Part) {

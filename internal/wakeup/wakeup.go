@@ -11,8 +11,17 @@ import (
 
 // Bus carries wake-ups between the producers and workers of one session.
 type Bus struct {
-	mu   sync.Mutex
-	subs map[string]map[*Sub]struct{}
+	mu    sync.Mutex
+	subs  map[string]map[*Sub]struct{}
+	woken map[string]uint64 // wake-ups per queue, for Woken
+}
+
+// Woken returns how many wake-ups queue has had: a consumer that sees it change knows a
+// producer of this process wrote rows since, whose touches may still be on their way.
+func (b *Bus) Woken(queue string) uint64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.woken[queue]
 }
 
 // Sub is one subscription: C receives a signal when Earliest may have moved earlier.
@@ -64,6 +73,10 @@ func (s *Sub) Take() time.Time {
 func (b *Bus) Wake(queue string, due time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.woken == nil {
+		b.woken = map[string]uint64{}
+	}
+	b.woken[queue]++
 	for s := range b.subs[queue] {
 		s.mu.Lock()
 		if s.earliest.IsZero() || due.Before(s.earliest) {
