@@ -76,6 +76,30 @@ func (r *rig) acquireFor(c *consumer.Consumer, d time.Duration) []*consumer.Task
 	return nil
 }
 
+// leased leases the one task there is with h.
+func (r *rig) leased(h *consumer.Consumer) *consumer.Task {
+	got := r.acquireFor(h, 5*time.Second)
+	require.Len(r.t, got, 1)
+	return got[0]
+}
+
+// raceTake runs a take of the expired marker of held that calls move (the holder's) just
+// before its swap, which then must not apply.
+func (r *rig) raceTake(held *consumer.Task, move func() error) {
+	time.Sleep(time.Until(held.Deadline) + 200*time.Millisecond)
+	c := r.consumer(nil)
+	moved := false
+	consumer.SetBeforeSwap(c, func() {
+		if !moved {
+			moved = true
+			assert.NoError(r.t, move())
+		}
+	})
+	got, err := c.AcquireTasks(context.Background(), 10)
+	require.NoError(r.t, err)
+	require.Empty(r.t, got, "the take's swap applied though the holder moved the marker")
+}
+
 // A holder's Extend, just past its deadline, wins against a take of its expired marker
 // (whose announcement, a delivery later, stays in the index); the holder then dies, and
 // its extended marker must deliver the task.
@@ -85,21 +109,8 @@ func TestSimExtendRaceKeepsTask(t *testing.T) {
 		ctx := context.Background()
 		id := r.schedule()
 		h := r.consumer(nil)
-		got := r.acquireFor(h, 5*time.Second)
-		require.Len(t, got, 1)
-		held := got[0]
-		time.Sleep(time.Until(held.Deadline) + 200*time.Millisecond)
-		c := r.consumer(nil)
-		extended := false
-		consumer.SetBeforeSwap(c, func() {
-			if !extended {
-				extended = true
-				assert.NoError(t, h.Extend(ctx, held, 10*time.Second))
-			}
-		})
-		cg, err := c.AcquireTasks(ctx, 10)
-		require.NoError(t, err)
-		require.Empty(t, cg, "the take's swap applied though the holder moved the marker")
+		held := r.leased(h)
+		r.raceTake(held, func() error { return h.Extend(ctx, held, 10*time.Second) })
 
 		time.Sleep(time.Until(held.Deadline) + 500*time.Millisecond)
 		again := r.acquireFor(r.consumer(nil), 20*time.Second)
@@ -130,9 +141,7 @@ func TestSimExtendUnknownThenRetryKeepsTask(t *testing.T) {
 			}
 			return memstore.None, nil
 		})
-		got := r.acquireFor(h, 5*time.Second)
-		require.Len(t, got, 1)
-		held := got[0]
+		held := r.leased(h)
 		time.Sleep(held.Timeout / 2)
 		faulty = true
 		require.ErrorIs(t, h.Extend(ctx, held, 10*time.Second), lwt.ErrOutcomeUnknown)
@@ -154,9 +163,7 @@ func TestSimRetryRaceAcrossPartitionsKeepsTask(t *testing.T) {
 		ctx := context.Background()
 		id := r.schedule()
 		h := r.consumer(nil)
-		got := r.acquireFor(h, 5*time.Second)
-		require.Len(t, got, 1)
-		held := got[0]
+		held := r.leased(h)
 		lay := r.q.Layout()
 		key := lay.Key(lay.Bucket(held.Deadline), lay.ShardFor(id))
 		locker, err := lock.New(r.session(nil), lock.Config{})
@@ -166,18 +173,7 @@ func TestSimRetryRaceAcrossPartitionsKeepsTask(t *testing.T) {
 			require.NoError(t, err)
 			require.NoError(t, lk.Release(ctx))
 		}
-		time.Sleep(time.Until(held.Deadline) + 200*time.Millisecond)
-		c := r.consumer(nil)
-		retried := false
-		consumer.SetBeforeSwap(c, func() {
-			if !retried {
-				retried = true
-				assert.NoError(t, h.Retry(ctx, held, 5*time.Second))
-			}
-		})
-		cg, err := c.AcquireTasks(ctx, 10)
-		require.NoError(t, err)
-		require.Empty(t, cg, "the take's swap applied though the holder moved the marker")
+		r.raceTake(held, func() error { return h.Retry(ctx, held, 5*time.Second) })
 
 		dg := r.acquireFor(r.consumer(nil), 10*time.Second)
 		require.Len(t, dg, 1, "the retry was not delivered")
