@@ -60,11 +60,15 @@ type CancelOptions struct {
 // it).
 func (p *Producer) Cancel(ctx context.Context, id uuid.UUID, opts CancelOptions) error {
 	var unsettled error
+	var pending taskindex.Write // the record of a removal whose outcome stayed unknown
 	for range maxMoves {
 		l, err := p.tasks.Locate(ctx, id)
 		switch {
 		case errors.Is(err, shardq.ErrTaskNotFound) && unsettled != nil:
-			return nil // our removal applied after all, or the task's holder acked it meanwhile
+			// Our removal applied after all, or the task's holder acked it meanwhile: the
+			// cancel is recorded all the same, or a copy it could not see (the marker of a
+			// take whose swap failed) would run the task after we return.
+			return p.recordCancel(ctx, pending)
 		case err != nil:
 			return err
 		case l.State == taskindex.Dead || l.State == taskindex.Completed || l.State == taskindex.Cancelled:
@@ -86,7 +90,7 @@ func (p *Producer) Cancel(ctx context.Context, id uuid.UUID, opts CancelOptions)
 		removed, err := p.remove(ctx, q, l.Row, l.Stray)
 		switch {
 		case errors.Is(err, lwt.ErrOutcomeUnknown):
-			unsettled = err
+			unsettled, pending = err, cancelEntry(id, l, p.cfg.Clock.Now())
 			continue
 		case err != nil:
 			return fmt.Errorf("producer: cancelling %s: %w", id, err)
@@ -103,19 +107,23 @@ func (p *Producer) Cancel(ctx context.Context, id uuid.UUID, opts CancelOptions)
 		// its swap, which then does not apply, and that announcement may land after this
 		// entry. Stamped as the row's delivery, it would replace the cancel, and the marker
 		// that swap wrote (left when its drop fails) would run the cancelled task.
-		token := l.Row.Token
-		if l.Stray != nil {
-			token = max(token, l.Stray.Token)
-		}
-		done := taskindex.Write{Entry: taskindex.Entry{TaskID: id, Queue: l.Entry.Queue, State: taskindex.Cancelled,
-			DueAt: l.Row.DueAt, Attempt: l.Row.Attempt, Token: l.Row.Token, DoneAt: p.cfg.Clock.Now()},
-			Stamp: taskindex.Stamp(id, token+1, taskindex.Final), TTL: taskindex.Finished + l.Row.Timeout, Replace: true}
-		return p.recordCancel(ctx, done)
+		return p.recordCancel(ctx, cancelEntry(id, l, p.cfg.Clock.Now()))
 	}
 	if unsettled != nil {
 		return fmt.Errorf("producer: cancelling %s: %w", id, unsettled)
 	}
 	return fmt.Errorf("producer: cancelling %s: it kept moving (%d tries)", id, maxMoves)
+}
+
+// cancelEntry is the index entry recording the cancel of the task found as l, at now.
+func cancelEntry(id uuid.UUID, l tasklookup.Found, now time.Time) taskindex.Write {
+	token := l.Row.Token
+	if l.Stray != nil {
+		token = max(token, l.Stray.Token)
+	}
+	return taskindex.Write{Entry: taskindex.Entry{TaskID: id, Queue: l.Entry.Queue, State: taskindex.Cancelled,
+		DueAt: l.Row.DueAt, Attempt: l.Row.Attempt, Token: l.Row.Token, DoneAt: now},
+		Stamp: taskindex.Stamp(id, token+1, taskindex.Final), TTL: taskindex.Finished + l.Row.Timeout, Replace: true}
 }
 
 // recordCancel writes a cancel's index entry, trying again while it fails: without it a
