@@ -81,7 +81,15 @@ func (e *Env) keep(ctx context.Context, q shardq.QueueConfig, name string, statu
 		}
 		if s != Gone {
 			// Written, and maybe run to its end by a consumer that then failed to move the
-			// series: a new place would run it again.
+			// series: a new place would run it again. Its writer may have died or failed
+			// before its touch, which a row written late needs to be found: touched again.
+			if s == Waiting {
+				l, err := e.occurrenceLayout(ctx, q, st)
+				if err != nil {
+					return fmt.Errorf("series: recording occurrence %d of %s: %w", st.Seq, st.Name, err)
+				}
+				e.announce(ctx, q, l, st)
+			}
 			return e.markWritten(ctx, st)
 		}
 		if now.After(shard.IDTime(st.TaskID).Add(q.Layout().Window() / 2)) {

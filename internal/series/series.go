@@ -298,20 +298,27 @@ func (e *Env) Write(ctx context.Context, q shardq.QueueConfig, st State) error {
 	if err != nil {
 		return fmt.Errorf("series: writing occurrence %d of %s: %w", st.Seq, st.Name, err)
 	}
-	place := shard.IDTime(st.TaskID)
 	r := occurrenceRow(l, st)
 	r.Payload, r.DueAt, r.Timeout, r.Series = st.Spec.Payload, st.Nominal, timeout, st.Name
-	if err := e.Tasks.Write(ctx, []store.Mutation{{Op: store.Insert, Row: r, Stamp: st.Stamp}}); err != nil {
+	err = e.Tasks.Write(ctx, []store.Mutation{{Op: store.Insert, Row: r, Stamp: st.Stamp}})
+	// Announced whatever the outcome: a write that failed may have applied, and a row
+	// written later than its place with no touch lies below consumers' floors for a lap.
+	e.announce(ctx, q, l, st)
+	if err != nil {
 		return fmt.Errorf("series: writing occurrence %d of %s: %w", st.Seq, st.Name, err)
 	}
+	return e.markWritten(ctx, st)
+}
+
+// announce touches the signal cell of st's occurrence and wakes this process's workers.
+func (e *Env) announce(ctx context.Context, q shardq.QueueConfig, l shard.Layout, st State) {
 	var touches signal.Touches
 	touches.Add(l, st.TaskID, st.TaskID)
 	if err := e.Signals.Touch(ctx, &touches); err != nil {
 		e.Log.WarnContext(ctx, "touching wake-up signals", "queue", q.Name, "error", err)
 	}
 	// After the touch: an idle consumer passes a partition whose cell shows no touch.
-	e.Bus.Wake(q.Name, place)
-	return e.markWritten(ctx, st)
+	e.Bus.Wake(q.Name, shard.IDTime(st.TaskID))
 }
 
 // occurrenceRow is the key of st's occurrence's row, laid out by l: its place is its
