@@ -143,6 +143,7 @@ var regressions = []struct {
 	{788, "oracle: a write whose call returned after its process crashed leaves its touch undone and its row to the ring, with no lateness bound (found on the steady branch)"},
 	{61004694, "a cancel whose removal's outcome stayed unknown and then found the task gone records the cancel: the marker of a take whose swap failed ran the task after Cancel returned success (found by the final run on c5377d8)"},
 	{61000691, "a series occurrence whose write failed (and applied) is touched all the same, and a keeper that finds one unrecorded touches it again: a row written late with no touch lay below consumers' floors for a lap, and the series stalled (found by the final run on c5377d8)"},
+	{61005317, "oracle: a lease by a process whose clock was not yet measured is dated by that clock, off by up to its skew: leased before a pause, it is left to finish (found by the final run on c5377d8)"},
 	{462, "a copy left by a crashed take acked first and the series moved on beside the still-running original: the oracle counts both runs of an occurrence with a copy as copies"},
 }
 
