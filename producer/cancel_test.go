@@ -3,6 +3,7 @@ package producer_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/inspect"
+	"github.com/shardq/shardq/internal/lwt"
 	"github.com/shardq/shardq/internal/testclock"
 	"github.com/shardq/shardq/producer"
 )
@@ -49,4 +51,34 @@ func TestCancelRecordFails(t *testing.T) {
 	require.ErrorIs(t, p.Cancel(ctx, id, producer.CancelOptions{}), down)
 	_, err = in.Task(ctx, id)
 	require.ErrorIs(t, err, shardq.ErrTaskNotFound, "the row is gone all the same")
+}
+
+// TestCancelUnsettledThenGoneIsRecorded: a cancel whose removal applied but reported an
+// unknown outcome looks again, finds the task gone, and records the cancel all the same:
+// without the entry, a copy it could not see (the marker of a take whose swap failed)
+// would run the task after Cancel returned (simulator seed 61004694).
+func TestCancelUnsettledThenGoneIsRecorded(t *testing.T) {
+	t.Parallel()
+	s, _ := setup(t)
+	ctx := context.Background()
+	clock := testclock.New(time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC))
+	p, err := producer.New(s, producer.Config{Clock: clock})
+	require.NoError(t, err)
+	in, err := inspect.New(s, inspect.Config{Clock: clock})
+	require.NoError(t, err)
+	once := true
+	producer.SetAfterRemove(p, func(removed bool, err error) (bool, error) {
+		if once && err == nil && removed {
+			once = false
+			return false, fmt.Errorf("%w: reply lost", lwt.ErrOutcomeUnknown)
+		}
+		return removed, err
+	})
+	id, err := p.ScheduleTask(ctx, producer.Task{Queue: "q", Payload: []byte("x")})
+	require.NoError(t, err)
+	require.NoError(t, p.Cancel(ctx, id, producer.CancelOptions{}))
+	require.False(t, once, "the removal applied")
+	_, err = in.Task(ctx, id)
+	require.ErrorIs(t, err, shardq.ErrTaskNotFound)
+	require.ErrorContains(t, err, "cancelled", "the cancel was not recorded")
 }

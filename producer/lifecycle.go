@@ -88,6 +88,9 @@ func (p *Producer) Cancel(ctx context.Context, id uuid.UUID, opts CancelOptions)
 			continue // look again, without it
 		}
 		removed, err := p.remove(ctx, q, l.Row, l.Stray)
+		if p.afterRemove != nil {
+			removed, err = p.afterRemove(removed, err)
+		}
 		switch {
 		case errors.Is(err, lwt.ErrOutcomeUnknown):
 			unsettled, pending = err, cancelEntry(id, l, p.cfg.Clock.Now())

@@ -123,6 +123,8 @@ type Producer struct {
 
 	afterWrite func(error) error // tests only: what a task batch's write returned, and what to make of it
 	failRecord func() error      // tests only: fails a cancel's index write when it returns an error
+	// tests only: what a cancel's removal returned, and what to make of it
+	afterRemove func(bool, error) (bool, error)
 }
 
 // New returns a Producer writing through session, whose keyspace holds shardq's tables.
