@@ -16,18 +16,24 @@ import (
 	"github.com/shardq/shardq/producer"
 )
 
-// TestCancelRecordFails: a cancel whose index write fails is tried again, and a cancel it
-// never manages to record is reported, not returned as a success: without the entry a copy
-// the cancel could not see would run the task.
-func TestCancelRecordFails(t *testing.T) {
-	t.Parallel()
+// cancelEnv gives a test a producer and an inspector of queue "q" on one clock.
+func cancelEnv(t *testing.T) (*producer.Producer, *inspect.Inspector) {
 	s, _ := setup(t)
-	ctx := context.Background()
 	clock := testclock.New(time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC))
 	p, err := producer.New(s, producer.Config{Clock: clock})
 	require.NoError(t, err)
 	in, err := inspect.New(s, inspect.Config{Clock: clock})
 	require.NoError(t, err)
+	return p, in
+}
+
+// TestCancelRecordFails: a cancel whose index write fails is tried again, and a cancel it
+// never manages to record is reported, not returned as a success: without the entry a copy
+// the cancel could not see would run the task.
+func TestCancelRecordFails(t *testing.T) {
+	t.Parallel()
+	p, in := cancelEnv(t)
+	ctx := context.Background()
 	down := errors.New("index unavailable")
 
 	fails := 2
@@ -59,13 +65,8 @@ func TestCancelRecordFails(t *testing.T) {
 // would run the task after Cancel returned (simulator seed 61004694).
 func TestCancelUnsettledThenGoneIsRecorded(t *testing.T) {
 	t.Parallel()
-	s, _ := setup(t)
+	p, in := cancelEnv(t)
 	ctx := context.Background()
-	clock := testclock.New(time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC))
-	p, err := producer.New(s, producer.Config{Clock: clock})
-	require.NoError(t, err)
-	in, err := inspect.New(s, inspect.Config{Clock: clock})
-	require.NoError(t, err)
 	once := true
 	producer.SetAfterRemove(p, func(removed bool, err error) (bool, error) {
 		if once && err == nil && removed {
