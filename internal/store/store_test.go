@@ -18,9 +18,11 @@ import (
 
 func setup(t *testing.T) (context.Context, *gocql.Session, store.Store) {
 	t.Helper()
+	session := cassandratest.SchemaSession(t)
+	// The test's minute starts once its schema stands: creating it at RF 3 on a loaded
+	// machine can take most of a minute by itself.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
-	session := cassandratest.SchemaSession(t)
 	return ctx, session, store.Cassandra(session)
 }
 
