@@ -210,12 +210,12 @@ func TestLargePayloads(t *testing.T) {
 	require.Equal(t, want, got)
 }
 
-// 300,000 tasks due at once in one partition drain completely, with the tombstone
+// 150,000 tasks due at once in one partition drain completely, with the tombstone
 // failure threshold at its default (100,000): no read ever walks the rows already
 // consumed. With replicas on three nodes of one small machine, every write costs three,
 // and 120,000 still go past the threshold.
 func TestBacklogInOnePartition(t *testing.T) {
-	n := 300_000
+	n := 150_000
 	if cassandratest.RF(t) > 1 {
 		n = 120_000
 	}
