@@ -17,11 +17,11 @@ each = for m in $(MODULES); do $(GO) -C $$m $(1) || exit 1; done
 
 .PHONY: test test-cluster sim demo bench lint cassandra-start cassandra-stop cassandra-status
 
-# Vet, every test with the race detector, a short run of each fuzz target, then the
-# simulator's seeds.
+# Vet, every test with the race detector (the library's longest packages first,
+# scripts/packages), a short run of each fuzz target, then the simulator's seeds.
 test:
-	scripts/with-cassandra sh -c '$(GO) vet ./... && $(call each,vet ./...) && \
-		$(GO) test -race -count=1 -timeout 20m ./... && $(call each,test -race -count=1 -timeout 20m ./...) && \
+	scripts/with-cassandra sh -c '$(GO) vet ./... && $(call each,vet ./...) && pkgs=$$(GO=$(GO) scripts/packages) && \
+		$(GO) test -race -count=1 -timeout 20m $$pkgs && $(call each,test -race -count=1 -timeout 20m ./...) && \
 		$(GO) test -run=^$$ -fuzz=^FuzzKey$$ -fuzztime=$(FUZZTIME) ./shard && \
 		$(GO) test -run=^$$ -fuzz=^FuzzID$$ -fuzztime=$(FUZZTIME) ./shard'
 	$(MAKE) sim
@@ -38,7 +38,7 @@ sim:
 # On three local nodes (started for it unless SHARDQ_CASSANDRA_HOSTS names a cluster, or
 # three already answer from SHARDQ_CASSANDRA_FIRST_ADDR on): the library's tests that
 # reach Cassandra again at replication factor 3, where QUORUM and SERIAL need two replicas
-# of three (scripts/cassandra-packages; the simulator, pure packages, programs and adapters
+# of three (scripts/packages --cassandra; the simulator, pure packages, programs and adapters
 # run once, in test), then
 # the fault tests (internal/faults: a node killed, frozen, restarted past gc_grace; workers killed),
 # which signal and restart the nodes of scripts/cassandra. Their figures go to
@@ -46,7 +46,7 @@ sim:
 FAULTS_JSON ?= $(CURDIR)/.run/faults.jsonl
 test-cluster:
 	mkdir -p $(dir $(FAULTS_JSON))
-	scripts/with-cassandra --nodes 3 sh -c 'export SHARDQ_CASSANDRA_RF=3 && pkgs=$$(GO=$(GO) scripts/cassandra-packages) && \
+	scripts/with-cassandra --nodes 3 sh -c 'export SHARDQ_CASSANDRA_RF=3 && pkgs=$$(GO=$(GO) scripts/packages --cassandra) && \
 		$(GO) test -count=1 -timeout 20m $$pkgs && \
 		SHARDQ_FAULTS_JSON=$(FAULTS_JSON) \
 		$(GO) test -tags faults -count=1 -timeout 30m -v ./internal/faults'
