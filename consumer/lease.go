@@ -76,7 +76,7 @@ func (c *Consumer) relocate(ctx context.Context, t *Task, at time.Time, state ta
 			return c.leasing.ReplaceMarker(ctx, t.marker, next)
 		}
 	} else {
-		ts, err := c.writeMarkers(ctx, []taskrow.Row{next})
+		ts, err := c.writeMarkers(ctx, []taskrow.Row{next}, nil)
 		if err != nil {
 			c.dropMarkers(ctx, []taskrow.Row{next}, ts)
 			return t.marker, fmt.Errorf("consumer: moving the lease of %s: %w", t.ID, err)

@@ -202,7 +202,7 @@ func (c *Consumer) swap(ctx context.Context, pt *scanplan.Part, lk *locking.Lock
 		// With the index writes of the takes running beside this one, when any is in flight.
 		indexErr = c.moves.Write(ctx, "", index, 0)
 	}()
-	ts, err := c.writeMarkersTouchLater(ctx, markers, written)
+	ts, err := c.writeMarkers(ctx, markers, written)
 	<-indexed
 	if err = errors.Join(err, indexErr); err != nil {
 		c.dropMarkers(ctx, markers, ts)
@@ -372,26 +372,22 @@ func (c *Consumer) marker(r taskrow.Row, at time.Time) taskrow.Row {
 }
 
 // writeMarkers writes rows with plain batches, one partition and a bounded size each,
-// and touches their signal cells whatever the outcome: a marker whose write failed may
+// and has their signal cells touched whatever the outcome: a marker whose write failed may
 // have applied, and a marker nobody deletes again (an unsettled swap keeps them) must be
-// found when it comes due.
+// found when it comes due. With written nil they are touched at once. A take passes its
+// round's written instead: the round touches the cells of every take's markers in one
+// write once its takes are over. Their markers share a bucket (their leases' deadline's)
+// and so a signal row: touched take by take, a round of takes from every shard cost as
+// many touches as takes. That touch comes a swap later, which changes nothing for the
+// markers, visible a lease term later; a consumer that dies before it leaves them for the
+// ring to find, as one that died right after writing them always did.
 // It returns the write timestamp, which dropMarkers needs.
-func (c *Consumer) writeMarkers(ctx context.Context, rows []taskrow.Row) (int64, error) {
-	defer c.touch(ctx, rows)
-	ts := c.cluster.Stamp(c.cfg.Clock.Now())
-	return ts, c.leasing.WriteMarkers(ctx, rows, ts, c.cfg.PartitionsInFlight)
-}
-
-// writeMarkersTouchLater is writeMarkers for a take, which leaves the touch to its round
-// of takes: it adds rows to written whatever the outcome, and the round touches the cells
-// of every partition's markers in one write once its takes are over. Their markers share a
-// bucket (their leases' deadline's) and so a signal row: touched take by take, a round of
-// takes from every shard cost as many touches as takes. The touch comes a swap later than
-// writeMarkers' would, which changes nothing for the markers, visible a lease term later;
-// a consumer that dies before it leaves them for the ring to find, as one that died right
-// after writing them always did.
-func (c *Consumer) writeMarkersTouchLater(ctx context.Context, rows []taskrow.Row, written *touchSet) (int64, error) {
-	defer written.add(rows)
+func (c *Consumer) writeMarkers(ctx context.Context, rows []taskrow.Row, written *touchSet) (int64, error) {
+	if written != nil {
+		defer written.add(rows)
+	} else {
+		defer c.touch(ctx, rows)
+	}
 	ts := c.cluster.Stamp(c.cfg.Clock.Now())
 	return ts, c.leasing.WriteMarkers(ctx, rows, ts, c.cfg.PartitionsInFlight)
 }

@@ -903,17 +903,10 @@ func (w *Worker) ack() {
 func (w *Worker) ackBy(t *consumer.Task, first bool) time.Time {
 	now := time.Now()
 	at := now.Add(t.Deadline.Sub(w.cfg.Clock.Now()) - 2*w.cfg.AckInterval)
-	if first {
-		at = minTime(at, now.Add(w.cfg.AckInterval))
+	if soon := now.Add(w.cfg.AckInterval); first && soon.Before(at) {
+		at = soon
 	}
 	return at
-}
-
-func minTime(a, b time.Time) time.Time {
-	if b.Before(a) {
-		return b
-	}
-	return a
 }
 
 // average folds one handling time into the running average.

@@ -21,6 +21,15 @@ type known struct {
 	cell  uuid.UUID   // the partition's signal cell as read before that peek; zero if untouched
 }
 
+// due is how many of the rows seen are visible at now.
+func (k *known) due(now time.Time) int {
+	n := 0
+	for n < len(k.times) && !k.times[n].After(now) {
+		n++
+	}
+	return n
+}
+
 // value is pt's signal cell in cells, zero if untouched.
 func (cells Cells) value(pt *Part) uuid.UUID { return cells[pt.cell()] }
 
@@ -57,10 +66,7 @@ func (p *Plan) Known(parts []Part, current []int, now time.Time, cells Cells) (p
 			peek = append(peek, i)
 			continue
 		}
-		n := 0
-		for n < len(k.times) && !k.times[n].After(now) {
-			n++
-		}
+		n := k.due(now)
 		pt.Avail = n
 		if n < len(k.times) {
 			pt.Next = k.times[n]
@@ -93,11 +99,7 @@ func (p *Plan) Consumed(pt *Part, now time.Time) {
 	if !ok {
 		return
 	}
-	n := 0
-	for n < len(k.times) && !k.times[n].After(now) {
-		n++
-	}
-	k.times = k.times[n:]
+	k.times = k.times[k.due(now):]
 }
 
 // Dense records whether pt is busy: a take of it read a tenth of PeekLimit due rows or
