@@ -10,45 +10,11 @@ import (
 
 	"github.com/gocql/gocql"
 
+	"github.com/shardq/shardq/internal/defaults"
 	"github.com/shardq/shardq/internal/layouts"
 	"github.com/shardq/shardq/internal/lwt"
 	"github.com/shardq/shardq/internal/store"
-	"github.com/shardq/shardq/shard"
 )
-
-// Bounds of layout changes.
-const (
-	// LayoutLead is the least time from ChangeLayout's write to when the new layout
-	// takes effect: three SettingsRefresh, in which every producer and consumer reads it
-	// at least twice, plus a clock skew of up to two seconds between them. Rows due before
-	// then, or written by a process that has not read the change yet, go to the old
-	// layout, which consumers keep reading until it is drained.
-	LayoutLead = 3*SettingsRefresh + 2*time.Second
-	// MaxLayoutAlign bounds how far past LayoutLead a change may take effect: it takes
-	// effect at a boundary of both the old and the new buckets, which must come within it.
-	MaxLayoutAlign = time.Hour
-	// MaxLiveLayouts is the most layouts consumers read at once: the current one and
-	// those still draining.
-	MaxLiveLayouts = 4
-)
-
-// LayoutConfig is a queue's new layout for ChangeLayout. Its fields mean what
-// QueueConfig's of the same names do, and obey the same limits.
-type LayoutConfig struct {
-	// ShardCount is the new count of concurrency shards. Defaults to the current one.
-	ShardCount int
-	// BucketCount is the new count of time shards per lap. Defaults to the current one.
-	BucketCount int
-	// BucketDuration is the new length of a time shard. Defaults to the current one.
-	BucketDuration time.Duration
-}
-
-// LayoutChange is what ChangeLayout did: the layout's generation (0 is the one the queue
-// was created with) and when it takes effect.
-type LayoutChange struct {
-	Generation int
-	From       time.Time
-}
 
 // ChangeLayout changes queue name's layout from a time at least LayoutLead ahead, at a
 // boundary of both the old and the new buckets, and returns it. No task is lost:
@@ -125,7 +91,7 @@ func nextLayout(q QueueConfig, h layouts.History, cfg LayoutConfig, now time.Tim
 		// hold stays the queue's.
 		var ve *ValidationError
 		if errors.As(err, &ve) && slices.Contains([]string{"QueueConfig.ShardCount", "QueueConfig.BucketCount", "QueueConfig.BucketDuration"}, ve.Field) {
-			return layouts.Gen{}, Invalid("LayoutConfig."+strings.TrimPrefix(ve.Field, "QueueConfig."), "%s", ve.Reason)
+			return layouts.Gen{}, defaults.Invalid("LayoutConfig."+strings.TrimPrefix(ve.Field, "QueueConfig."), "%s", ve.Reason)
 		}
 		return layouts.Gen{}, err
 	}
@@ -141,7 +107,7 @@ func nextLayout(q QueueConfig, h layouts.History, cfg LayoutConfig, now time.Tim
 	}
 	align := lcm(cur.BucketDuration.Milliseconds(), want.BucketDuration.Milliseconds())
 	if time.Duration(align)*time.Millisecond > MaxLayoutAlign {
-		return layouts.Gen{}, Invalid("LayoutConfig.BucketDuration", "%v and the current %v share a bucket boundary only every %v, more than %v",
+		return layouts.Gen{}, defaults.Invalid("LayoutConfig.BucketDuration", "%v and the current %v share a bucket boundary only every %v, more than %v",
 			want.BucketDuration, cur.BucketDuration, time.Duration(align)*time.Millisecond, MaxLayoutAlign)
 	}
 	earliest := now.Add(LayoutLead).UnixMilli()
@@ -218,12 +184,4 @@ func QueueLayouts(ctx context.Context, session *gocql.Session, name string) ([]L
 		out[i] = LayoutInfo{Layout: g.Layout, From: g.From, Drained: i < h.Drained}
 	}
 	return out, nil
-}
-
-// LayoutInfo is one of a queue's layouts.
-type LayoutInfo struct {
-	Layout shard.Layout
-	From   time.Time
-	// Drained is set once consumers no longer read the layout: it can hold no task.
-	Drained bool
 }

@@ -4,20 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/gocql/gocql"
 
+	"github.com/shardq/shardq/internal/defaults"
 	"github.com/shardq/shardq/internal/lwt"
 	"github.com/shardq/shardq/internal/store"
 	"github.com/shardq/shardq/shard"
 )
-
-// SettingsRefresh bounds how long a process acts on a queue's state as it last read it:
-// a consumer reads whether its queue is paused at most this long ago, so every worker
-// stops taking a queue's tasks within SettingsRefresh of PauseQueue returning (a fetch
-// already under way ends first).
-const SettingsRefresh = 5 * time.Second
 
 // PauseQueue pauses queue name: consumers take no task of it (AcquireTasks returns
 // ErrQueuePaused) from at most SettingsRefresh after it returns, until ResumeQueue.
@@ -38,7 +32,7 @@ func ResumeQueue(ctx context.Context, session *gocql.Session, name string) error
 
 func setPaused(ctx context.Context, queues store.Queues, name string, paused bool) error {
 	if !shard.ValidQueueName(name) {
-		return Invalid("queue name", "%q is not 1 to 63 of a-z 0-9 _ . - starting with a letter or digit", name)
+		return defaults.Invalid("queue name", "%q is not 1 to 63 of a-z 0-9 _ . - starting with a letter or digit", name)
 	}
 	verb := map[bool]string{true: "pausing", false: "resuming"}[paused]
 	applied, err := lwt.Apply(ctx, func(ctx context.Context) (bool, error) {

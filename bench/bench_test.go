@@ -12,11 +12,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/internal/cassandratest"
 	"github.com/shardq/shardq/internal/cqlcluster"
 	"github.com/shardq/shardq/producer"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 // TestMain lets trickle run this test binary again as its producer and worker processes.
@@ -129,7 +129,7 @@ func TestDrainCountsRedelivery(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(b.close)
 	ctx := context.Background()
-	s, q, err := b.fresh(ctx, shardq.QueueConfig{Name: "redeliver", ShardCount: 2, BucketCount: 60,
+	s, q, err := b.fresh(ctx, shardqtype.QueueConfig{Name: "redeliver", ShardCount: 2, BucketCount: 60,
 		BucketDuration: time.Second, DefaultTimeout: 30 * time.Second})
 	require.NoError(t, err)
 	p, err := producer.New(s, producer.Config{})

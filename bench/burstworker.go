@@ -6,8 +6,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/consumer"
+	"github.com/shardq/shardq/shardqtype"
 	"github.com/shardq/shardq/worker"
 )
 
@@ -15,7 +15,7 @@ import (
 // drains them with one worker (Concurrency H, every other setting at its default), and
 // measures the drain and, for a local node, the server's CPU seconds spent on it.
 func (b *bench) burstWorker(ctx context.Context) error {
-	s, q, err := b.fresh(ctx, shardq.QueueConfig{Name: "burstworker"})
+	s, q, err := b.fresh(ctx, shardqtype.QueueConfig{Name: "burstworker"})
 	if err != nil {
 		return err
 	}
@@ -27,8 +27,8 @@ func (b *bench) burstWorker(ctx context.Context) error {
 	tr := newTracker(n)
 	var partitionErrors atomic.Int64
 	w, err := worker.New(s, worker.Config{Queue: q.Name, Concurrency: b.o.burstWorkerHandlers,
-		Observer: shardq.ObserverFunc(func(_ context.Context, e shardq.Event) {
-			if _, ok := e.(shardq.PartitionFailed); ok {
+		Observer: shardqtype.ObserverFunc(func(_ context.Context, e shardqtype.Event) {
+			if _, ok := e.(shardqtype.PartitionFailed); ok {
 				partitionErrors.Add(1)
 			}
 		}),

@@ -20,6 +20,7 @@ import (
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/internal/cqlcluster"
+	"github.com/shardq/shardq/shardqtype"
 	"github.com/shardq/shardq/worker"
 )
 
@@ -76,7 +77,7 @@ func (b *bench) close() {
 // truncated by the others: ten schema changes cost more than the smaller workloads), applies
 // the schema and creates queue q, and returns a session on it whose requests are counted in
 // b.requests.
-func (b *bench) fresh(ctx context.Context, q shardq.QueueConfig) (*gocql.Session, shardq.QueueConfig, error) {
+func (b *bench) fresh(ctx context.Context, q shardqtype.QueueConfig) (*gocql.Session, shardqtype.QueueConfig, error) {
 	if b.session != nil {
 		b.session.Close()
 		b.session = nil
@@ -125,8 +126,8 @@ func (b *bench) truncations(ctx context.Context) ([]string, error) {
 }
 
 // queueConfig is the queue the flags describe.
-func (b *bench) queueConfig(name string) shardq.QueueConfig {
-	return shardq.QueueConfig{Name: name, BucketCount: b.o.buckets, BucketDuration: b.o.bucket,
+func (b *bench) queueConfig(name string) shardqtype.QueueConfig {
+	return shardqtype.QueueConfig{Name: name, BucketCount: b.o.buckets, BucketDuration: b.o.bucket,
 		ShardCount: b.o.shards, DefaultTimeout: b.o.timeout}
 }
 
@@ -380,7 +381,7 @@ func startRecording(ctx context.Context, s *gocql.Session, queue string, handler
 
 // stopRecording lets w deliver what is left, unless waiting for the tasks ids failed with
 // waitErr, stops it, and counts the tasks lost and duplicated.
-func (b *bench) stopRecording(ctx context.Context, s *gocql.Session, q shardq.QueueConfig, w *worker.Worker, tr *tracker,
+func (b *bench) stopRecording(ctx context.Context, s *gocql.Session, q shardqtype.QueueConfig, w *worker.Worker, tr *tracker,
 	ids []uuid.UUID, waitErr error) (set settled, lost, dups int, err error) {
 	if waitErr == nil {
 		set, waitErr = b.settle(ctx, s, q)

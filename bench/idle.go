@@ -10,15 +10,15 @@ import (
 
 	"github.com/gocql/gocql"
 
-	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/consumer"
+	"github.com/shardq/shardq/shardqtype"
 	"github.com/shardq/shardq/worker"
 )
 
 // idle runs a worker with default settings on an empty queue and counts its CQL requests
 // and, for a local node, the server's CPU seconds over the window.
 func (b *bench) idle(ctx context.Context) error {
-	cfg := shardq.QueueConfig{Name: "idle", BucketCount: b.o.idleBuckets, ShardCount: b.o.idleShards}
+	cfg := shardqtype.QueueConfig{Name: "idle", BucketCount: b.o.idleBuckets, ShardCount: b.o.idleShards}
 	s, q, err := b.fresh(ctx, cfg)
 	if err != nil {
 		return err
@@ -117,7 +117,7 @@ func cpuSeconds(pids []int) (float64, error) {
 
 // pendingRetries leaves -pending tasks backed off: taken once and retried with delays
 // spread over the lap, as failing tasks wait between attempts.
-func (b *bench) pendingRetries(ctx context.Context, s *gocql.Session, q shardq.QueueConfig) error {
+func (b *bench) pendingRetries(ctx context.Context, s *gocql.Session, q shardqtype.QueueConfig) error {
 	n := b.o.idlePending
 	if n == 0 {
 		return nil

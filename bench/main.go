@@ -20,7 +20,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 type options struct {
@@ -120,8 +120,8 @@ func main() {
 	flag.StringVar(&o.profileDir, "profile-dir", "", "trickle: a directory where the producer and worker processes write CPU profiles (<role>.pprof)")
 
 	flag.DurationVar(&o.idleFor, "idle-for", 20*time.Second, "idle: how long to count requests")
-	flag.IntVar(&o.idleBuckets, "idle-buckets", shardq.DefaultBucketCount, "idle: queue time buckets")
-	flag.IntVar(&o.idleShards, "idle-shards", shardq.DefaultShardCount, "idle: queue concurrency shards")
+	flag.IntVar(&o.idleBuckets, "idle-buckets", shardqtype.DefaultBucketCount, "idle: queue time buckets")
+	flag.IntVar(&o.idleShards, "idle-shards", shardqtype.DefaultShardCount, "idle: queue concurrency shards")
 	flag.DurationVar(&o.idleInterval, "idle-interval", 0, "idle: worker MaxIdleInterval (0: the worker's default)")
 	flag.IntVar(&o.idlePending, "pending", 0, "idle: tasks left backed off, their retries spread over the lap")
 	flag.StringVar(&o.cassandraPIDFile, "cassandra-pid", "../.run/cassandra/node1/pid", "idle, burst-worker, steady: comma-separated PID files of the local nodes whose CPU seconds are summed")

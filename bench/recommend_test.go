@@ -89,7 +89,7 @@ func TestRecommendationPrint(t *testing.T) {
 	for _, want := range []string{">= 3000 tasks/s (4500 with 1.5x headroom), lateness p99 <= 500ms",
 		"NOT MET: no point drained 4500 tasks/s", "2 shards, 601 x 1s buckets (lap 10m1s > gc_grace_seconds 10m0s)",
 		"shardq queue resize NAME --shards 2 --bucket 1s --buckets 601",
-		"shardq.LayoutConfig{ShardCount: 2, BucketDuration: 1000 * time.Millisecond, BucketCount: 601}"} {
+		"shardqtype.LayoutConfig{ShardCount: 2, BucketDuration: 1000 * time.Millisecond, BucketCount: 601}"} {
 		require.Contains(t, out.String(), want)
 	}
 }

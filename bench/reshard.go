@@ -11,6 +11,7 @@ import (
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/producer"
+	"github.com/shardq/shardq/shardqtype"
 	"github.com/shardq/shardq/worker"
 )
 
@@ -27,7 +28,7 @@ func (b *bench) reshard(ctx context.Context) error {
 	if rate <= 0 || win <= 0 {
 		return fmt.Errorf("-reshard-rate and -reshard-window must be positive")
 	}
-	s, q, err := b.fresh(ctx, shardq.QueueConfig{Name: "reshard"})
+	s, q, err := b.fresh(ctx, shardqtype.QueueConfig{Name: "reshard"})
 	if err != nil {
 		return err
 	}
@@ -100,7 +101,7 @@ func (b *bench) reshard(ctx context.Context) error {
 	start := time.Now()
 	time.Sleep(win)
 	changed := time.Now()
-	ch, err := shardq.ChangeLayout(ctx, s, q.Name, shardq.LayoutConfig{ShardCount: b.o.reshardShards, BucketDuration: b.o.reshardBucket})
+	ch, err := shardq.ChangeLayout(ctx, s, q.Name, shardqtype.LayoutConfig{ShardCount: b.o.reshardShards, BucketDuration: b.o.reshardBucket})
 	if err != nil {
 		close(stop)
 		return stopWorker(ctx, w, err)

@@ -13,12 +13,12 @@ import (
 	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 
-	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/internal/clustertime"
 	"github.com/shardq/shardq/internal/store"
 	"github.com/shardq/shardq/internal/taskscan"
 	"github.com/shardq/shardq/producer"
+	"github.com/shardq/shardq/shardqtype"
 	"github.com/shardq/shardq/worker"
 )
 
@@ -56,7 +56,7 @@ func (c offsetClock) Now() time.Time { return time.Now().Add(time.Duration(c)) }
 // skewClock is a part's clock offset from the real one: the part's Config.Clock itself
 // (-skew-as clock), or the default clock, the cluster's time, as measured on a host whose
 // clock is that offset (host).
-func skewClock(s *gocql.Session, offset time.Duration) shardq.Clock {
+func skewClock(s *gocql.Session, offset time.Duration) shardqtype.Clock {
 	if os.Getenv(skewAsEnv) == "host" {
 		return clustertime.New(store.Cassandra(s), offsetClock(offset), nil)
 	}
@@ -95,7 +95,7 @@ func (b *bench) skew(ctx context.Context) error {
 	if groups == nil {
 		return fmt.Errorf("-producers-in %q: want one or two", o.producersIn)
 	}
-	s, q, err := b.fresh(ctx, shardq.QueueConfig{Name: "skew", BucketCount: o.buckets, BucketDuration: o.bucket,
+	s, q, err := b.fresh(ctx, shardqtype.QueueConfig{Name: "skew", BucketCount: o.buckets, BucketDuration: o.bucket,
 		ShardCount: skewShards, DefaultTimeout: skewTimeout})
 	if err != nil {
 		return err

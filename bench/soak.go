@@ -13,11 +13,11 @@ import (
 	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 
-	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/internal/taskrow"
 	"github.com/shardq/shardq/producer"
 	"github.com/shardq/shardq/shard"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 // soak pushes N tasks through one queue at a steady rate while C consumers drain it, and
@@ -107,7 +107,7 @@ var tombstoneCells = regexp.MustCompile(`(\d+) tombstone cells`)
 
 // tombstonesPerRead traces the read consumers make of the current bucket of every shard
 // and averages the tombstones the server reports scanning.
-func tombstonesPerRead(ctx context.Context, s *gocql.Session, q shardq.QueueConfig) (float64, error) {
+func tombstonesPerRead(ctx context.Context, s *gocql.Session, q shardqtype.QueueConfig) (float64, error) {
 	l := q.Layout()
 	now := time.Now()
 	total, reads := 0, 0

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 // steady measures the queue under steady load (issue 27): rate × duration tasks, all
@@ -29,7 +29,7 @@ func (b *bench) steady(ctx context.Context) error {
 		// recorded in results/ on 2026-11-25, plus time for the worker's start and first poll.
 		lead = 5*time.Second + time.Duration(n)*time.Second/10_000
 	}
-	s, q, err := b.fresh(ctx, shardq.QueueConfig{Name: "steady"})
+	s, q, err := b.fresh(ctx, shardqtype.QueueConfig{Name: "steady"})
 	if err != nil {
 		return err
 	}

@@ -9,13 +9,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/shardq/shardq/shardqtype"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
-
-	"github.com/shardq/shardq"
 )
 
 type point struct {
@@ -79,7 +78,7 @@ func (b *bench) sweepPoint(ctx context.Context, shards int, bucket time.Duration
 	p := point{shards: shards, bucket: bucket, consumers: consumers, batch: batch}
 	// Enough buckets for the lease timeout to fit in the ring window.
 	count := max(60, int(math.Ceil(float64(b.o.timeout)/float64(bucket)))+2)
-	s, q, err := b.fresh(ctx, shardq.QueueConfig{Name: "sweep", ShardCount: shards, BucketDuration: bucket,
+	s, q, err := b.fresh(ctx, shardqtype.QueueConfig{Name: "sweep", ShardCount: shards, BucketDuration: bucket,
 		BucketCount: count, DefaultTimeout: b.o.timeout})
 	if err != nil {
 		return p, err

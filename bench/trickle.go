@@ -19,10 +19,10 @@ import (
 	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 
-	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/internal/cqlcluster"
 	"github.com/shardq/shardq/producer"
+	"github.com/shardq/shardq/shardqtype"
 	"github.com/shardq/shardq/worker"
 )
 
@@ -51,7 +51,7 @@ const (
 // producer reached next to R, and the CPU seconds of the server and of each process over
 // one window (see cpuAt).
 func (b *bench) trickle(ctx context.Context) error {
-	s, q, err := b.fresh(ctx, shardq.QueueConfig{Name: "trickle"})
+	s, q, err := b.fresh(ctx, shardqtype.QueueConfig{Name: "trickle"})
 	if err != nil {
 		return err
 	}

@@ -8,11 +8,11 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/internal/fanout"
 	"github.com/shardq/shardq/internal/lwt"
 	"github.com/shardq/shardq/internal/taskindex"
 	"github.com/shardq/shardq/internal/taskrow"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 // AckError lists the tasks whose ack failed. It matches ErrLeaseLost when any lease was
@@ -89,10 +89,10 @@ func (c *Consumer) AckTasks(ctx context.Context, tasks ...*Task) error {
 		for i, t := range acked {
 			ids[i] = t.ID
 		}
-		c.cfg.Observer.Observe(ctx, shardq.Acked{Queue: c.q.Name, Count: len(done), TaskIDs: ids})
+		c.cfg.Observer.Observe(ctx, shardqtype.Acked{Queue: c.q.Name, Count: len(done), TaskIDs: ids})
 	}
 	for _, id := range ackErr.Lost {
-		c.cfg.Observer.Observe(ctx, shardq.LeaseLost{Queue: c.q.Name, TaskID: id})
+		c.cfg.Observer.Observe(ctx, shardqtype.LeaseLost{Queue: c.q.Name, TaskID: id})
 	}
 	if len(ackErr.Lost) == 0 && len(ackErr.Failed) == 0 {
 		return nil

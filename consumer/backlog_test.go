@@ -23,6 +23,7 @@ import (
 	"github.com/shardq/shardq/lock"
 	"github.com/shardq/shardq/producer"
 	"github.com/shardq/shardq/shard"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 // offsetClock is a clock that trails (or leads) another by a fixed amount.
@@ -39,7 +40,7 @@ func (o offsetClock) Now() time.Time { return o.c.Now().Add(o.d) }
 // before, until every one is acked.
 func TestFloorsHideNothing(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, shardq.QueueConfig{ShardCount: 2, BucketCount: 30, BucketDuration: time.Second})
+	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 2, BucketCount: 30, BucketDuration: time.Second})
 	trailing, err := producer.New(e.s, producer.Config{Clock: offsetClock{e.clock, -1500 * time.Millisecond}})
 	require.NoError(t, err)
 	c := e.consumer()
@@ -123,7 +124,7 @@ func TestFloorsHideNothing(t *testing.T) {
 // observer, and the call fails only when nothing could be read.
 func TestFailingPartitionIsolated(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, shardq.QueueConfig{ShardCount: 4, BucketCount: 10, BucketDuration: time.Second})
+	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 4, BucketCount: 10, BucketDuration: time.Second})
 	var tasks []producer.Task
 	for range 80 {
 		tasks = append(tasks, producer.Task{})
@@ -131,8 +132,8 @@ func TestFailingPartitionIsolated(t *testing.T) {
 	e.schedule(tasks...)
 	var failures sync.Map
 	c, err := consumer.New(e.s, consumer.Config{Queue: e.q.Name, Clock: e.clock,
-		Observer: shardq.ObserverFunc(func(_ context.Context, ev shardq.Event) {
-			if f, ok := ev.(shardq.PartitionFailed); ok {
+		Observer: shardqtype.ObserverFunc(func(_ context.Context, ev shardqtype.Event) {
+			if f, ok := ev.(shardqtype.PartitionFailed); ok {
 				failures.Store(f.PartitionKey, f.Op)
 			}
 		})})
@@ -182,7 +183,7 @@ func TestFailingPartitionIsolated(t *testing.T) {
 // partition are all delivered.
 func TestLargePayloads(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 10, BucketDuration: time.Second})
+	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 1, BucketCount: 10, BucketDuration: time.Second})
 	p, err := producer.New(e.s, producer.Config{Clock: e.clock, MaxPayloadBytes: producer.MaxPayloadLimit})
 	require.NoError(t, err)
 	ctx := context.Background()
@@ -221,7 +222,7 @@ func TestBacklogInOnePartition(t *testing.T) {
 	}
 	s := cassandratest.SchemaSession(t)
 	ctx := context.Background()
-	q, err := shardq.CreateQueue(ctx, s, shardq.QueueConfig{Name: "backlog", ShardCount: 1})
+	q, err := shardq.CreateQueue(ctx, s, shardqtype.QueueConfig{Name: "backlog", ShardCount: 1})
 	require.NoError(t, err)
 	p, err := producer.New(s, producer.Config{})
 	require.NoError(t, err)
@@ -248,8 +249,8 @@ func TestBacklogInOnePartition(t *testing.T) {
 	wg.Wait()
 
 	var failed atomic.Int64
-	c, err := consumer.New(s, consumer.Config{Queue: q.Name, Observer: shardq.ObserverFunc(func(_ context.Context, ev shardq.Event) {
-		if f, ok := ev.(shardq.PartitionFailed); ok {
+	c, err := consumer.New(s, consumer.Config{Queue: q.Name, Observer: shardqtype.ObserverFunc(func(_ context.Context, ev shardqtype.Event) {
+		if f, ok := ev.(shardqtype.PartitionFailed); ok {
 			failed.Add(1)
 			t.Errorf("partition %s failed (%s): %v", f.PartitionKey, f.Op, f.Err)
 		}
@@ -286,7 +287,7 @@ func TestLateWritesFoundBySweep(t *testing.T) {
 	for _, bucket := range []time.Duration{time.Second, 10 * time.Second} {
 		t.Run(bucket.String(), func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 120, BucketDuration: bucket, DefaultTimeout: 30 * time.Second})
+			e := newEnv(t, shardqtype.QueueConfig{ShardCount: 1, BucketCount: 120, BucketDuration: bucket, DefaultTimeout: 30 * time.Second})
 			trailing, err := producer.New(e.s, producer.Config{Clock: offsetClock{e.clock, -4 * time.Second}})
 			require.NoError(t, err)
 			c, err := consumer.New(e.s, consumer.Config{Queue: e.q.Name, Clock: e.clock, LookAhead: 30 * time.Second})
@@ -363,7 +364,7 @@ func TestLateWriteAfterSweepFoundByNextSweep(t *testing.T) {
 
 func lateWriteFoundByNextSweep(t *testing.T, write time.Duration, onTimeAfter bool) {
 	const every = 250 * time.Millisecond
-	e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 120, BucketDuration: 10 * time.Second, DefaultTimeout: 30 * time.Second})
+	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 1, BucketCount: 120, BucketDuration: 10 * time.Second, DefaultTimeout: 30 * time.Second})
 	trailing, err := producer.New(e.s, producer.Config{Clock: offsetClock{e.clock, -4 * time.Second}})
 	require.NoError(t, err)
 	// The write after the late one comes from a producer of its own, so its touch is sent
@@ -454,7 +455,7 @@ func TestPendingRetriesDoNotPinCursor(t *testing.T) {
 	s := cassandratest.SessionFor(t, ks, func(c *gocql.ClusterConfig) { c.QueryObserver = counter })
 	ctx := context.Background()
 	const shards = 4
-	q, err := shardq.CreateQueue(ctx, s, shardq.QueueConfig{Name: "pending", ShardCount: shards, BucketCount: 60,
+	q, err := shardq.CreateQueue(ctx, s, shardqtype.QueueConfig{Name: "pending", ShardCount: shards, BucketCount: 60,
 		BucketDuration: time.Second, DefaultTimeout: 5 * time.Second})
 	require.NoError(t, err)
 	clock := testclock.New(base.Add(500 * time.Millisecond))
@@ -529,7 +530,7 @@ func TestFinishedPartitionCheckedOnce(t *testing.T) {
 		})
 	})
 	ctx := context.Background()
-	q, err := shardq.CreateQueue(ctx, s, shardq.QueueConfig{Name: "blocked", ShardCount: 1, BucketCount: 120,
+	q, err := shardq.CreateQueue(ctx, s, shardqtype.QueueConfig{Name: "blocked", ShardCount: 1, BucketCount: 120,
 		BucketDuration: time.Second, DefaultTimeout: 5 * time.Second, LockTTL: time.Minute})
 	require.NoError(t, err)
 	l := q.Layout()

@@ -10,7 +10,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
-	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/inspect"
 	"github.com/shardq/shardq/internal/store"
@@ -18,6 +17,7 @@ import (
 	"github.com/shardq/shardq/internal/taskrow"
 	"github.com/shardq/shardq/producer"
 	"github.com/shardq/shardq/shard"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 // A cancelled task's copies that its cancel could not see (README, "Cancel and
@@ -81,7 +81,7 @@ func (e *env) runsNever(id uuid.UUID, at time.Time, copy taskrow.Row) {
 // duplicate at worst", which for a cancelled task is a run after its cancel returned).
 func TestCancelledCopyLookupFails(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 4, BucketDuration: time.Hour})
+	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 1, BucketCount: 4, BucketDuration: time.Hour})
 	ctx := context.Background()
 	id, row := e.pendingRow()
 	deadline := e.clock.Now().Add(e.q.DefaultTimeout)
@@ -105,7 +105,7 @@ func TestCancelledCopyLookupFails(t *testing.T) {
 // (it said in flight: the cancel's entry was stamped as the final step of token 0).
 func TestCancelOutranksALosingSwap(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 4, BucketDuration: time.Hour})
+	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 1, BucketCount: 4, BucketDuration: time.Hour})
 	ctx := context.Background()
 	id, row := e.pendingRow()
 	deadline := e.clock.Now().Add(e.q.DefaultTimeout)
@@ -128,7 +128,7 @@ func TestCancelOutranksALosingSwap(t *testing.T) {
 // not run the task (it was leased unlooked-up, as only expired markers were looked up).
 func TestCancelledRetryRowDropped(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 4, BucketDuration: time.Hour})
+	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 1, BucketCount: 4, BucketDuration: time.Hour})
 	ctx := context.Background()
 	id, row, _ := e.leasedThenCancelled(e.consumer())
 
@@ -150,7 +150,7 @@ func TestCancelledRetryRowDropped(t *testing.T) {
 // before were looked up; simulator seed 1251).
 func TestCancelledRescheduledRowDropped(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 4, BucketDuration: time.Hour})
+	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 1, BucketCount: 4, BucketDuration: time.Hour})
 	id, row, _ := e.leasedThenCancelled(e.consumer())
 	// The row the Reschedule wrote before the lease, written now: no one sees it before it
 	// is due.
@@ -170,7 +170,7 @@ func TestCancelledRescheduledRowDropped(t *testing.T) {
 // 40001298 lost it once such rows were looked up before a lease).
 func TestReplayAfterCancel(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 4, BucketDuration: time.Hour})
+	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 1, BucketCount: 4, BucketDuration: time.Hour})
 	ctx := context.Background()
 	c := e.consumer()
 	id, _, task := e.leasedThenCancelled(c)

@@ -19,6 +19,7 @@ import (
 	"github.com/shardq/shardq/lock"
 	"github.com/shardq/shardq/producer"
 	"github.com/shardq/shardq/series"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 // execution is one statement execution as the driver picked a host for it.
@@ -84,10 +85,10 @@ func TestConsistencyPinned(t *testing.T) {
 		require.Greater(t, rec.count(), before, "%s sent no statement", name)
 	}
 
-	var q shardq.QueueConfig
+	var q shardqtype.QueueConfig
 	step("CreateQueue", func() {
 		var err error
-		q, err = shardq.CreateQueue(ctx, s, shardq.QueueConfig{Name: "pinned", ShardCount: 2, BucketCount: 10,
+		q, err = shardq.CreateQueue(ctx, s, shardqtype.QueueConfig{Name: "pinned", ShardCount: 2, BucketCount: 10,
 			BucketDuration: time.Second, DefaultTimeout: 5 * time.Second})
 		require.NoError(t, err)
 	})
@@ -137,7 +138,7 @@ func TestConsistencyPinned(t *testing.T) {
 	step("Retry", func() { require.NoError(t, c.Retry(ctx, got[0], 9*time.Second)) })
 	step("DeadLetter", func() { require.NoError(t, c.DeadLetter(ctx, got[1], errors.New("failed"))) })
 	step("AckTasks", func() { require.NoError(t, c.AckTasks(ctx, got[2:]...)) })
-	var letters []shardq.TaskInfo
+	var letters []shardqtype.TaskInfo
 	step("DeadLetters", func() {
 		letters, err = in.DeadLetters(ctx, q.Name, inspect.DeadLetterQuery{})
 		require.NoError(t, err)

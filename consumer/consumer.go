@@ -22,11 +22,11 @@ import (
 	"time"
 
 	"github.com/shardq/shardq/internal/random"
+	"github.com/shardq/shardq/shardqtype"
 
 	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 
-	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/internal/clustertime"
 	"github.com/shardq/shardq/internal/combine"
 	"github.com/shardq/shardq/internal/defaults"
@@ -88,14 +88,14 @@ type Config struct {
 	// it knows something is coming due in or was written to. Defaults to DefaultLookAhead.
 	LookAhead time.Duration
 	// Observer receives BatchAcquired, LockContended, Acked, LeaseLost and
-	// PartitionFailed events. Defaults to shardq.NopObserver.
-	Observer shardq.Observer
+	// PartitionFailed events. Defaults to shardqtype.NopObserver.
+	Observer shardqtype.Observer
 	// Clock decides when tasks are due and leases expire, and stamps writes (never past
 	// the cluster's time). Defaults to the cluster's time: this host's clock corrected by
 	// its measured offset from the coordinators', so a host whose clock leads never
 	// delivers early. A Clock given here is trusted; a skew of more than half
-	// MaxClockSkew from the cluster's time is reported (shardq.ClockSkewed).
-	Clock shardq.Clock
+	// MaxClockSkew from the cluster's time is reported (shardqtype.ClockSkewed).
+	Clock shardqtype.Clock
 	// Logger receives debug and warning events. Defaults to a logger that discards.
 	Logger *slog.Logger
 }
@@ -156,7 +156,7 @@ type shared struct {
 	state   *sessionstate.State
 	cluster *clustertime.Clock
 
-	q       shardq.QueueConfig
+	q       shardqtype.QueueConfig
 	locker  *locking.Locker
 	signals *signal.Toucher
 	series  *series.Env
@@ -176,10 +176,10 @@ type shared struct {
 // New returns a Consumer of cfg.Queue. The queue's settings are read on first use.
 func New(session *gocql.Session, cfg Config) (*Consumer, error) {
 	if session == nil {
-		return nil, shardq.Invalid("session", "is nil")
+		return nil, defaults.Invalid("session", "is nil")
 	}
 	if !shard.ValidQueueName(cfg.Queue) {
-		return nil, shardq.Invalid("Config.Queue", "%q is not a valid queue name", cfg.Queue)
+		return nil, defaults.Invalid("Config.Queue", "%q is not a valid queue name", cfg.Queue)
 	}
 	for _, err := range []error{
 		defaults.NonNegative(&cfg.MaxClockSkew, DefaultMaxClockSkew, "Config.MaxClockSkew"),
@@ -199,7 +199,7 @@ func New(session *gocql.Session, cfg Config) (*Consumer, error) {
 		cfg.Clock = cluster
 	}
 	if cfg.Observer == nil {
-		cfg.Observer = shardq.NopObserver{}
+		cfg.Observer = shardqtype.NopObserver{}
 	}
 	signals := st.Signals
 	index := st.Store.Index()
@@ -288,11 +288,11 @@ func (c *Consumer) ringsOf(h layouts.History) []*Consumer {
 // to the Observer (PartitionFailed) and the log, and the call returns what it could take.
 // It returns an error only when no partition could be read at all.
 //
-// While the queue is paused (shardq.PauseQueue, as read at most shardq.SettingsRefresh
-// ago) it takes nothing and returns shardq.ErrQueuePaused.
+// While the queue is paused (shardq.PauseQueue, as read at most shardqtype.SettingsRefresh
+// ago) it takes nothing and returns shardqtype.ErrQueuePaused.
 func (c *Consumer) AcquireTasks(ctx context.Context, n int) ([]*Task, error) {
 	if n < 1 || n > MaxAcquire {
-		return nil, shardq.Invalid("n", "%d is not in [1, %d]", n, MaxAcquire)
+		return nil, defaults.Invalid("n", "%d is not in [1, %d]", n, MaxAcquire)
 	}
 	if err := c.init(ctx); err != nil {
 		return nil, err
@@ -301,10 +301,10 @@ func (c *Consumer) AcquireTasks(ctx context.Context, n int) ([]*Task, error) {
 	case err != nil:
 		return nil, err
 	case paused:
-		return nil, shardq.ErrQueuePaused
+		return nil, shardqtype.ErrQueuePaused
 	}
 	// The same read as Paused's: markers written by this call are placed by a history
-	// at most shardq.SettingsRefresh old.
+	// at most shardqtype.SettingsRefresh old.
 	h, err := c.state.Layouts(ctx, c.cfg.Queue)
 	if err != nil {
 		return nil, err
@@ -390,9 +390,9 @@ func (c *Consumer) acquire(ctx context.Context, n int) ([]*Task, error) {
 }
 
 // Queue returns the settings of the consumer's queue, loading them on first use.
-func (c *Consumer) Queue(ctx context.Context) (shardq.QueueConfig, error) {
+func (c *Consumer) Queue(ctx context.Context) (shardqtype.QueueConfig, error) {
 	if err := c.init(ctx); err != nil {
-		return shardq.QueueConfig{}, err
+		return shardqtype.QueueConfig{}, err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -426,7 +426,7 @@ func (c *Consumer) NextDue() time.Time {
 // observeFailure reports one partition's failure and goes on.
 func (c *Consumer) observeFailure(ctx context.Context, key, op string, err error) {
 	c.log.WarnContext(ctx, "partition failed; going on with the others", "queue", c.q.Name, "partition_key", key, "op", op, "error", err)
-	c.cfg.Observer.Observe(ctx, shardq.PartitionFailed{Queue: c.q.Name, PartitionKey: key, Op: op, Err: err})
+	c.cfg.Observer.Observe(ctx, shardqtype.PartitionFailed{Queue: c.q.Name, PartitionKey: key, Op: op, Err: err})
 }
 
 func wrapErr(what, key string, err error) error {
@@ -517,5 +517,5 @@ func (c *Consumer) checkSkew(ctx context.Context, now time.Time) {
 		return
 	}
 	c.log.WarnContext(ctx, "the consumer's clock is off the cluster's time", "queue", c.q.Name, "skew", skew)
-	c.cfg.Observer.Observe(ctx, shardq.ClockSkewed{Queue: c.q.Name, Skew: skew})
+	c.cfg.Observer.Observe(ctx, shardqtype.ClockSkewed{Queue: c.q.Name, Skew: skew})
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/shardq/shardq/internal/testclock"
 	"github.com/shardq/shardq/lock"
 	"github.com/shardq/shardq/producer"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 // base is a fixed start for manual clocks, aligned to a bucket boundary.
@@ -27,13 +28,13 @@ var base = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
 type env struct {
 	t     *testing.T
 	s     *gocql.Session
-	q     shardq.QueueConfig
+	q     shardqtype.QueueConfig
 	clock *testclock.Clock
 	p     *producer.Producer
 	in    *inspect.Inspector // looks tasks up
 }
 
-func newEnv(t *testing.T, q shardq.QueueConfig) *env {
+func newEnv(t *testing.T, q shardqtype.QueueConfig) *env {
 	t.Helper()
 	s := cassandratest.SchemaSession(t)
 	if q.Name == "" {
@@ -86,7 +87,7 @@ func ids(tasks []*consumer.Task) []uuid.UUID {
 
 func TestPriorityThenDueTime(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 10, BucketDuration: time.Second})
+	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 1, BucketCount: 10, BucketDuration: time.Second})
 	// Scheduled out of order, all coming due within the bucket; then the clock moves past.
 	want := e.schedule(
 		producer.Task{Payload: []byte("p0 early"), Priority: 0, DueAt: base.Add(300 * time.Millisecond)},
@@ -116,7 +117,7 @@ func TestPriorityThenDueTime(t *testing.T) {
 // it was scheduled, with DueAt as asked.
 func TestPastDueIsDueNow(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 10, BucketDuration: time.Second})
+	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 1, BucketCount: 10, BucketDuration: time.Second})
 	e.clock.Add(30 * time.Second)
 	old := e.schedule(producer.Task{Payload: []byte("an hour ago"), DueAt: base.Add(-time.Hour)})
 	e.clock.Add(100 * time.Millisecond)
@@ -128,7 +129,7 @@ func TestPastDueIsDueNow(t *testing.T) {
 
 func TestNeverEarly(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, shardq.QueueConfig{ShardCount: 2, BucketCount: 10, BucketDuration: time.Second})
+	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 2, BucketCount: 10, BucketDuration: time.Second})
 	var tasks []producer.Task
 	for i := 1; i <= 6; i++ {
 		tasks = append(tasks, producer.Task{DueAt: base.Add(time.Duration(i) * 700 * time.Millisecond)})
@@ -161,7 +162,7 @@ func TestNeverEarly(t *testing.T) {
 // delivered early nor keep the due tasks from being delivered.
 func TestFarFuture(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 4, BucketDuration: time.Second, DefaultTimeout: time.Second})
+	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 1, BucketCount: 4, BucketDuration: time.Second, DefaultTimeout: time.Second})
 	window := 4 * time.Second
 	far := e.schedule(producer.Task{Payload: []byte("far"), Priority: 9, DueAt: base.Add(3*window + 500*time.Millisecond)})[0]
 	due := e.schedule(producer.Task{Payload: []byte("now"), DueAt: base.Add(-2 * time.Millisecond)},
@@ -184,7 +185,7 @@ func TestFarFuture(t *testing.T) {
 
 func TestRedeliveryAfterTimeout(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, shardq.QueueConfig{ShardCount: 2, BucketCount: 20, BucketDuration: time.Second, DefaultTimeout: 5 * time.Second})
+	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 2, BucketCount: 20, BucketDuration: time.Second, DefaultTimeout: 5 * time.Second})
 	ctx := context.Background()
 	id := e.schedule(producer.Task{Payload: []byte("x"), Timeout: 3 * time.Second})[0]
 	c := e.consumer()
@@ -226,14 +227,14 @@ func TestRedeliveryAfterTimeout(t *testing.T) {
 // ack is, with its event, its completion in the index and its unique key freed.
 func TestAckTellsDeliveriesApart(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 20, BucketDuration: time.Second,
+	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 1, BucketCount: 20, BucketDuration: time.Second,
 		DefaultTimeout: 2 * time.Second, CompletedRetention: time.Hour})
 	ctx := context.Background()
 	var mu sync.Mutex
 	var acked []uuid.UUID
 	c, err := consumer.New(e.s, consumer.Config{Queue: e.q.Name, Clock: e.clock,
-		Observer: shardq.ObserverFunc(func(_ context.Context, ev shardq.Event) {
-			if a, ok := ev.(shardq.Acked); ok {
+		Observer: shardqtype.ObserverFunc(func(_ context.Context, ev shardqtype.Event) {
+			if a, ok := ev.(shardqtype.Acked); ok {
 				mu.Lock()
 				defer mu.Unlock()
 				acked = append(acked, a.TaskIDs...)
@@ -259,7 +260,7 @@ func TestAckTellsDeliveriesApart(t *testing.T) {
 	events := acked
 	mu.Unlock()
 	require.Equal(t, []uuid.UUID{id}, events, "the redelivery is acked")
-	require.Equal(t, shardq.TaskCompleted, e.state(id).State)
+	require.Equal(t, shardqtype.TaskCompleted, e.state(id).State)
 	again, err := e.p.ScheduleTask(ctx, producer.Task{Queue: e.q.Name, Key: "k"})
 	require.NoError(t, err, "the key is free once its task is acked")
 	require.NotEqual(t, id, again)
@@ -269,7 +270,7 @@ func TestAckTellsDeliveriesApart(t *testing.T) {
 // has taken again can still be acked: nobody else has the task, so the ack is safe.
 func TestAckAfterDeadlineNobodyTook(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 20, BucketDuration: time.Second, DefaultTimeout: 2 * time.Second})
+	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 1, BucketCount: 20, BucketDuration: time.Second, DefaultTimeout: 2 * time.Second})
 	e.schedule(producer.Task{})
 	c := e.consumer()
 	got := e.acquire(c, 1)
@@ -281,7 +282,7 @@ func TestAckAfterDeadlineNobodyTook(t *testing.T) {
 
 func TestAckBatchAcrossPartitions(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, shardq.QueueConfig{ShardCount: 4, BucketCount: 20, BucketDuration: time.Second})
+	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 4, BucketCount: 20, BucketDuration: time.Second})
 	tasks := make([]producer.Task, 200)
 	want := e.schedule(tasks...)
 	c := e.consumer()
@@ -302,7 +303,7 @@ func TestAckBatchAcrossPartitions(t *testing.T) {
 // only a held lock behind (reads change nothing), which the lock's TTL ends.
 func TestCrashAfterLockOrRead(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 20, BucketDuration: time.Second})
+	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 1, BucketCount: 20, BucketDuration: time.Second})
 	ctx := context.Background()
 	e.clock.Add(500 * time.Millisecond) // inside a bucket: the five tasks share its partition
 	want := e.schedule(make([]producer.Task, 5)...)
@@ -335,7 +336,7 @@ func TestCrashAfterLockOrRead(t *testing.T) {
 
 func TestCrashAfterSwap(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, shardq.QueueConfig{ShardCount: 2, BucketCount: 20, BucketDuration: time.Second, DefaultTimeout: 4 * time.Second})
+	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 2, BucketCount: 20, BucketDuration: time.Second, DefaultTimeout: 4 * time.Second})
 	want := e.schedule(make([]producer.Task, 20)...)
 	crashed := e.consumer()
 	taken := e.acquire(crashed, 20)
@@ -359,7 +360,7 @@ func TestCrashAfterSwap(t *testing.T) {
 
 func TestCrashAfterPartialAck(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 20, BucketDuration: time.Second, DefaultTimeout: 4 * time.Second})
+	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 1, BucketCount: 20, BucketDuration: time.Second, DefaultTimeout: 4 * time.Second})
 	e.schedule(make([]producer.Task, 10)...)
 	crashed := e.consumer()
 	taken := e.acquire(crashed, 10)
@@ -375,7 +376,7 @@ func TestCrashAfterPartialAck(t *testing.T) {
 
 func TestConcurrentConsumersInProcess(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, shardq.QueueConfig{ShardCount: 4, BucketCount: 20, BucketDuration: time.Second})
+	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 4, BucketCount: 20, BucketDuration: time.Second})
 	want := e.schedule(make([]producer.Task, 2000)...)
 	var mu sync.Mutex
 	seen := map[uuid.UUID]int{}
@@ -425,10 +426,10 @@ func TestConcurrentConsumersInProcess(t *testing.T) {
 
 func TestBadInput(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, shardq.QueueConfig{})
+	e := newEnv(t, shardqtype.QueueConfig{})
 	ctx := context.Background()
 	_, err := consumer.New(nil, consumer.Config{Queue: "q"})
-	require.ErrorIs(t, err, shardq.ErrInvalid)
+	require.ErrorIs(t, err, shardqtype.ErrInvalid)
 	for _, cfg := range []consumer.Config{
 		{},
 		{Queue: "Bad Name"},
@@ -436,29 +437,29 @@ func TestBadInput(t *testing.T) {
 		{Queue: "q", PartitionsInFlight: -1},
 	} {
 		_, err := consumer.New(e.s, cfg)
-		require.ErrorIs(t, err, shardq.ErrInvalid, "%+v", cfg)
+		require.ErrorIs(t, err, shardqtype.ErrInvalid, "%+v", cfg)
 	}
 	c := e.consumer()
 	for _, n := range []int{0, -1, consumer.MaxAcquire + 1} {
 		_, err := c.AcquireTasks(ctx, n)
-		require.ErrorIs(t, err, shardq.ErrInvalid)
+		require.ErrorIs(t, err, shardqtype.ErrInvalid)
 		require.ErrorContains(t, err, fmt.Sprint(n))
 	}
 	unknown, err := consumer.New(e.s, consumer.Config{Queue: "nope"})
 	require.NoError(t, err)
 	_, err = unknown.AcquireTasks(ctx, 1)
-	require.ErrorIs(t, err, shardq.ErrQueueNotFound)
+	require.ErrorIs(t, err, shardqtype.ErrQueueNotFound)
 
-	require.ErrorIs(t, c.AckTasks(ctx, nil), shardq.ErrInvalid)
-	require.ErrorIs(t, c.AckTasks(ctx, &consumer.Task{ID: uuid.New()}), shardq.ErrInvalid)
+	require.ErrorIs(t, c.AckTasks(ctx, nil), shardqtype.ErrInvalid)
+	require.ErrorIs(t, c.AckTasks(ctx, &consumer.Task{ID: uuid.New()}), shardqtype.ErrInvalid)
 	require.NoError(t, c.AckTasks(ctx))
 
-	other := newEnv(t, shardq.QueueConfig{Name: "other"})
+	other := newEnv(t, shardqtype.QueueConfig{Name: "other"})
 	other.schedule(producer.Task{})
 	oc := other.consumer()
 	foreign := other.acquire(oc, 1)
 	require.Len(t, foreign, 1)
-	require.ErrorIs(t, c.AckTasks(ctx, foreign...), shardq.ErrInvalid, "a task of another queue")
+	require.ErrorIs(t, c.AckTasks(ctx, foreign...), shardqtype.ErrInvalid, "a task of another queue")
 }
 
 // TestAckRacesRedelivery acks an expired lease while another consumer takes the task
@@ -466,7 +467,7 @@ func TestBadInput(t *testing.T) {
 // followed by a redelivery, and a redelivery always makes the ack fail.
 func TestAckRacesRedelivery(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 20, BucketDuration: time.Second, DefaultTimeout: time.Second})
+	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 1, BucketCount: 20, BucketDuration: time.Second, DefaultTimeout: time.Second})
 	ctx := context.Background()
 	holder, racer := e.consumer(), e.consumer()
 	outcomes := map[string]int{}
@@ -504,7 +505,7 @@ func TestAckRacesRedelivery(t *testing.T) {
 // lease and its swap: the swap must not apply, so the acked task is not delivered again.
 func TestAckBetweenReadAndSwap(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 20, BucketDuration: time.Second, DefaultTimeout: time.Second})
+	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 1, BucketCount: 20, BucketDuration: time.Second, DefaultTimeout: time.Second})
 	ctx := context.Background()
 	holder, racer := e.consumer(), e.consumer()
 	e.schedule(producer.Task{})
@@ -524,7 +525,7 @@ func TestAckBetweenReadAndSwap(t *testing.T) {
 // lock says, in NextDue, to come back soon: a worker must not sleep past due work.
 func TestSkippedPartitionKeepsNextDue(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 20, BucketDuration: time.Second})
+	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 1, BucketCount: 20, BucketDuration: time.Second})
 	e.clock.Add(500 * time.Millisecond)
 	e.schedule(producer.Task{})
 	// A TTL that outlasts the consumer's call however slow the node: the lock is held
@@ -562,7 +563,7 @@ func TestReplayedInsertStaysDeleted(t *testing.T) {
 		})
 	})
 	ctx := context.Background()
-	q, err := shardq.CreateQueue(ctx, s, shardq.QueueConfig{Name: "replay", ShardCount: 1, BucketCount: 10,
+	q, err := shardq.CreateQueue(ctx, s, shardqtype.QueueConfig{Name: "replay", ShardCount: 1, BucketCount: 10,
 		BucketDuration: time.Second, DefaultTimeout: 5 * time.Second})
 	require.NoError(t, err)
 	p, err := producer.New(s, producer.Config{})

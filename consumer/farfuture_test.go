@@ -9,8 +9,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
-	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/producer"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 // TestDueAfter2262 is issue 9's regression: time.UnixNano overflows after 2262-04-11, and
@@ -19,7 +19,7 @@ import (
 // at once; the one due in 2300 landed in 1715. Each must come due at its own time.
 func TestDueAfter2262(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 10, BucketDuration: time.Second})
+	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 1, BucketCount: 10, BucketDuration: time.Second})
 	ctx := context.Background()
 	in2300 := time.Date(2300, 6, 1, 0, 0, 0, 0, time.UTC)
 	wrapsToNow := base.Add(math.MaxInt64).Add(math.MaxInt64).Add(2) // base + 2^64 ns, in 2611

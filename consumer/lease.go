@@ -8,12 +8,13 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/internal/deadletters"
+	"github.com/shardq/shardq/internal/defaults"
 	"github.com/shardq/shardq/internal/lwt"
 	"github.com/shardq/shardq/internal/taskindex"
 	"github.com/shardq/shardq/internal/taskrow"
 	"github.com/shardq/shardq/shard"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 // Retry gives a task back to the queue to be delivered again after delay (zero: at
@@ -24,7 +25,7 @@ func (c *Consumer) Retry(ctx context.Context, t *Task, delay time.Duration) erro
 		return err
 	}
 	if delay < 0 || delay > c.q.MaxTimeout() {
-		return shardq.Invalid("delay", "%v is not in [0, %v]", delay, c.q.MaxTimeout())
+		return defaults.Invalid("delay", "%v is not in [0, %v]", delay, c.q.MaxTimeout())
 	}
 	_, err := c.relocate(ctx, t, c.cfg.Clock.Now().Add(delay), taskindex.Retrying)
 	return err
@@ -38,7 +39,7 @@ func (c *Consumer) Extend(ctx context.Context, t *Task, d time.Duration) error {
 		return err
 	}
 	if d <= 0 || d > c.q.MaxTimeout() {
-		return shardq.Invalid("d", "%v is not in (0, %v]", d, c.q.MaxTimeout())
+		return defaults.Invalid("d", "%v is not in (0, %v]", d, c.q.MaxTimeout())
 	}
 	deadline := c.cfg.Clock.Now().Add(d)
 	next, err := c.relocate(ctx, t, deadline, taskindex.InFlight)
@@ -57,7 +58,7 @@ func (c *Consumer) Extend(ctx context.Context, t *Task, d time.Duration) error {
 // loss.
 func (c *Consumer) relocate(ctx context.Context, t *Task, at time.Time, state taskindex.State) (taskrow.Row, error) {
 	// The marker is placed by the queue's layouts, which must be at most
-	// shardq.SettingsRefresh old (see internal/layouts).
+	// shardqtype.SettingsRefresh old (see internal/layouts).
 	if _, err := c.state.Layouts(ctx, c.cfg.Queue); err != nil {
 		return t.marker, fmt.Errorf("consumer: moving the lease of %s: %w", t.ID, err)
 	}
@@ -110,7 +111,7 @@ func (c *Consumer) relocate(ctx context.Context, t *Task, at time.Time, state ta
 	case err != nil:
 		return t.marker, err
 	case !applied:
-		c.cfg.Observer.Observe(ctx, shardq.LeaseLost{Queue: c.q.Name, TaskID: t.ID})
+		c.cfg.Observer.Observe(ctx, shardqtype.LeaseLost{Queue: c.q.Name, TaskID: t.ID})
 		return t.marker, ErrLeaseLost
 	}
 	return next, nil
@@ -138,7 +139,7 @@ func (c *Consumer) DeadLetter(ctx context.Context, t *Task, cause error) error {
 	err = c.ackOne(ctx, t)
 	switch {
 	case errors.Is(err, ErrLeaseLost):
-		c.cfg.Observer.Observe(ctx, shardq.LeaseLost{Queue: c.q.Name, TaskID: t.ID})
+		c.cfg.Observer.Observe(ctx, shardqtype.LeaseLost{Queue: c.q.Name, TaskID: t.ID})
 	case err == nil:
 		c.finish(ctx, []taskindex.Write{c.deadEntry(ctx, t, msg)})
 		c.advanceSeries(ctx, []*Task{t}, false)
@@ -153,9 +154,9 @@ func (c *Consumer) checkOwn(ctx context.Context, t *Task, name string) error {
 	}
 	switch {
 	case t == nil || t.marker.Key == "":
-		return shardq.Invalid(name, "is not a task delivered by AcquireTasks")
+		return defaults.Invalid(name, "is not a task delivered by AcquireTasks")
 	case t.Queue != c.cfg.Queue:
-		return shardq.Invalid(name, "belongs to queue %q, not %q", t.Queue, c.cfg.Queue)
+		return defaults.Invalid(name, "belongs to queue %q, not %q", t.Queue, c.cfg.Queue)
 	}
 	return nil
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/inspect"
 	"github.com/shardq/shardq/internal/lwt"
@@ -23,9 +22,10 @@ import (
 	"github.com/shardq/shardq/lock"
 	"github.com/shardq/shardq/producer"
 	"github.com/shardq/shardq/shard"
+	"github.com/shardq/shardq/shardqtype"
 )
 
-func (e *env) state(id uuid.UUID) *shardq.TaskInfo {
+func (e *env) state(id uuid.UUID) *shardqtype.TaskInfo {
 	e.t.Helper()
 	info, err := e.in.Task(context.Background(), id)
 	require.NoError(e.t, err)
@@ -35,20 +35,20 @@ func (e *env) state(id uuid.UUID) *shardq.TaskInfo {
 func (e *env) notFound(id uuid.UUID) {
 	e.t.Helper()
 	_, err := e.in.Task(context.Background(), id)
-	require.ErrorIs(e.t, err, shardq.ErrTaskNotFound)
+	require.ErrorIs(e.t, err, shardqtype.ErrTaskNotFound)
 }
 
 // TestStatusAcrossTransitions follows one task through every move and checks what the
 // inspector reports after each, then a dead task and an expired lease.
 func TestStatusAcrossTransitions(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 60, BucketDuration: time.Second, CompletedRetention: time.Hour})
+	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 1, BucketCount: 60, BucketDuration: time.Second, CompletedRetention: time.Hour})
 	ctx := context.Background()
 	c := e.consumer()
 
 	id := e.schedule(producer.Task{Payload: []byte("x"), Priority: 3, DueAt: base.Add(2 * time.Second)})[0]
 	info := e.state(id)
-	require.Equal(t, shardq.TaskScheduled, info.State)
+	require.Equal(t, shardqtype.TaskScheduled, info.State)
 	require.True(t, info.DueAt.Equal(base.Add(2*time.Second)))
 	require.Equal(t, 3, info.Priority)
 	require.Equal(t, []byte("x"), info.Payload)
@@ -60,7 +60,7 @@ func TestStatusAcrossTransitions(t *testing.T) {
 	require.Len(t, got, 1)
 	require.Equal(t, int64(1), got[0].Token)
 	info = e.state(id)
-	require.Equal(t, shardq.TaskInFlight, info.State)
+	require.Equal(t, shardqtype.TaskInFlight, info.State)
 	require.Equal(t, 1, info.Attempt)
 	require.Equal(t, int64(1), info.Token)
 	require.True(t, info.Deadline.Equal(got[0].Deadline), "%v != %v", info.Deadline, got[0].Deadline)
@@ -69,13 +69,13 @@ func TestStatusAcrossTransitions(t *testing.T) {
 	for _, d := range []time.Duration{5*time.Second + 100*time.Millisecond, 8 * time.Second} {
 		require.NoError(t, c.Extend(ctx, got[0], d))
 		info = e.state(id)
-		require.Equal(t, shardq.TaskInFlight, info.State)
+		require.Equal(t, shardqtype.TaskInFlight, info.State)
 		require.True(t, info.Deadline.Equal(e.clock.Now().Add(d)))
 	}
 
 	require.NoError(t, c.Retry(ctx, got[0], 4*time.Second))
 	info = e.state(id)
-	require.Equal(t, shardq.TaskRetrying, info.State)
+	require.Equal(t, shardqtype.TaskRetrying, info.State)
 	require.True(t, info.DueAt.Equal(e.clock.Now().Add(4*time.Second)))
 	require.Equal(t, int64(1), info.Token)
 
@@ -84,10 +84,10 @@ func TestStatusAcrossTransitions(t *testing.T) {
 	require.Len(t, got, 1)
 	require.Equal(t, 2, got[0].Attempt)
 	require.Equal(t, int64(2), got[0].Token)
-	require.Equal(t, shardq.TaskInFlight, e.state(id).State)
+	require.Equal(t, shardqtype.TaskInFlight, e.state(id).State)
 	require.NoError(t, c.AckTasks(ctx, got[0]))
 	info = e.state(id)
-	require.Equal(t, shardq.TaskCompleted, info.State, "kept for the queue's CompletedRetention")
+	require.Equal(t, shardqtype.TaskCompleted, info.State, "kept for the queue's CompletedRetention")
 	require.Equal(t, int64(2), info.Token)
 
 	// A task that dies.
@@ -96,7 +96,7 @@ func TestStatusAcrossTransitions(t *testing.T) {
 	require.Equal(t, []uuid.UUID{dead}, ids(got))
 	require.NoError(t, c.DeadLetter(ctx, got[0], errors.New("boom")))
 	info = e.state(dead)
-	require.Equal(t, shardq.TaskDead, info.State)
+	require.Equal(t, shardqtype.TaskDead, info.State)
 	require.Equal(t, "boom", info.LastError)
 
 	// A lease that ran out: the task is due again at its deadline.
@@ -105,7 +105,7 @@ func TestStatusAcrossTransitions(t *testing.T) {
 	require.Equal(t, []uuid.UUID{lapsed}, ids(got))
 	e.clock.Add(got[0].Timeout + time.Millisecond)
 	info = e.state(lapsed)
-	require.Equal(t, shardq.TaskRetrying, info.State)
+	require.Equal(t, shardqtype.TaskRetrying, info.State)
 	require.True(t, info.DueAt.Equal(got[0].Deadline))
 }
 
@@ -113,7 +113,7 @@ func TestStatusAcrossTransitions(t *testing.T) {
 // the inspector reports lags by that one step and is never wrong about where the task is.
 func TestStatusAfterCrashes(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 60, BucketDuration: time.Second, CompletedRetention: time.Hour})
+	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 1, BucketCount: 60, BucketDuration: time.Second, CompletedRetention: time.Hour})
 	ctx := context.Background()
 
 	// Died after writing markers and index entries, before the swap: still scheduled.
@@ -122,7 +122,7 @@ func TestStatusAfterCrashes(t *testing.T) {
 	consumer.SetCrash(crashing, func(step string) bool { return step == "swap" })
 	_, _ = crashing.AcquireTasks(ctx, 1)
 	info := e.state(id)
-	require.Equal(t, shardq.TaskScheduled, info.State, "the swap never happened")
+	require.Equal(t, shardqtype.TaskScheduled, info.State, "the swap never happened")
 
 	// Once a live consumer takes it (after the dead one's lock expired), it is in flight.
 	live := e.consumer()
@@ -132,7 +132,7 @@ func TestStatusAfterCrashes(t *testing.T) {
 		return len(got) == 1
 	}, 20*time.Second, 50*time.Millisecond, "the crashed consumer's lock never expired")
 	require.Equal(t, id, got[0].ID)
-	require.Equal(t, shardq.TaskInFlight, e.state(id).State)
+	require.Equal(t, shardqtype.TaskInFlight, e.state(id).State)
 
 	// Died after the ack, before recording it: not found, rather than completed.
 	consumer.SetCrash(live, func(step string) bool { return step == "finish" })
@@ -146,7 +146,7 @@ func TestStatusAfterCrashes(t *testing.T) {
 // beside the lease in force (simulator seed 40002880).
 func TestOrphanMarkerOfCrashedTakeDropped(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 60, BucketDuration: time.Second})
+	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 1, BucketCount: 60, BucketDuration: time.Second})
 	ctx := context.Background()
 	id := e.schedule(producer.Task{Payload: []byte("x")})[0]
 	e.unfinishedSwap("crash")
@@ -173,7 +173,7 @@ func TestOrphanMarkerOfCrashedTakeDropped(t *testing.T) {
 // TestAckedTaskNotFoundWithoutRetention: by default an acked task is forgotten.
 func TestAckedTaskNotFoundWithoutRetention(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 60, BucketDuration: time.Second})
+	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 1, BucketCount: 60, BucketDuration: time.Second})
 	c := e.consumer()
 	id := e.schedule(producer.Task{Payload: []byte("x")})[0]
 	got := e.acquire(c, 1)
@@ -187,7 +187,7 @@ func TestAckedTaskNotFoundWithoutRetention(t *testing.T) {
 // acked, cancelled or dead.
 func TestUniqueKeyRace(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, shardq.QueueConfig{ShardCount: 4, BucketCount: 60, BucketDuration: time.Second})
+	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 4, BucketCount: 60, BucketDuration: time.Second})
 	ctx := context.Background()
 	const racers = 16
 	type result struct {
@@ -239,7 +239,7 @@ func TestUniqueKeyRace(t *testing.T) {
 	require.Equal(t, []uuid.UUID{winner}, ids(got))
 	info, err = e.in.TaskByKey(ctx, e.q.Name, "k")
 	require.NoError(t, err)
-	require.Equal(t, shardq.TaskInFlight, info.State)
+	require.Equal(t, shardqtype.TaskInFlight, info.State)
 	require.Equal(t, "k", info.Key, "the key outlives the move")
 	_, err = schedule()
 	require.ErrorIs(t, err, producer.ErrDuplicate)
@@ -250,7 +250,7 @@ func TestUniqueKeyRace(t *testing.T) {
 	// Cancelled frees it.
 	require.NoError(t, e.p.CancelByKey(ctx, e.q.Name, "k", producer.CancelOptions{}))
 	_, err = e.in.TaskByKey(ctx, e.q.Name, "k")
-	require.ErrorIs(t, err, shardq.ErrTaskNotFound)
+	require.ErrorIs(t, err, shardqtype.ErrTaskNotFound)
 	third, err := schedule()
 	require.NoError(t, err)
 	require.NotEqual(t, second, third)
@@ -263,7 +263,7 @@ func TestUniqueKeyRace(t *testing.T) {
 
 	// Keys are per queue, and a batch may not name one twice.
 	_, err = e.p.ScheduleTasks(ctx, []producer.Task{{Queue: e.q.Name, Key: "a"}, {Queue: e.q.Name, Key: "a"}})
-	require.ErrorIs(t, err, shardq.ErrInvalid)
+	require.ErrorIs(t, err, shardqtype.ErrInvalid)
 }
 
 // TestAbandonedKeyClaim: a producer that died between claiming a key and writing its
@@ -271,7 +271,7 @@ func TestUniqueKeyRace(t *testing.T) {
 // KeyClaimGrace (the claimer might still be writing), then taken over.
 func TestAbandonedKeyClaim(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 60, BucketDuration: time.Second})
+	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 1, BucketCount: 60, BucketDuration: time.Second})
 	ctx := context.Background()
 	ghost := shard.NewID(e.clock.Now())
 	require.NoError(t, e.s.Query(`INSERT INTO task_keys (queue, key, task_id, claimed_at) VALUES (?, ?, ?, ?) IF NOT EXISTS`,
@@ -386,7 +386,7 @@ func (e *env) race(d *deliveries, op func(i int, id uuid.UUID) error) ([]uuid.UU
 // one that failed says why: in flight, or already done.
 func TestCancelRacesAcquire(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, shardq.QueueConfig{ShardCount: 4, BucketCount: 60, BucketDuration: time.Second})
+	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 4, BucketCount: 60, BucketDuration: time.Second})
 	ctx := context.Background()
 	d := &deliveries{at: map[uuid.UUID][]time.Time{}}
 	taskIDs, results := e.race(d, func(_ int, id uuid.UUID) error { return e.p.Cancel(ctx, id, producer.CancelOptions{}) })
@@ -399,7 +399,7 @@ func TestCancelRacesAcquire(t *testing.T) {
 		case err == nil:
 			cancelled++
 			require.Empty(t, d.of(id), "task %d was delivered after its cancel succeeded", i)
-		case errors.Is(err, shardq.ErrTaskInFlight), errors.Is(err, shardq.ErrTaskNotFound):
+		case errors.Is(err, shardqtype.ErrTaskInFlight), errors.Is(err, shardqtype.ErrTaskNotFound):
 			raced++
 			require.Len(t, d.of(id), 1, "task %d: %v", i, err)
 		default:
@@ -413,14 +413,14 @@ func TestCancelRacesAcquire(t *testing.T) {
 // TestCancelAfterLease lets a delivery in flight finish but stops its redelivery.
 func TestCancelAfterLease(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 60, BucketDuration: time.Second})
+	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 1, BucketCount: 60, BucketDuration: time.Second})
 	ctx := context.Background()
 	c := e.consumer()
 	id := e.schedule(producer.Task{Payload: []byte("x")})[0]
 	got := e.acquire(c, 1)
 	require.Len(t, got, 1)
 	err := e.p.Cancel(ctx, id, producer.CancelOptions{})
-	var inFlight *shardq.TaskInFlightError
+	var inFlight *shardqtype.TaskInFlightError
 	require.ErrorAs(t, err, &inFlight)
 	require.Equal(t, int64(1), inFlight.Token)
 	require.True(t, inFlight.Deadline.Equal(got[0].Deadline))
@@ -430,7 +430,7 @@ func TestCancelAfterLease(t *testing.T) {
 	require.ErrorIs(t, c.AckTasks(ctx, got...), consumer.ErrLeaseLost)
 	e.clock.Add(time.Minute)
 	require.Empty(t, e.acquire(c, 10), "never delivered again")
-	require.ErrorIs(t, e.p.Cancel(ctx, id, producer.CancelOptions{}), shardq.ErrTaskNotFound)
+	require.ErrorIs(t, e.p.Cancel(ctx, id, producer.CancelOptions{}), shardqtype.ErrTaskNotFound)
 }
 
 // unfinishedSwap has a consumer take the one due task of a one-shard queue and stop before
@@ -488,11 +488,11 @@ func TestCancelAfterUnfinishedSwap(t *testing.T) {
 	for _, how := range []string{"crash", "unsettled"} {
 		t.Run(how, func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 60, BucketDuration: time.Second})
+			e := newEnv(t, shardqtype.QueueConfig{ShardCount: 1, BucketCount: 60, BucketDuration: time.Second})
 			ctx := context.Background()
 			id := e.schedule(producer.Task{Payload: []byte("x")})[0]
 			deadline := e.unfinishedSwap(how)
-			require.Equal(t, shardq.TaskScheduled, e.state(id).State, "the swap never applied")
+			require.Equal(t, shardqtype.TaskScheduled, e.state(id).State, "the swap never applied")
 
 			require.NoError(t, e.p.Cancel(ctx, id, producer.CancelOptions{}))
 			d := &deliveries{at: map[uuid.UUID][]time.Time{}}
@@ -515,7 +515,7 @@ func TestRescheduleAfterUnfinishedSwap(t *testing.T) {
 	for _, how := range []string{"crash", "unsettled"} {
 		t.Run(how, func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 60, BucketDuration: time.Second})
+			e := newEnv(t, shardqtype.QueueConfig{ShardCount: 1, BucketCount: 60, BucketDuration: time.Second})
 			ctx := context.Background()
 			id := e.schedule(producer.Task{Payload: []byte("x")})[0]
 			deadline := e.unfinishedSwap(how)
@@ -523,7 +523,7 @@ func TestRescheduleAfterUnfinishedSwap(t *testing.T) {
 
 			require.NoError(t, e.p.Reschedule(ctx, id, producer.RescheduleOptions{DueAt: later}))
 			info := e.state(id)
-			require.Equal(t, shardq.TaskScheduled, info.State)
+			require.Equal(t, shardqtype.TaskScheduled, info.State)
 			require.True(t, info.DueAt.Equal(later))
 			d := &deliveries{at: map[uuid.UUID][]time.Time{}}
 			e.clock.Add(deadline.Sub(e.clock.Now()) + time.Millisecond)
@@ -598,16 +598,16 @@ func TestCancelAfterUnfinishedLeaseMove(t *testing.T) {
 			}
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
-				e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 60, BucketDuration: time.Second})
+				e := newEnv(t, shardqtype.QueueConfig{ShardCount: 1, BucketCount: 60, BucketDuration: time.Second})
 				ctx := context.Background()
 				id := e.schedule(producer.Task{Payload: []byte("x")})[0]
 				start := e.clock.Now()
 				deadline := e.unfinishedLeaseMove(id, m.retry, m.d)
 				if lapsed {
 					e.clock.Add(deadline.Sub(e.clock.Now()) + time.Millisecond)
-					require.Equal(t, shardq.TaskRetrying, e.state(id).State)
+					require.Equal(t, shardqtype.TaskRetrying, e.state(id).State)
 				} else {
-					require.Equal(t, shardq.TaskInFlight, e.state(id).State)
+					require.Equal(t, shardqtype.TaskInFlight, e.state(id).State)
 				}
 
 				require.NoError(t, e.p.Cancel(ctx, id, producer.CancelOptions{AfterLease: !lapsed}))
@@ -633,7 +633,7 @@ func TestRescheduleAfterUnfinishedLeaseMove(t *testing.T) {
 	for _, m := range leaseMoves {
 		t.Run(m.name, func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 60, BucketDuration: time.Second})
+			e := newEnv(t, shardqtype.QueueConfig{ShardCount: 1, BucketCount: 60, BucketDuration: time.Second})
 			ctx := context.Background()
 			id := e.schedule(producer.Task{Payload: []byte("x")})[0]
 			start := e.clock.Now()
@@ -643,7 +643,7 @@ func TestRescheduleAfterUnfinishedLeaseMove(t *testing.T) {
 
 			require.NoError(t, e.p.Reschedule(ctx, id, producer.RescheduleOptions{DueAt: later}))
 			info := e.state(id)
-			require.Equal(t, shardq.TaskRetrying, info.State)
+			require.Equal(t, shardqtype.TaskRetrying, info.State)
 			require.True(t, info.DueAt.Equal(later))
 			d := &deliveries{at: map[uuid.UUID][]time.Time{}}
 			for _, at := range []time.Time{start.Add(m.d), later, later.Add(time.Minute)} {
@@ -670,7 +670,7 @@ func TestSlowLeaseMoveLosesToCancel(t *testing.T) {
 		for _, op := range []string{"cancel", "reschedule"} {
 			t.Run(m.name+"/"+op, func(t *testing.T) {
 				t.Parallel()
-				e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 60, BucketDuration: time.Second})
+				e := newEnv(t, shardqtype.QueueConfig{ShardCount: 1, BucketCount: 60, BucketDuration: time.Second})
 				ctx := context.Background()
 				id := e.schedule(producer.Task{Payload: []byte("x")})[0]
 				start := e.clock.Now()
@@ -732,7 +732,7 @@ func TestSlowLeaseMoveLosesToCancel(t *testing.T) {
 // when the move failed because the task was in flight or done.
 func TestRescheduleRacesAcquire(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, shardq.QueueConfig{ShardCount: 4, BucketCount: 60, BucketDuration: time.Second})
+	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 4, BucketCount: 60, BucketDuration: time.Second})
 	ctx := context.Background()
 	later := base.Add(3 * time.Second)
 	d := &deliveries{at: map[uuid.UUID][]time.Time{}}
@@ -753,7 +753,7 @@ func TestRescheduleRacesAcquire(t *testing.T) {
 		case err == nil:
 			moved++
 			require.False(t, at[0].Before(later), "task %d delivered at %v, before its new time", i, at[0])
-		case errors.Is(err, shardq.ErrTaskInFlight), errors.Is(err, shardq.ErrTaskNotFound),
+		case errors.Is(err, shardqtype.ErrTaskInFlight), errors.Is(err, shardqtype.ErrTaskNotFound),
 			errors.Is(err, lock.ErrLockHeld): // consumers kept the partition busy: not moved
 			require.True(t, at[0].Before(later))
 		default:
@@ -768,7 +768,7 @@ func TestRescheduleRacesAcquire(t *testing.T) {
 // share a partition and move in one conditional batch.
 func TestRescheduleMovesWithinAPartition(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 60, BucketDuration: time.Second})
+	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 1, BucketCount: 60, BucketDuration: time.Second})
 	ctx := context.Background()
 	low := e.schedule(producer.Task{Payload: []byte("low"), DueAt: base.Add(100 * time.Millisecond)})[0]
 	high := e.schedule(producer.Task{Payload: []byte("high"), Priority: 5, DueAt: base.Add(200 * time.Millisecond)})[0]
@@ -781,18 +781,18 @@ func TestRescheduleMovesWithinAPartition(t *testing.T) {
 	c := e.consumer()
 	require.Equal(t, []uuid.UUID{low, high}, ids(e.acquire(c, 10)), "the raised task goes first")
 	bad := 10
-	require.ErrorIs(t, e.p.Reschedule(ctx, high, producer.RescheduleOptions{Priority: &bad}), shardq.ErrInvalid)
+	require.ErrorIs(t, e.p.Reschedule(ctx, high, producer.RescheduleOptions{Priority: &bad}), shardqtype.ErrInvalid)
 	_, err := e.in.Task(ctx, uuid.New())
-	require.ErrorIs(t, err, shardq.ErrInvalid, "not a task ID")
+	require.ErrorIs(t, err, shardqtype.ErrInvalid, "not a task ID")
 	_, err = e.in.Task(ctx, shard.NewID(base))
-	require.ErrorIs(t, err, shardq.ErrTaskNotFound)
+	require.ErrorIs(t, err, shardqtype.ErrTaskNotFound)
 }
 
 // TestDeadLettersPageReplayPurge lists five dead letters in pages, newest first, then
 // replays one, purges one, and purges the rest in bulk.
 func TestDeadLettersPageReplayPurge(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 60, BucketDuration: time.Second})
+	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 1, BucketCount: 60, BucketDuration: time.Second})
 	ctx := context.Background()
 	c := e.consumer()
 	tasks := make([]producer.Task, 5)
@@ -831,7 +831,7 @@ func TestDeadLettersPageReplayPurge(t *testing.T) {
 	require.Equal(t, "e", letters[0].LastError)
 	_, err = e.p.ReplayDeadLetter(ctx, e.q.Name, letters[0].DeadLetterID)
 	require.NoError(t, err)
-	require.Equal(t, shardq.TaskScheduled, e.state(taskIDs[4]).State)
+	require.Equal(t, shardqtype.TaskScheduled, e.state(taskIDs[4]).State)
 	require.NoError(t, e.p.PurgeDeadLetter(ctx, e.q.Name, letters[1].DeadLetterID))
 	e.notFound(taskIDs[3])
 	require.ErrorIs(t, e.p.PurgeDeadLetter(ctx, e.q.Name, letters[1].DeadLetterID), producer.ErrDeadLetterNotFound)
@@ -856,7 +856,7 @@ func TestDeadLettersPageReplayPurge(t *testing.T) {
 // a lease that never took effect (found by review of ca32b16).
 func TestOutrankedOnlyByALeaseThatTookEffect(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 60, BucketDuration: time.Second})
+	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 1, BucketCount: 60, BucketDuration: time.Second})
 	ctx := context.Background()
 	id := e.schedule(producer.Task{Payload: []byte("x")})[0]
 	holder := e.consumer()
@@ -905,7 +905,7 @@ func TestOutrankedOnlyByALeaseThatTookEffect(t *testing.T) {
 // is written here by hand.
 func TestReplayAboveLaterDeliveries(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 60, BucketDuration: time.Second})
+	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 1, BucketCount: 60, BucketDuration: time.Second})
 	ctx := context.Background()
 	c := e.consumer()
 	id := e.schedule(producer.Task{Payload: []byte("x")})[0]
@@ -925,7 +925,7 @@ func TestReplayAboveLaterDeliveries(t *testing.T) {
 	require.Len(t, letters, 1)
 	_, err = e.p.ReplayDeadLetter(ctx, e.q.Name, letters[0].DeadLetterID)
 	require.NoError(t, err)
-	require.Equal(t, shardq.TaskScheduled, e.state(id).State)
+	require.Equal(t, shardqtype.TaskScheduled, e.state(id).State)
 	e.clock.Add(time.Second)
 	again := e.acquire(e.consumer(), 1)
 	require.Equal(t, []uuid.UUID{id}, ids(again), "the replay did not run")
@@ -937,7 +937,7 @@ func TestReplayAboveLaterDeliveries(t *testing.T) {
 // the task once: the copy does not run beside it, and nothing of the task is left.
 func TestCopiesInOneTakeRunOnce(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 4, BucketDuration: time.Hour})
+	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 1, BucketCount: 4, BucketDuration: time.Hour})
 	id := e.schedule(producer.Task{Payload: []byte("x")})[0]
 	deadline := e.unfinishedSwap("crash")
 	e.clock.Add(deadline.Sub(e.clock.Now()) + time.Millisecond)
@@ -957,7 +957,7 @@ func TestCopiesInOneTakeRunOnce(t *testing.T) {
 // rather than run the cancelled task.
 func TestCancelledTaskOrphanMarker(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 4, BucketDuration: time.Hour})
+	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 1, BucketCount: 4, BucketDuration: time.Hour})
 	ctx := context.Background()
 	id := e.schedule(producer.Task{Payload: []byte("x")})[0]
 	key := e.q.Layout().Key(e.q.Layout().Bucket(e.clock.Now()), 0)
@@ -990,7 +990,7 @@ func TestCancelledTaskOrphanMarker(t *testing.T) {
 // where the same swap deletes that row: sim seed 5168).
 func TestCopiesOfAMovedTaskInOneTake(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, shardq.QueueConfig{ShardCount: 1, BucketCount: 60, BucketDuration: time.Second})
+	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 1, BucketCount: 60, BucketDuration: time.Second})
 	id := e.schedule(producer.Task{Payload: []byte("x")})[0]
 	orphan := e.unfinishedSwap("crash")
 	got := e.acquire(e.consumer(), 1) // and never acked

@@ -7,8 +7,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/producer"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 // TestTaskOutlivesLongOutage schedules a task while no consumer runs and starts the
@@ -20,7 +20,7 @@ func TestTaskOutlivesLongOutage(t *testing.T) {
 	for laps := range 4 {
 		t.Run(fmt.Sprintf("laps=%d", laps), func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t, shardq.QueueConfig{ShardCount: 2, BucketCount: 4, BucketDuration: time.Second, DefaultTimeout: time.Second})
+			e := newEnv(t, shardqtype.QueueConfig{ShardCount: 2, BucketCount: 4, BucketDuration: time.Second, DefaultTimeout: time.Second})
 			id := e.schedule(producer.Task{Payload: []byte("x")})[0]
 			e.clock.Add(time.Duration(laps)*e.q.Layout().Window() + 1500*time.Millisecond)
 			c := e.consumer()

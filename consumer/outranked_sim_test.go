@@ -16,7 +16,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/internal/lwt"
 	"github.com/shardq/shardq/internal/memstore"
@@ -24,19 +23,20 @@ import (
 	"github.com/shardq/shardq/internal/store"
 	"github.com/shardq/shardq/lock"
 	"github.com/shardq/shardq/producer"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 // rig is a simulated cluster with one queue of one shard, on the bubble's clock.
 type rig struct {
 	t       *testing.T
 	cluster *memstore.Cluster
-	q       shardq.QueueConfig
+	q       shardqtype.QueueConfig
 }
 
 func newRig(t *testing.T) *rig {
 	cl, err := memstore.New(memstore.Config{Now: time.Now})
 	require.NoError(t, err)
-	q := shardq.QueueConfig{Name: "q", ShardCount: 1, BucketCount: 60, BucketDuration: time.Second, DefaultTimeout: 3 * time.Second}.WithDefaults()
+	q := shardqtype.QueueConfig{Name: "q", ShardCount: 1, BucketCount: 60, BucketDuration: time.Second, DefaultTimeout: 3 * time.Second}.WithDefaults()
 	_, _, err = cl.Client(memstore.ClientConfig{Clock: time.Now}).Queues().Create(context.Background(), store.Queue(q))
 	require.NoError(t, err)
 	return &rig{t: t, cluster: cl, q: q}

@@ -20,6 +20,7 @@ import (
 	"github.com/shardq/shardq/internal/cassandratest"
 	"github.com/shardq/shardq/internal/cqlcluster"
 	"github.com/shardq/shardq/producer"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 const (
@@ -98,7 +99,7 @@ func TestConcurrentProcesses(t *testing.T) {
 	ks := cassandratest.Keyspace(t)
 	s := cassandratest.SessionFor(t, ks)
 	cassandratest.ApplySchema(t, s)
-	q, err := shardq.CreateQueue(ctx, s, shardq.QueueConfig{Name: helperQueue, ShardCount: 8,
+	q, err := shardq.CreateQueue(ctx, s, shardqtype.QueueConfig{Name: helperQueue, ShardCount: 8,
 		BucketCount: 60, BucketDuration: time.Second, DefaultTimeout: 50 * time.Second})
 	require.NoError(t, err)
 	p, err := producer.New(s, producer.Config{})

@@ -9,10 +9,10 @@ import (
 	"github.com/gocql/gocql"
 	"github.com/stretchr/testify/require"
 
-	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/internal/taskrow"
 	"github.com/shardq/shardq/producer"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 // A swap whose LWT applied but came back with an unknown outcome (a coordinator timeout,
@@ -23,7 +23,7 @@ import (
 func TestUnknownSwapSettledAfterAnotherSwap(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	e := newEnv(t, shardq.QueueConfig{ShardCount: 1})
+	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 1})
 	want := e.schedule(producer.Task{}, producer.Task{}, producer.Task{}, producer.Task{})
 	a, b := e.consumer(), e.consumer()
 	var once sync.Once
@@ -51,7 +51,7 @@ func TestUnknownSwapSettledAfterAnotherSwap(t *testing.T) {
 func TestUnknownSwapNotAppliedWhileAnotherTookTheRows(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	e := newEnv(t, shardq.QueueConfig{ShardCount: 1})
+	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 1})
 	want := e.schedule(producer.Task{}, producer.Task{}, producer.Task{}, producer.Task{})
 	a, b := e.consumer(), e.consumer()
 	var fromB []*consumer.Task
@@ -92,7 +92,7 @@ func TestUnknownSwapNotAppliedWhileAnotherTookTheRows(t *testing.T) {
 func TestUnknownAckBatchSettledAsAcked(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	e := newEnv(t, shardq.QueueConfig{ShardCount: 1})
+	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 1})
 	want := e.schedule(producer.Task{}, producer.Task{}, producer.Task{})
 	c := e.consumer()
 	calls := 0

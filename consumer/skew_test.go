@@ -16,6 +16,7 @@ import (
 	"github.com/shardq/shardq/internal/store"
 	"github.com/shardq/shardq/internal/testclock"
 	"github.com/shardq/shardq/producer"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 // aheadHost is a host whose system clock leads by d.
@@ -30,7 +31,7 @@ func TestHostAheadNeverDeliversEarly(t *testing.T) {
 	t.Parallel()
 	s := cassandratest.SchemaSession(t)
 	ctx := context.Background()
-	q, err := shardq.CreateQueue(ctx, s, shardq.QueueConfig{Name: "ahead", ShardCount: 2, BucketCount: 60,
+	q, err := shardq.CreateQueue(ctx, s, shardqtype.QueueConfig{Name: "ahead", ShardCount: 2, BucketCount: 60,
 		BucketDuration: time.Second, DefaultTimeout: 5 * time.Second})
 	require.NoError(t, err)
 	p, err := producer.New(s, producer.Config{})
@@ -73,7 +74,7 @@ func TestLeadingClockDeletesWin(t *testing.T) {
 	t.Parallel()
 	s := cassandratest.SchemaSession(t)
 	ctx := context.Background()
-	q, err := shardq.CreateQueue(ctx, s, shardq.QueueConfig{Name: "leading", ShardCount: 1, BucketCount: 60,
+	q, err := shardq.CreateQueue(ctx, s, shardqtype.QueueConfig{Name: "leading", ShardCount: 1, BucketCount: 60,
 		BucketDuration: time.Second, DefaultTimeout: 5 * time.Second})
 	require.NoError(t, err)
 	clock := testclock.New(time.Now().Add(3 * time.Second))
@@ -82,8 +83,8 @@ func TestLeadingClockDeletesWin(t *testing.T) {
 	var mu sync.Mutex
 	var skews []time.Duration
 	c, err := consumer.New(s, consumer.Config{Queue: q.Name, Clock: clock,
-		Observer: shardq.ObserverFunc(func(_ context.Context, e shardq.Event) {
-			if sk, ok := e.(shardq.ClockSkewed); ok {
+		Observer: shardqtype.ObserverFunc(func(_ context.Context, e shardqtype.Event) {
+			if sk, ok := e.(shardqtype.ClockSkewed); ok {
 				mu.Lock()
 				skews = append(skews, sk.Skew)
 				mu.Unlock()

@@ -12,7 +12,6 @@ import (
 	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 
-	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/internal/fanout"
 	"github.com/shardq/shardq/internal/locking"
 	"github.com/shardq/shardq/internal/lwt"
@@ -20,6 +19,7 @@ import (
 	"github.com/shardq/shardq/internal/taskindex"
 	"github.com/shardq/shardq/internal/taskrow"
 	"github.com/shardq/shardq/shard"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 // takeAll takes up to n tasks from the partitions with rows available, in parallel
@@ -84,7 +84,7 @@ func (c *Consumer) take(ctx context.Context, pt *scanplan.Part, want int, now ti
 	t0 := time.Now()
 	lk, err := c.locker.Acquire(ctx, pt.Key)
 	if errors.Is(err, locking.ErrLockHeld) {
-		c.cfg.Observer.Observe(ctx, shardq.LockContended{Queue: c.q.Name, PartitionKey: pt.Key})
+		c.cfg.Observer.Observe(ctx, shardqtype.LockContended{Queue: c.q.Name, PartitionKey: pt.Key})
 	}
 	if err != nil {
 		return nil, false, err
@@ -123,7 +123,7 @@ func (c *Consumer) take(ctx context.Context, pt *scanplan.Part, want int, now ti
 		c.plan.Forget(pt)
 	}
 	if len(tasks) > 0 {
-		c.cfg.Observer.Observe(ctx, shardq.BatchAcquired{Queue: c.q.Name, PartitionKey: pt.Key, Size: len(tasks), LockWait: lockWait})
+		c.cfg.Observer.Observe(ctx, shardqtype.BatchAcquired{Queue: c.q.Name, PartitionKey: pt.Key, Size: len(tasks), LockWait: lockWait})
 	}
 	return tasks, full, err
 }

@@ -7,9 +7,10 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/internal/deadletters"
+	"github.com/shardq/shardq/internal/defaults"
 	"github.com/shardq/shardq/producer"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 // Limits of DeadLetterQuery.
@@ -32,12 +33,12 @@ type DeadLetterQuery struct {
 // state TaskDead with its DeadLetterID, LastError and FinishedAt (when it died). Pass the
 // DeadLetterID of a page's last letter as q.Before to get the next; an empty page is the
 // end. Letters are kept 30 days.
-func (in *Inspector) DeadLetters(ctx context.Context, queue string, q DeadLetterQuery) ([]shardq.TaskInfo, error) {
+func (in *Inspector) DeadLetters(ctx context.Context, queue string, q DeadLetterQuery) ([]shardqtype.TaskInfo, error) {
 	if q.Limit == 0 {
 		q.Limit = DefaultDeadLetterLimit
 	}
 	if q.Limit < 0 || q.Limit > MaxDeadLetterLimit {
-		return nil, shardq.Invalid("q.Limit", "%d is not in [1, %d]", q.Limit, MaxDeadLetterLimit)
+		return nil, defaults.Invalid("q.Limit", "%d is not in [1, %d]", q.Limit, MaxDeadLetterLimit)
 	}
 	if q.Before != uuid.Nil {
 		if err := checkID("q.Before", q.Before); err != nil {
@@ -51,7 +52,7 @@ func (in *Inspector) DeadLetters(ctx context.Context, queue string, q DeadLetter
 	if err != nil {
 		return nil, fmt.Errorf("inspect: %w", err)
 	}
-	out := make([]shardq.TaskInfo, len(letters))
+	out := make([]shardqtype.TaskInfo, len(letters))
 	for i, l := range letters {
 		out[i] = deadInfo(l)
 	}
@@ -60,7 +61,7 @@ func (in *Inspector) DeadLetters(ctx context.Context, queue string, q DeadLetter
 
 // DeadLetter returns queue's dead letter id as DeadLetters does, or an error matching
 // producer.ErrDeadLetterNotFound when it is not kept.
-func (in *Inspector) DeadLetter(ctx context.Context, queue string, id uuid.UUID) (*shardq.TaskInfo, error) {
+func (in *Inspector) DeadLetter(ctx context.Context, queue string, id uuid.UUID) (*shardqtype.TaskInfo, error) {
 	if err := checkID("id", id); err != nil {
 		return nil, err
 	}
@@ -90,8 +91,8 @@ func (in *Inspector) countDead(ctx context.Context, q queueRead, now time.Time, 
 }
 
 // deadInfo is dead letter l as a task read back.
-func deadInfo(l deadletters.Letter) shardq.TaskInfo {
-	return shardq.TaskInfo{ID: l.TaskID, Queue: l.Queue, State: shardq.TaskDead, DueAt: l.DueAt, Priority: l.Priority,
+func deadInfo(l deadletters.Letter) shardqtype.TaskInfo {
+	return shardqtype.TaskInfo{ID: l.TaskID, Queue: l.Queue, State: shardqtype.TaskDead, DueAt: l.DueAt, Priority: l.Priority,
 		Attempt: l.Attempt, Token: l.Deliveries, Timeout: l.Timeout, LastError: l.Error, FinishedAt: l.DiedAt,
 		DeadLetterID: l.ID, Payload: l.Payload, Headers: l.Headers}
 }
@@ -99,7 +100,7 @@ func deadInfo(l deadletters.Letter) shardq.TaskInfo {
 // checkID refuses an ID that no task or dead letter has: IDs are version 1 UUIDs.
 func checkID(field string, id uuid.UUID) error {
 	if id.Version() != 1 {
-		return shardq.Invalid(field, "%s is not a dead letter ID (a version 1 UUID)", id)
+		return defaults.Invalid(field, "%s is not a dead letter ID (a version 1 UUID)", id)
 	}
 	return nil
 }

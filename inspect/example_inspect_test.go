@@ -11,6 +11,7 @@ import (
 	"github.com/shardq/shardq/inspect"
 	"github.com/shardq/shardq/internal/cassandratest"
 	"github.com/shardq/shardq/producer"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 // Example looks at a queue as an operator does: what it holds, what is due next, one task,
@@ -22,7 +23,7 @@ func Example() {
 	if err := shardq.ApplySchema(ctx, session); err != nil {
 		panic(err)
 	}
-	if _, err := shardq.CreateQueue(ctx, session, shardq.QueueConfig{Name: "emails", ShardCount: 2}); err != nil {
+	if _, err := shardq.CreateQueue(ctx, session, shardqtype.QueueConfig{Name: "emails", ShardCount: 2}); err != nil {
 		panic(err)
 	}
 	p, err := producer.New(session, producer.Config{})

@@ -4,7 +4,7 @@
 // kept (DeadLetters, DeadLetter, CountDeadLetters), and the queues stored (Queues,
 // Queue). It never takes a partition's lock and never writes, so it cannot disturb
 // consumers; what it reports may be a moment old by the time it returns. Tasks and dead
-// letters come back as shardq.TaskInfo, the one task row type of the library; acting on
+// letters come back as shardqtype.TaskInfo, the one task row type of the library; acting on
 // them (Cancel, Reschedule, ReplayDeadLetter, PurgeDeadLetter) is the producer's.
 //
 // Reads stay bounded: one lap's partitions (BucketCount × ShardCount), each read from
@@ -21,12 +21,12 @@ import (
 	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 
-	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/internal/defaults"
 	"github.com/shardq/shardq/internal/scanplan"
 	"github.com/shardq/shardq/internal/sessionstate"
 	"github.com/shardq/shardq/internal/tasklookup"
 	"github.com/shardq/shardq/shard"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 // Defaults for Config.
@@ -51,7 +51,7 @@ type Config struct {
 	PageSize int
 	// Clock tells what is due now. Defaults to the cluster's time: this host's clock
 	// corrected by its measured offset from the coordinators', as every part's.
-	Clock shardq.Clock
+	Clock shardqtype.Clock
 }
 
 // Inspector reads the queues of one session's keyspace. It is safe for concurrent use.
@@ -64,7 +64,7 @@ type Inspector struct {
 // New returns an Inspector reading through session, whose keyspace holds shardq's tables.
 func New(session *gocql.Session, cfg Config) (*Inspector, error) {
 	if session == nil {
-		return nil, shardq.Invalid("session", "is nil")
+		return nil, defaults.Invalid("session", "is nil")
 	}
 	for _, err := range []error{
 		defaults.NonNegative(&cfg.PartitionsInFlight, DefaultPartitionsInFlight, "Config.PartitionsInFlight"),
@@ -84,12 +84,12 @@ func New(session *gocql.Session, cfg Config) (*Inspector, error) {
 // queueRead is one queue being read: its settings, the partition layout in force, and
 // the earlier layouts consumers still read (see shardq.ChangeLayout).
 type queueRead struct {
-	cfg      shardq.QueueConfig
+	cfg      shardqtype.QueueConfig
 	layout   shard.Layout
 	draining []shard.Layout
 }
 
-// queue reads name's settings, or returns an error matching shardq.ErrQueueNotFound.
+// queue reads name's settings, or returns an error matching shardqtype.ErrQueueNotFound.
 func (in *Inspector) queue(ctx context.Context, name string) (queueRead, error) {
 	q, err := in.state.Queue(ctx, name)
 	if err != nil {
@@ -170,7 +170,7 @@ func plan(s *starts) []scanplan.Group { return scanplan.Groups(*s, groupSpan) }
 // allPriorities lists every priority, highest first.
 var allPriorities = func() []int8 {
 	var p []int8
-	for i := shardq.MaxPriority; i >= shardq.MinPriority; i-- {
+	for i := shardqtype.MaxPriority; i >= shardqtype.MinPriority; i-- {
 		p = append(p, int8(i))
 	}
 	return p

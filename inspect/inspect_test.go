@@ -21,13 +21,14 @@ import (
 	"github.com/shardq/shardq/internal/testclock"
 	"github.com/shardq/shardq/producer"
 	"github.com/shardq/shardq/shard"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 // world is a queue holding rows of every class, written by producers and consumers
 // whose clocks stand where each class needs them, so nothing waits for real time.
 type world struct {
 	s              *gocql.Session
-	q              shardq.QueueConfig
+	q              shardqtype.QueueConfig
 	past, stranded time.Time   // the clocks of the past and stranded writers
 	soon           time.Time   // when the 4 scheduled tasks are due
 	ids            []uuid.UUID // every task scheduled
@@ -50,7 +51,7 @@ func newWorld(t *testing.T) *world {
 	t.Helper()
 	ctx := context.Background()
 	s := cassandratest.SchemaSession(t)
-	q, err := shardq.CreateQueue(ctx, s, shardq.QueueConfig{Name: "q", ShardCount: 2, BucketCount: 60, BucketDuration: 10 * time.Second})
+	q, err := shardq.CreateQueue(ctx, s, shardqtype.QueueConfig{Name: "q", ShardCount: 2, BucketCount: 60, BucketDuration: 10 * time.Second})
 	require.NoError(t, err)
 	w := &world{s: s, q: q}
 	now := time.Now()
@@ -180,7 +181,7 @@ func TestStats(t *testing.T) {
 	})
 	t.Run("missing queue", func(t *testing.T) {
 		_, err := in.Stats(ctx, "missing", inspect.StatsOptions{})
-		require.ErrorIs(t, err, shardq.ErrQueueNotFound)
+		require.ErrorIs(t, err, shardqtype.ErrQueueNotFound)
 	})
 	t.Run("pages", func(t *testing.T) {
 		// Counting streams pages: pages of two rows give the same counts.
@@ -214,7 +215,7 @@ func TestPeek(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := cassandratest.SchemaSession(t)
-	q, err := shardq.CreateQueue(ctx, s, shardq.QueueConfig{Name: "q", ShardCount: 3})
+	q, err := shardq.CreateQueue(ctx, s, shardqtype.QueueConfig{Name: "q", ShardCount: 3})
 	require.NoError(t, err)
 	p, err := producer.New(s, producer.Config{})
 	require.NoError(t, err)
@@ -236,7 +237,7 @@ func TestPeek(t *testing.T) {
 	require.Equal(t, 9, got.Tasks[0].Priority)
 	require.Zero(t, got.Tasks[0].Attempt)
 	require.Equal(t, q.DefaultTimeout, got.Tasks[0].Timeout)
-	require.Equal(t, shardq.TaskScheduled, got.Tasks[0].State)
+	require.Equal(t, shardqtype.TaskScheduled, got.Tasks[0].State)
 	require.Equal(t, q.Name, got.Tasks[0].Queue)
 	require.NotEmpty(t, got.Tasks[0].PartitionKey)
 	byID, err := in.Task(ctx, ids[1])
@@ -264,14 +265,14 @@ func TestPeek(t *testing.T) {
 	require.Empty(t, got.Tasks, "leased tasks are not due")
 
 	_, err = in.Peek(ctx, q.Name, 0)
-	require.ErrorIs(t, err, shardq.ErrInvalid)
+	require.ErrorIs(t, err, shardqtype.ErrInvalid)
 	_, err = in.Peek(ctx, q.Name, inspect.MaxPeek+1)
-	require.ErrorIs(t, err, shardq.ErrInvalid)
+	require.ErrorIs(t, err, shardqtype.ErrInvalid)
 	_, err = in.Peek(ctx, "missing", 1)
-	require.ErrorIs(t, err, shardq.ErrQueueNotFound)
+	require.ErrorIs(t, err, shardqtype.ErrQueueNotFound)
 }
 
-func taskIDs(ts []shardq.TaskInfo) []uuid.UUID {
+func taskIDs(ts []shardqtype.TaskInfo) []uuid.UUID {
 	var out []uuid.UUID
 	for _, t := range ts {
 		out = append(out, t.ID)
@@ -289,7 +290,7 @@ func TestQueues(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, qs)
 	for _, name := range []string{"zeta", "alpha"} {
-		_, err := shardq.CreateQueue(ctx, s, shardq.QueueConfig{Name: name, ShardCount: 3})
+		_, err := shardq.CreateQueue(ctx, s, shardqtype.QueueConfig{Name: name, ShardCount: 3})
 		require.NoError(t, err)
 	}
 	qs, err = in.Queues(ctx)
@@ -304,19 +305,19 @@ func TestQueues(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, qs[1], one)
 	_, err = in.Queue(ctx, "missing")
-	require.ErrorIs(t, err, shardq.ErrQueueNotFound)
+	require.ErrorIs(t, err, shardqtype.ErrQueueNotFound)
 }
 
 func TestNewValidates(t *testing.T) {
 	t.Parallel()
 	s := cassandratest.SchemaSession(t)
 	_, err := inspect.New(s, inspect.Config{PageSize: -1})
-	require.ErrorIs(t, err, shardq.ErrInvalid)
+	require.ErrorIs(t, err, shardqtype.ErrInvalid)
 	require.ErrorContains(t, err, "Config.PageSize")
 	_, err = inspect.New(s, inspect.Config{PartitionsInFlight: -1})
 	require.ErrorContains(t, err, "Config.PartitionsInFlight")
 	_, err = inspect.New(nil, inspect.Config{})
-	require.ErrorIs(t, err, shardq.ErrInvalid)
+	require.ErrorIs(t, err, shardqtype.ErrInvalid)
 }
 
 // TestTask looks tasks up by ID and by key, in each state the world holds them.
@@ -330,7 +331,7 @@ func TestTask(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, w.keyed, keyed.ID)
 	require.Equal(t, "report", keyed.Key)
-	require.Equal(t, shardq.TaskScheduled, keyed.State)
+	require.Equal(t, shardqtype.TaskScheduled, keyed.State)
 	require.Equal(t, []byte("soon"), keyed.Payload)
 	require.Equal(t, w.q.DefaultTimeout, keyed.Timeout)
 	require.NotEmpty(t, keyed.PartitionKey)
@@ -340,21 +341,21 @@ func TestTask(t *testing.T) {
 
 	leased, err := in.Task(ctx, w.leased)
 	require.NoError(t, err)
-	require.Equal(t, shardq.TaskInFlight, leased.State)
+	require.Equal(t, shardqtype.TaskInFlight, leased.State)
 	require.Equal(t, 1, leased.Attempt)
 	require.Equal(t, leased.Deadline, leased.VisibleAt, "an in-flight task's marker is visible at its lease deadline")
 
 	dead, err := in.Task(ctx, w.dead)
 	require.NoError(t, err)
-	require.Equal(t, shardq.TaskDead, dead.State)
+	require.Equal(t, shardqtype.TaskDead, dead.State)
 	require.Equal(t, "boom", dead.LastError)
 
 	_, err = in.Task(ctx, shard.NewID(time.Now()))
-	require.ErrorIs(t, err, shardq.ErrTaskNotFound)
+	require.ErrorIs(t, err, shardqtype.ErrTaskNotFound)
 	_, err = in.Task(ctx, uuid.New())
-	require.ErrorIs(t, err, shardq.ErrInvalid, "not a task ID")
+	require.ErrorIs(t, err, shardqtype.ErrInvalid, "not a task ID")
 	_, err = in.TaskByKey(ctx, w.q.Name, "nobody's")
-	require.ErrorIs(t, err, shardq.ErrTaskNotFound)
+	require.ErrorIs(t, err, shardqtype.ErrTaskNotFound)
 }
 
 // TestDeadLetters lists dead letters in pages, newest first, reads one and counts them;
@@ -363,7 +364,7 @@ func TestDeadLetters(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := cassandratest.SchemaSession(t)
-	q, err := shardq.CreateQueue(ctx, s, shardq.QueueConfig{Name: "q", ShardCount: 1})
+	q, err := shardq.CreateQueue(ctx, s, shardqtype.QueueConfig{Name: "q", ShardCount: 1})
 	require.NoError(t, err)
 	clock := testclock.New(time.Now())
 	p, err := producer.New(s, producer.Config{Clock: clock})
@@ -390,7 +391,7 @@ func TestDeadLetters(t *testing.T) {
 
 	in, err := inspect.New(s, inspect.Config{Clock: clock})
 	require.NoError(t, err)
-	var listed []shardq.TaskInfo
+	var listed []shardqtype.TaskInfo
 	var before uuid.UUID
 	for {
 		page, err := in.DeadLetters(ctx, q.Name, inspect.DeadLetterQuery{Limit: 2, Before: before})
@@ -408,7 +409,7 @@ func TestDeadLetters(t *testing.T) {
 		n := byTask[d.ID]
 		require.Equal(t, taskIDs[n], d.ID)
 		require.Equal(t, q.Name, d.Queue)
-		require.Equal(t, shardq.TaskDead, d.State)
+		require.Equal(t, shardqtype.TaskDead, d.State)
 		require.Equal(t, []byte{byte('a' + n)}, d.Payload)
 		require.Equal(t, n, d.Priority)
 		require.Equal(t, 1, d.Attempt)
@@ -423,7 +424,7 @@ func TestDeadLetters(t *testing.T) {
 		require.Equal(t, d, *one)
 		byID, err := in.Task(ctx, d.ID)
 		require.NoError(t, err)
-		require.Equal(t, shardq.TaskDead, byID.State)
+		require.Equal(t, shardqtype.TaskDead, byID.State)
 		require.Equal(t, d.LastError, byID.LastError)
 	}
 	n, err := in.CountDeadLetters(ctx, q.Name)
@@ -438,11 +439,11 @@ func TestDeadLetters(t *testing.T) {
 	require.Equal(t, 4, n)
 
 	_, err = in.DeadLetters(ctx, q.Name, inspect.DeadLetterQuery{Limit: inspect.MaxDeadLetterLimit + 1})
-	require.ErrorIs(t, err, shardq.ErrInvalid)
+	require.ErrorIs(t, err, shardqtype.ErrInvalid)
 	_, err = in.DeadLetters(ctx, q.Name, inspect.DeadLetterQuery{Before: uuid.New()})
-	require.ErrorIs(t, err, shardq.ErrInvalid)
+	require.ErrorIs(t, err, shardqtype.ErrInvalid)
 	_, err = in.DeadLetters(ctx, "missing", inspect.DeadLetterQuery{})
-	require.ErrorIs(t, err, shardq.ErrQueueNotFound)
+	require.ErrorIs(t, err, shardqtype.ErrQueueNotFound)
 	_, err = in.CountDeadLetters(ctx, "missing")
-	require.ErrorIs(t, err, shardq.ErrQueueNotFound)
+	require.ErrorIs(t, err, shardqtype.ErrQueueNotFound)
 }

@@ -9,9 +9,10 @@ import (
 	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 
-	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/internal/defaults"
 	"github.com/shardq/shardq/internal/fanout"
 	"github.com/shardq/shardq/shard"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 // MaxPeek is the most tasks one Peek returns.
@@ -21,7 +22,7 @@ const MaxPeek = 1000
 type Peeked struct {
 	// Tasks are the due tasks, in delivery order: TaskScheduled when never delivered,
 	// TaskRetrying when due again (a retry's delay or a lease ran out).
-	Tasks []shardq.TaskInfo
+	Tasks []shardqtype.TaskInfo
 	// Failed lists the partitions that could not be read; Tasks may lack theirs.
 	Failed []*PartitionError
 }
@@ -29,7 +30,7 @@ type Peeked struct {
 // dueRow is a due task row as Peek found it: the task and the row's clustering ID,
 // which orders rows of one priority and names the row whose payload is read.
 type dueRow struct {
-	task shardq.TaskInfo
+	task shardqtype.TaskInfo
 	id   uuid.UUID
 }
 
@@ -54,7 +55,7 @@ func sortDue(rs []dueRow) {
 // task row does not hold it (Task reads it).
 func (in *Inspector) Peek(ctx context.Context, queue string, n int) (*Peeked, error) {
 	if n < 1 || n > MaxPeek {
-		return nil, shardq.Invalid("n", "%d is not in [1, %d]", n, MaxPeek)
+		return nil, defaults.Invalid("n", "%d is not in [1, %d]", n, MaxPeek)
 	}
 	q, err := in.queue(ctx, queue)
 	if err != nil {
@@ -126,12 +127,12 @@ func (in *Inspector) peekPartition(ctx context.Context, q queueRead, pt partitio
 		}
 		for _, r := range heads {
 			id := uuid.UUID(r.ID)
-			t := shardq.TaskInfo{ID: uuid.UUID(r.TaskID), Queue: q.cfg.Name, State: shardq.TaskScheduled, DueAt: r.DueAt,
+			t := shardqtype.TaskInfo{ID: uuid.UUID(r.TaskID), Queue: q.cfg.Name, State: shardqtype.TaskScheduled, DueAt: r.DueAt,
 				Priority: int(r.Priority), Attempt: r.Attempt, Token: r.Token, Timeout: r.Timeout,
 				VisibleAt: shard.IDTime(id), PartitionKey: pt.key}
 			if r.Attempt > 0 {
 				// Due again, as Task reports it: at the time its row became visible.
-				t.State, t.DueAt = shardq.TaskRetrying, t.VisibleAt
+				t.State, t.DueAt = shardqtype.TaskRetrying, t.VisibleAt
 			}
 			out = append(out, dueRow{task: t, id: id})
 		}

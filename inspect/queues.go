@@ -8,24 +8,24 @@ import (
 	"strings"
 	"time"
 
-	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/internal/layouts"
 	"github.com/shardq/shardq/internal/store"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 // QueueInfo is a stored queue: its settings, when it was created, whether it is paused
 // (shardq.PauseQueue), and its layouts when it changed them (shardq.ChangeLayout).
 type QueueInfo struct {
-	Config    shardq.QueueConfig
+	Config    shardqtype.QueueConfig
 	CreatedAt time.Time
 	Paused    bool
 	// Layouts are the queue's layouts, oldest first, the first Config's; nil when it
 	// never changed it.
-	Layouts []shardq.LayoutInfo
+	Layouts []shardqtype.LayoutInfo
 }
 
 // info is the QueueInfo of q with status st.
-func info(q shardq.QueueConfig, st store.QueueStatus) (QueueInfo, error) {
+func info(q shardqtype.QueueConfig, st store.QueueStatus) (QueueInfo, error) {
 	out := QueueInfo{Config: q, CreatedAt: st.CreatedAt, Paused: st.Paused}
 	if st.Layouts == "" {
 		return out, nil
@@ -35,13 +35,13 @@ func info(q shardq.QueueConfig, st store.QueueStatus) (QueueInfo, error) {
 		return QueueInfo{}, err
 	}
 	for i, g := range h.Gens {
-		out.Layouts = append(out.Layouts, shardq.LayoutInfo{Layout: g.Layout, From: g.From, Drained: i < h.Drained})
+		out.Layouts = append(out.Layouts, shardqtype.LayoutInfo{Layout: g.Layout, From: g.From, Drained: i < h.Drained})
 	}
 	return out, nil
 }
 
 // Queue reads one queue's settings and status, or returns an error matching
-// shardq.ErrQueueNotFound.
+// shardqtype.ErrQueueNotFound.
 func (in *Inspector) Queue(ctx context.Context, name string) (QueueInfo, error) {
 	q, err := in.state.Queue(ctx, name)
 	if err != nil {

@@ -144,7 +144,7 @@ type StatsOptions struct {
 // every row pending in the lap once, in pages, so memory stays small whatever the queue
 // holds. A partition that cannot be read is listed in Failed; the
 // error returned is ctx's, or one for a queue that cannot be read (matching
-// shardq.ErrQueueNotFound when there is none of that name).
+// shardqtype.ErrQueueNotFound when there is none of that name).
 func (in *Inspector) Stats(ctx context.Context, queue string, opts StatsOptions) (*Stats, error) {
 	q, err := in.queue(ctx, queue)
 	if err != nil {

@@ -16,7 +16,7 @@ import (
 
 	"github.com/gocql/gocql"
 
-	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/internal/defaults"
 	"github.com/shardq/shardq/internal/locking"
 	"github.com/shardq/shardq/internal/sessionstate"
 )
@@ -39,7 +39,7 @@ var (
 // Config configures a Locker.
 type Config struct {
 	// TTL is how long a lock is held unless renewed: whole seconds, as Cassandra TTLs are,
-	// and at least shardq.MinLockTTL, because they expire on whole seconds: a 1 s lock
+	// and at least shardqtype.MinLockTTL, because they expire on whole seconds: a 1 s lock
 	// could last next to nothing. Defaults to DefaultTTL.
 	TTL time.Duration
 	// Logger receives unknown-outcome events. Defaults to a logger that discards.
@@ -52,7 +52,7 @@ type Locker struct{ l *locking.Locker }
 // New returns a Locker on the tasks table of the session's keyspace.
 func New(session *gocql.Session, cfg Config) (*Locker, error) {
 	if session == nil {
-		return nil, shardq.Invalid("session", "is nil")
+		return nil, defaults.Invalid("session", "is nil")
 	}
 	l, err := locking.New(sessionstate.For(session, cfg.Logger).Store.Locks(), locking.Config{TTL: cfg.TTL, Logger: cfg.Logger})
 	if err != nil {

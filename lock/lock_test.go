@@ -13,10 +13,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/internal/cassandratest"
 	"github.com/shardq/shardq/internal/lwt"
 	"github.com/shardq/shardq/lock"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 func newLocker(t *testing.T, cfg lock.Config) *lock.Locker {
@@ -240,8 +240,8 @@ func TestBadInput(t *testing.T) {
 	s := cassandratest.SchemaSession(t)
 	requireInvalid := func(err error, field string) {
 		t.Helper()
-		require.ErrorIs(t, err, shardq.ErrInvalid, field)
-		var ve *shardq.ValidationError
+		require.ErrorIs(t, err, shardqtype.ErrInvalid, field)
+		var ve *shardqtype.ValidationError
 		require.ErrorAs(t, err, &ve)
 		require.Equal(t, field, ve.Field)
 	}

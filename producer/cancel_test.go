@@ -9,11 +9,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/inspect"
 	"github.com/shardq/shardq/internal/lwt"
 	"github.com/shardq/shardq/internal/testclock"
 	"github.com/shardq/shardq/producer"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 // cancelEnv gives a test a producer and an inspector of queue "q" on one clock.
@@ -48,7 +48,7 @@ func TestCancelRecordFails(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, p.Cancel(ctx, id, producer.CancelOptions{}), "two failed writes, then one that applied")
 	_, err = in.Task(ctx, id)
-	require.ErrorIs(t, err, shardq.ErrTaskNotFound)
+	require.ErrorIs(t, err, shardqtype.ErrTaskNotFound)
 	require.ErrorContains(t, err, "cancelled")
 
 	producer.SetFailRecord(p, func() error { return down })
@@ -56,7 +56,7 @@ func TestCancelRecordFails(t *testing.T) {
 	require.NoError(t, err)
 	require.ErrorIs(t, p.Cancel(ctx, id, producer.CancelOptions{}), down)
 	_, err = in.Task(ctx, id)
-	require.ErrorIs(t, err, shardq.ErrTaskNotFound, "the row is gone all the same")
+	require.ErrorIs(t, err, shardqtype.ErrTaskNotFound, "the row is gone all the same")
 }
 
 // TestCancelUnsettledThenGoneIsRecorded: a cancel whose removal applied but reported an
@@ -80,6 +80,6 @@ func TestCancelUnsettledThenGoneIsRecorded(t *testing.T) {
 	require.NoError(t, p.Cancel(ctx, id, producer.CancelOptions{}))
 	require.False(t, once, "the removal applied")
 	_, err = in.Task(ctx, id)
-	require.ErrorIs(t, err, shardq.ErrTaskNotFound)
+	require.ErrorIs(t, err, shardqtype.ErrTaskNotFound)
 	require.ErrorContains(t, err, "cancelled", "the cancel was not recorded")
 }

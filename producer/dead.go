@@ -9,13 +9,13 @@ import (
 	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 
-	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/internal/deadletters"
 	"github.com/shardq/shardq/internal/store"
 	"github.com/shardq/shardq/internal/taskindex"
 	"github.com/shardq/shardq/internal/tasklookup"
 	"github.com/shardq/shardq/internal/taskrow"
 	"github.com/shardq/shardq/shard"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 // ErrDeadLetterNotFound means no dead letter of that ID is kept in the queue.
@@ -82,7 +82,7 @@ func (p *Producer) ReplayDeadLetter(ctx context.Context, queue string, id uuid.U
 	if err := p.store.Tasks().Write(wctx, []store.Mutation{ins}); err != nil {
 		return uuid.Nil, fmt.Errorf("producer: replaying %s: %w", id, err)
 	}
-	p.wake(ctx, []Task{task}, []taskrow.Row{row}, []shardq.QueueConfig{q})
+	p.wake(ctx, []Task{task}, []taskrow.Row{row}, []shardqtype.QueueConfig{q})
 	if err := p.dropDead(ctx, d); err != nil {
 		return d.TaskID, fmt.Errorf("producer: task %s is replayed, but its dead letter stays: %w", d.TaskID, err)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/shardq/shardq/inspect"
 	"github.com/shardq/shardq/internal/cassandratest"
 	"github.com/shardq/shardq/producer"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 // Example_lifecycle schedules a task under a unique key, is refused a second one with the
@@ -21,7 +22,7 @@ func Example_lifecycle() {
 	if err := shardq.ApplySchema(ctx, session); err != nil {
 		panic(err)
 	}
-	if _, err := shardq.CreateQueue(ctx, session, shardq.QueueConfig{Name: "reports"}); err != nil {
+	if _, err := shardq.CreateQueue(ctx, session, shardqtype.QueueConfig{Name: "reports"}); err != nil {
 		panic(err)
 	}
 	p, err := producer.New(session, producer.Config{})
@@ -55,7 +56,7 @@ func Example_lifecycle() {
 		panic(err)
 	}
 	_, err = in.Task(ctx, id)
-	fmt.Println(errors.Is(err, shardq.ErrTaskNotFound))
+	fmt.Println(errors.Is(err, shardqtype.ErrTaskNotFound))
 	// Output:
 	// second schedule refused: true
 	// scheduled true

@@ -8,13 +8,14 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/internal/defaults"
 	"github.com/shardq/shardq/internal/fanout"
 	"github.com/shardq/shardq/internal/lwt"
 	"github.com/shardq/shardq/internal/store"
 	"github.com/shardq/shardq/internal/taskindex"
 	"github.com/shardq/shardq/internal/taskrow"
 	"github.com/shardq/shardq/shard"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 // MaxKeyBytes is the longest unique key accepted.
@@ -50,11 +51,11 @@ func checkKeys(tasks []Task) error {
 			continue
 		}
 		if len(t.Key) > MaxKeyBytes {
-			return shardq.Invalid(fmt.Sprintf("tasks[%d].Key", i), "%d bytes is over the %d allowed", len(t.Key), MaxKeyBytes)
+			return defaults.Invalid(fmt.Sprintf("tasks[%d].Key", i), "%d bytes is over the %d allowed", len(t.Key), MaxKeyBytes)
 		}
 		k := [2]string{t.Queue, t.Key}
 		if j, ok := seen[k]; ok {
-			return shardq.Invalid(fmt.Sprintf("tasks[%d].Key", i), "%q is also the key of tasks[%d]", t.Key, j)
+			return defaults.Invalid(fmt.Sprintf("tasks[%d].Key", i), "%q is also the key of tasks[%d]", t.Key, j)
 		}
 		seen[k] = i
 	}
@@ -177,7 +178,7 @@ func (p *Producer) keepClaim(ctx context.Context, queue, key string, id uuid.UUI
 func (p *Producer) holds(ctx context.Context, id uuid.UUID, claimedAt, now time.Time) (bool, error) {
 	l, err := p.tasks.Locate(ctx, id)
 	switch {
-	case errors.Is(err, shardq.ErrTaskNotFound):
+	case errors.Is(err, shardqtype.ErrTaskNotFound):
 		// Never written yet, or written and finished so long ago that its entry is gone
 		// (taskindex.Finished is longer than the grace).
 		return now.Sub(claimedAt) < KeyClaimGrace, nil

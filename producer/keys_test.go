@@ -19,6 +19,7 @@ import (
 	"github.com/shardq/shardq/lock"
 	"github.com/shardq/shardq/producer"
 	"github.com/shardq/shardq/shard"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 // base is a time whose bucket is the first of setup's ring (time shard 0).
@@ -49,7 +50,7 @@ func claimTTL(t *testing.T, s *gocql.Session, key string) (holder, claimedAt tim
 }
 
 // inspector reads tasks back on clock.
-func inspector(t *testing.T, s *gocql.Session, clock shardq.Clock) *inspect.Inspector {
+func inspector(t *testing.T, s *gocql.Session, clock shardqtype.Clock) *inspect.Inspector {
 	t.Helper()
 	in, err := inspect.New(s, inspect.Config{Clock: clock})
 	require.NoError(t, err)
@@ -62,9 +63,9 @@ func keyFree(t *testing.T, p *producer.Producer, in *inspect.Inspector, key stri
 	t.Helper()
 	ctx := context.Background()
 	_, err := in.TaskByKey(ctx, "q", key)
-	require.ErrorIs(t, err, shardq.ErrTaskNotFound)
-	require.ErrorIs(t, p.CancelByKey(ctx, "q", key, producer.CancelOptions{}), shardq.ErrTaskNotFound)
-	require.ErrorIs(t, p.RescheduleByKey(ctx, "q", key, producer.RescheduleOptions{}), shardq.ErrTaskNotFound)
+	require.ErrorIs(t, err, shardqtype.ErrTaskNotFound)
+	require.ErrorIs(t, p.CancelByKey(ctx, "q", key, producer.CancelOptions{}), shardqtype.ErrTaskNotFound)
+	require.ErrorIs(t, p.RescheduleByKey(ctx, "q", key, producer.RescheduleOptions{}), shardqtype.ErrTaskNotFound)
 	id, err := p.ScheduleTask(ctx, producer.Task{Queue: "q", Key: key, Payload: []byte("x")})
 	require.NoError(t, err)
 	info, err := in.TaskByKey(ctx, "q", key)
@@ -162,7 +163,7 @@ func (c *tickingClock) Now() time.Time {
 func (c *tickingClock) Add(d time.Duration) { c.now.Add(int64(d)) }
 
 // deadLetterOf schedules a task with key and lets it die.
-func deadLetterOf(t *testing.T, s *gocql.Session, p *producer.Producer, clock shardq.Clock, key string) (uuid.UUID, shardq.TaskInfo) {
+func deadLetterOf(t *testing.T, s *gocql.Session, p *producer.Producer, clock shardqtype.Clock, key string) (uuid.UUID, shardqtype.TaskInfo) {
 	t.Helper()
 	ctx := context.Background()
 	id, err := p.ScheduleTask(ctx, producer.Task{Queue: "q", Key: key, Payload: []byte("x")})
@@ -255,7 +256,7 @@ func lockHolder(t *testing.T, s *gocql.Session, key string) gocql.UUID {
 // lockedMove schedules a task due at base+5s and starts rescheduling it to now (base)
 // while a lease of a test locker (30 s TTL) holds the task's partition. It returns once
 // the producer holds the destination's lock (the lower key, so it takes it first).
-func lockedMove(t *testing.T, q shardq.QueueConfig, s *gocql.Session, p *producer.Producer) (id uuid.UUID, src *lock.Lock, dst string, done <-chan error) {
+func lockedMove(t *testing.T, q shardqtype.QueueConfig, s *gocql.Session, p *producer.Producer) (id uuid.UUID, src *lock.Lock, dst string, done <-chan error) {
 	t.Helper()
 	ctx := context.Background()
 	id, err := p.ScheduleTask(ctx, producer.Task{Queue: q.Name, Payload: []byte("x"), DueAt: base.Add(5 * time.Second)})
@@ -315,8 +316,8 @@ func TestRescheduleMakesItsRowAfterTheLocks(t *testing.T) {
 func TestRescheduleHoldsNoExpiredLock(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
-	q, err := shardq.CreateQueue(context.Background(), s, shardq.QueueConfig{Name: "locks", ShardCount: 4,
-		BucketCount: 10, BucketDuration: time.Second, DefaultTimeout: 5 * time.Second, LockTTL: shardq.MinLockTTL})
+	q, err := shardq.CreateQueue(context.Background(), s, shardqtype.QueueConfig{Name: "locks", ShardCount: 4,
+		BucketCount: 10, BucketDuration: time.Second, DefaultTimeout: 5 * time.Second, LockTTL: shardqtype.MinLockTTL})
 	require.NoError(t, err)
 	clock := newClock()
 	p, err := producer.New(s, producer.Config{Clock: clock})

@@ -7,12 +7,13 @@ import (
 	"slices"
 	"time"
 
+	"github.com/shardq/shardq/internal/defaults"
 	"github.com/shardq/shardq/internal/random"
+	"github.com/shardq/shardq/shardqtype"
 
 	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 
-	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/internal/locking"
 	"github.com/shardq/shardq/internal/lwt"
 	"github.com/shardq/shardq/internal/signal"
@@ -47,13 +48,13 @@ type CancelOptions struct {
 	// AfterLease cancels a task in flight too: its current delivery runs on, but it is
 	// never delivered again (its holder's ack, retry or extension then fails with
 	// consumer.ErrLeaseLost). Without it, cancelling a task in flight fails with a
-	// *shardq.TaskInFlightError. Defaults to false.
+	// *shardqtype.TaskInFlightError. Defaults to false.
 	AfterLease bool
 }
 
 // Cancel removes a pending or retrying task so that it is never delivered again. It
-// returns shardq.ErrTaskNotFound for a task that completed, died or does not exist, a
-// *shardq.TaskInFlightError for one a consumer holds, unless opts.AfterLease is set, and
+// returns shardqtype.ErrTaskNotFound for a task that completed, died or does not exist, a
+// *shardqtype.TaskInFlightError for one a consumer holds, unless opts.AfterLease is set, and
 // lock.ErrLockHeld when consumers kept its partition locked for three lock TTLs: the call
 // can be made again. Any other error promises nothing: the task may have been removed
 // (when recording the cancel in the index failed, a copy a lease fault left may still run
@@ -64,7 +65,7 @@ func (p *Producer) Cancel(ctx context.Context, id uuid.UUID, opts CancelOptions)
 	for range maxMoves {
 		l, err := p.tasks.Locate(ctx, id)
 		switch {
-		case errors.Is(err, shardq.ErrTaskNotFound) && unsettled != nil:
+		case errors.Is(err, shardqtype.ErrTaskNotFound) && unsettled != nil:
 			// Our removal applied after all, or the task's holder acked it meanwhile: the
 			// cancel is recorded all the same, or a copy it could not see (the marker of a
 			// take whose swap failed) would run the task after we return.
@@ -72,10 +73,10 @@ func (p *Producer) Cancel(ctx context.Context, id uuid.UUID, opts CancelOptions)
 		case err != nil:
 			return err
 		case l.State == taskindex.Dead || l.State == taskindex.Completed || l.State == taskindex.Cancelled:
-			return fmt.Errorf("%w: %s is done", shardq.ErrTaskNotFound, id)
+			return fmt.Errorf("%w: %s is done", shardqtype.ErrTaskNotFound, id)
 		}
-		if info := p.tasks.Info(l); info.State == shardq.TaskInFlight && !opts.AfterLease {
-			return &shardq.TaskInFlightError{ID: id, Token: info.Token, Deadline: info.Deadline}
+		if info := p.tasks.Info(l); info.State == shardqtype.TaskInFlight && !opts.AfterLease {
+			return &shardqtype.TaskInFlightError{ID: id, Token: info.Token, Deadline: info.Deadline}
 		}
 		q, err := p.queue(ctx, l.Entry.Queue)
 		if err != nil {
@@ -178,16 +179,16 @@ type RescheduleOptions struct {
 
 // Reschedule moves a pending or retrying task to a new due time, priority or both. The
 // move is atomic with respect to consumers: the task is delivered once, at its new time.
-// It returns a *shardq.TaskInFlightError for a task a consumer holds,
-// shardq.ErrTaskNotFound for one that completed, died or does not exist, and
+// It returns a *shardqtype.TaskInFlightError for a task a consumer holds,
+// shardqtype.ErrTaskNotFound for one that completed, died or does not exist, and
 // lock.ErrLockHeld, the task unchanged, when consumers kept its partition locked for three
 // lock TTLs.
 func (p *Producer) Reschedule(ctx context.Context, id uuid.UUID, opts RescheduleOptions) error {
-	if opts.Priority != nil && (*opts.Priority < shardq.MinPriority || *opts.Priority > shardq.MaxPriority) {
-		return shardq.Invalid("opts.Priority", "%d is not in [%d, %d]", *opts.Priority, shardq.MinPriority, shardq.MaxPriority)
+	if opts.Priority != nil && (*opts.Priority < shardqtype.MinPriority || *opts.Priority > shardqtype.MaxPriority) {
+		return defaults.Invalid("opts.Priority", "%d is not in [%d, %d]", *opts.Priority, shardqtype.MinPriority, shardqtype.MaxPriority)
 	}
 	if !opts.DueAt.IsZero() && (opts.DueAt.Before(shard.MinIDTime) || opts.DueAt.After(shard.MaxIDTime)) {
-		return shardq.Invalid("opts.DueAt", "%v is outside [%v, %v]", opts.DueAt, shard.MinIDTime.UTC(), shard.MaxIDTime)
+		return defaults.Invalid("opts.DueAt", "%v is outside [%v, %v]", opts.DueAt, shard.MinIDTime.UTC(), shard.MaxIDTime)
 	}
 	for range maxMoves {
 		l, err := p.tasks.Locate(ctx, id)
@@ -195,11 +196,11 @@ func (p *Producer) Reschedule(ctx context.Context, id uuid.UUID, opts Reschedule
 			return err
 		}
 		if l.State == taskindex.Dead || l.State == taskindex.Completed || l.State == taskindex.Cancelled {
-			return fmt.Errorf("%w: %s is done", shardq.ErrTaskNotFound, id)
+			return fmt.Errorf("%w: %s is done", shardqtype.ErrTaskNotFound, id)
 		}
 		info := p.tasks.Info(l)
-		if info.State == shardq.TaskInFlight {
-			return &shardq.TaskInFlightError{ID: id, Token: info.Token, Deadline: info.Deadline}
+		if info.State == shardqtype.TaskInFlight {
+			return &shardqtype.TaskInFlightError{ID: id, Token: info.Token, Deadline: info.Deadline}
 		}
 		q, err := p.queue(ctx, l.Entry.Queue)
 		if err != nil {
@@ -254,7 +255,7 @@ func (p *Producer) RescheduleByKey(ctx context.Context, queue, key string, opts 
 
 // rescheduled is the row the task of l moves to when rescheduled by opts at now, and
 // the time it becomes visible.
-func (p *Producer) rescheduled(q shardq.QueueConfig, l tasklookup.Found, info *shardq.TaskInfo, opts RescheduleOptions, now time.Time) (taskrow.Row, time.Time) {
+func (p *Producer) rescheduled(q shardqtype.QueueConfig, l tasklookup.Found, info *shardqtype.TaskInfo, opts RescheduleOptions, now time.Time) (taskrow.Row, time.Time) {
 	next := l.Row
 	due := opts.DueAt
 	if due.IsZero() {
@@ -281,7 +282,7 @@ func (p *Producer) rescheduled(q shardq.QueueConfig, l tasklookup.Found, info *s
 // its partition and dst, taking along l.Stray, a lease move's new marker when there is
 // one (see swap). It reports false when the task moved under it, or when the time the
 // lock wait took sends it to another partition than dst: the caller looks again.
-func (p *Producer) reschedule(ctx context.Context, q shardq.QueueConfig, l tasklookup.Found, info *shardq.TaskInfo, opts RescheduleOptions, dst string) (bool, error) {
+func (p *Producer) reschedule(ctx context.Context, q shardqtype.QueueConfig, l tasklookup.Found, info *shardqtype.TaskInfo, opts RescheduleOptions, dst string) (bool, error) {
 	m, err := p.lockMove(ctx, q, l.Row.Key, dst, l.Stray)
 	if err != nil {
 		return false, err
@@ -326,7 +327,7 @@ func (p *Producer) reschedule(ctx context.Context, q shardq.QueueConfig, l taskl
 // remove deletes the pending row from, fenced against consumers, and stray, a lease
 // move's new marker, when given (see swap): it reports false when from was gone (a
 // consumer took it, or another call moved it).
-func (p *Producer) remove(ctx context.Context, q shardq.QueueConfig, from taskrow.Row, stray *taskrow.Row) (bool, error) {
+func (p *Producer) remove(ctx context.Context, q shardqtype.QueueConfig, from taskrow.Row, stray *taskrow.Row) (bool, error) {
 	if from.Attempt > 0 && stray == nil {
 		// Consumers take such rows only if they still exist, so a condition is fence enough.
 		return lwt.Apply(ctx, func(ctx context.Context) (bool, error) {
@@ -354,7 +355,7 @@ type moveLocks struct {
 // lockMove takes the turns and the locks of partitions from and to and, when stray is
 // given, stray's (one to three partitions), in key order: one order for every caller, so
 // none waits on another's next lock.
-func (p *Producer) lockMove(ctx context.Context, q shardq.QueueConfig, from, to string, stray *taskrow.Row) (*moveLocks, error) {
+func (p *Producer) lockMove(ctx context.Context, q shardqtype.QueueConfig, from, to string, stray *taskrow.Row) (*moveLocks, error) {
 	keys := []string{from, to}
 	if stray != nil {
 		keys = append(keys, stray.Key)
@@ -492,7 +493,7 @@ const lockWait = 3
 // seconds), and renews them when half that time has passed: a lock that expired while its
 // holder waited would let a consumer take the partition in the middle of the move. When
 // the next stays held, it lets them go and starts again.
-func (p *Producer) lockKeys(ctx context.Context, q shardq.QueueConfig, keys []string) ([]*locking.Lock, error) {
+func (p *Producer) lockKeys(ctx context.Context, q shardqtype.QueueConfig, keys []string) ([]*locking.Lock, error) {
 	locker, err := p.locker(q)
 	if err != nil {
 		return nil, err
@@ -516,7 +517,7 @@ func (p *Producer) lockKeys(ctx context.Context, q shardq.QueueConfig, keys []st
 }
 
 // lockEach is one try of lockKeys: it holds all of keys' locks, or none.
-func (p *Producer) lockEach(ctx context.Context, q shardq.QueueConfig, locker *locking.Locker, keys []string, give time.Time) ([]*locking.Lock, error) {
+func (p *Producer) lockEach(ctx context.Context, q shardqtype.QueueConfig, locker *locking.Locker, keys []string, give time.Time) ([]*locking.Lock, error) {
 	var locks []*locking.Lock
 	var since time.Time // when the try that took, or renewed, the oldest of locks started
 	for _, k := range keys {
@@ -549,7 +550,7 @@ func (p *Producer) lockEach(ctx context.Context, q shardq.QueueConfig, locker *l
 	return locks, nil
 }
 
-func (p *Producer) locker(q shardq.QueueConfig) (*locking.Locker, error) {
+func (p *Producer) locker(q shardqtype.QueueConfig) (*locking.Locker, error) {
 	if v, ok := p.lockers.Load(q.Name); ok {
 		return v.(*locking.Locker), nil
 	}

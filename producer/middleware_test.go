@@ -10,9 +10,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
-	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/inspect"
 	"github.com/shardq/shardq/producer"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 type ctxKey struct{}
@@ -56,12 +56,12 @@ func TestMiddleware(t *testing.T) {
 	many, err := p.ScheduleTasks(ctx, []producer.Task{{Queue: "q"}, {Queue: "q"}})
 	require.NoError(t, err)
 	_, err = p.ScheduleTask(ctx, producer.Task{Queue: "q", Priority: 99})
-	require.ErrorIs(t, err, shardq.ErrInvalid)
+	require.ErrorIs(t, err, shardqtype.ErrInvalid)
 
 	require.Len(t, calls, 3)
 	require.Equal(t, call{"caller", 1, []uuid.UUID{one}, nil}, calls[0])
 	require.Equal(t, call{"caller", 2, many, nil}, calls[1])
-	require.True(t, errors.Is(calls[2].err, shardq.ErrInvalid), "the middleware sees the call's error")
+	require.True(t, errors.Is(calls[2].err, shardqtype.ErrInvalid), "the middleware sees the call's error")
 
 	in, err := inspect.New(s, inspect.Config{})
 	require.NoError(t, err)

@@ -15,7 +15,6 @@ import (
 	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 
-	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/internal/clustertime"
 	"github.com/shardq/shardq/internal/combine"
 	"github.com/shardq/shardq/internal/defaults"
@@ -28,6 +27,7 @@ import (
 	"github.com/shardq/shardq/internal/tasklookup"
 	"github.com/shardq/shardq/internal/taskrow"
 	"github.com/shardq/shardq/shard"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 // Defaults and limits for Config and tasks.
@@ -41,10 +41,10 @@ const (
 )
 
 var (
-	// ErrPayloadTooLarge is matched, with shardq.ErrInvalid, by a task whose payload and
+	// ErrPayloadTooLarge is matched, with shardqtype.ErrInvalid, by a task whose payload and
 	// headers together are over Config.MaxPayloadBytes.
 	ErrPayloadTooLarge = errors.New("producer: payload too large")
-	// ErrHeadersTooLarge is matched, with shardq.ErrInvalid, by a task whose headers are
+	// ErrHeadersTooLarge is matched, with shardqtype.ErrInvalid, by a task whose headers are
 	// over MaxHeaderBytes.
 	ErrHeadersTooLarge = errors.New("producer: headers too large")
 )
@@ -60,7 +60,7 @@ type Config struct {
 	// Clock gives "now" for tasks due now, for bucket choice and for write timestamps
 	// (never past the cluster's time). Defaults to the cluster's time: this host's clock
 	// corrected by its measured offset from the coordinators'.
-	Clock shardq.Clock
+	Clock shardqtype.Clock
 	// Logger receives debug events. Defaults to a logger that discards.
 	Logger *slog.Logger
 	// Middleware wraps every ScheduleTask and ScheduleTasks call, to add headers to the
@@ -88,7 +88,7 @@ type Task struct {
 	// DueAt is when the task may run; zero means now. A past time means now too: the
 	// task is ordered among due tasks by the time it was scheduled.
 	DueAt time.Time
-	// Priority in [shardq.MinPriority, shardq.MaxPriority]; higher runs first among
+	// Priority in [shardqtype.MinPriority, shardqtype.MaxPriority]; higher runs first among
 	// due tasks of a shard.
 	Priority int
 	// Timeout is how long a consumer has to ack the task before it is delivered again.
@@ -130,13 +130,13 @@ type Producer struct {
 // New returns a Producer writing through session, whose keyspace holds shardq's tables.
 func New(session *gocql.Session, cfg Config) (*Producer, error) {
 	if session == nil {
-		return nil, shardq.Invalid("session", "is nil")
+		return nil, defaults.Invalid("session", "is nil")
 	}
 	if cfg.MaxPayloadBytes == 0 {
 		cfg.MaxPayloadBytes = DefaultMaxPayloadBytes
 	}
 	if cfg.MaxPayloadBytes < 0 || cfg.MaxPayloadBytes > MaxPayloadLimit {
-		return nil, shardq.Invalid("Config.MaxPayloadBytes", "%d is not in [1, %d]", cfg.MaxPayloadBytes, MaxPayloadLimit)
+		return nil, defaults.Invalid("Config.MaxPayloadBytes", "%d is not in [1, %d]", cfg.MaxPayloadBytes, MaxPayloadLimit)
 	}
 	if err := defaults.NonNegative(&cfg.WritesInFlight, DefaultWritesInFlight, "Config.WritesInFlight"); err != nil {
 		return nil, err
@@ -198,7 +198,7 @@ func (p *Producer) scheduleTasks(ctx context.Context, tasks []Task) ([]uuid.UUID
 	if len(tasks) == 0 {
 		return nil, nil
 	}
-	queues := make([]shardq.QueueConfig, len(tasks))
+	queues := make([]shardqtype.QueueConfig, len(tasks))
 	for i, t := range tasks {
 		q, err := p.queue(ctx, t.Queue)
 		if err != nil {
@@ -302,7 +302,7 @@ func (p *Producer) scheduleTasks(ctx context.Context, tasks []Task) ([]uuid.UUID
 // a row lands that much later than its ID time, below the floors of consumers that read
 // its partition meanwhile. A keyed task's index entry names its row, so the row's ID may
 // differ from the task's. It returns the time the rows are now placed by.
-func (p *Producer) placeKeyedAgain(queues []shardq.QueueConfig, tasks []Task, rows []taskrow.Row, late []time.Duration, before time.Time) time.Time {
+func (p *Producer) placeKeyedAgain(queues []shardqtype.QueueConfig, tasks []Task, rows []taskrow.Row, late []time.Duration, before time.Time) time.Time {
 	now := p.cfg.Clock.Now()
 	if !now.After(before) {
 		return before
@@ -324,7 +324,7 @@ func (p *Producer) placeKeyedAgain(queues []shardq.QueueConfig, tasks []Task, ro
 // come second: an idle consumer passes a partition whose cell shows no touch in its lap.
 // It outlives ctx, whose end may be what failed the write: the rows may have applied all
 // the same.
-func (p *Producer) wake(ctx context.Context, tasks []Task, rows []taskrow.Row, queues []shardq.QueueConfig) {
+func (p *Producer) wake(ctx context.Context, tasks []Task, rows []taskrow.Row, queues []shardqtype.QueueConfig) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), signal.TouchTimeout)
 	defer cancel()
 	earliest := map[string]time.Time{}
@@ -365,16 +365,16 @@ func pastDueOrder(tasks []Task, now time.Time) []time.Duration {
 }
 
 // row validates t and places it.
-func (p *Producer) row(q shardq.QueueConfig, t Task, now time.Time, name string) (taskrow.Row, error) {
+func (p *Producer) row(q shardqtype.QueueConfig, t Task, now time.Time, name string) (taskrow.Row, error) {
 	due := t.DueAt
 	if due.IsZero() {
 		due = now
 	}
 	switch {
 	case due.Before(shard.MinIDTime) || due.After(shard.MaxIDTime):
-		return taskrow.Row{}, shardq.Invalid(name+".DueAt", "%v is outside [%v, %v]", t.DueAt, shard.MinIDTime.UTC(), shard.MaxIDTime)
-	case t.Priority < shardq.MinPriority || t.Priority > shardq.MaxPriority:
-		return taskrow.Row{}, shardq.Invalid(name+".Priority", "%d is not in [%d, %d]", t.Priority, shardq.MinPriority, shardq.MaxPriority)
+		return taskrow.Row{}, defaults.Invalid(name+".DueAt", "%v is outside [%v, %v]", t.DueAt, shard.MinIDTime.UTC(), shard.MaxIDTime)
+	case t.Priority < shardqtype.MinPriority || t.Priority > shardqtype.MaxPriority:
+		return taskrow.Row{}, defaults.Invalid(name+".Priority", "%d is not in [%d, %d]", t.Priority, shardqtype.MinPriority, shardqtype.MaxPriority)
 	}
 	headers, err := checkHeaders(name+".Headers", t.Headers)
 	if err != nil {
@@ -385,7 +385,7 @@ func (p *Producer) row(q shardq.QueueConfig, t Task, now time.Time, name string)
 		if headers > 0 {
 			reason = fmt.Sprintf("%d bytes and %d of headers are over the %d allowed", len(t.Payload), headers, p.cfg.MaxPayloadBytes)
 		}
-		return taskrow.Row{}, &shardq.ValidationError{Field: name + ".Payload", Reason: reason, Err: ErrPayloadTooLarge}
+		return taskrow.Row{}, &shardqtype.ValidationError{Field: name + ".Payload", Reason: reason, Err: ErrPayloadTooLarge}
 	}
 	timeout := t.Timeout
 	if timeout == 0 {
@@ -415,16 +415,16 @@ func checkHeaders(field string, h map[string]string) (int, error) {
 	for k, v := range h {
 		switch {
 		case k == "":
-			return 0, shardq.Invalid(field, "a key is empty")
+			return 0, defaults.Invalid(field, "a key is empty")
 		case !utf8.ValidString(k):
-			return 0, shardq.Invalid(field, "key %q is not UTF-8", k)
+			return 0, defaults.Invalid(field, "key %q is not UTF-8", k)
 		case !utf8.ValidString(v):
-			return 0, shardq.Invalid(field, "the value of %q is not UTF-8", k)
+			return 0, defaults.Invalid(field, "the value of %q is not UTF-8", k)
 		}
 	}
 	n := taskrow.HeaderBytes(h)
 	if n > MaxHeaderBytes {
-		return 0, &shardq.ValidationError{Field: field, Reason: fmt.Sprintf("%d bytes is over the %d allowed", n, MaxHeaderBytes),
+		return 0, &shardqtype.ValidationError{Field: field, Reason: fmt.Sprintf("%d bytes is over the %d allowed", n, MaxHeaderBytes),
 			Err: ErrHeadersTooLarge}
 	}
 	return n, nil
@@ -434,16 +434,16 @@ func checkHeaders(field string, h map[string]string) (int, error) {
 // is measured before anything is stamped by it: a host ahead of the cluster by more than
 // clustertime.WriteLag would stamp rows that a later delete cannot shadow (a Reschedule's
 // row outliving the Cancel that followed it, say). It is also where the queue's layouts
-// are read again once shardq.SettingsRefresh old, which rows are placed by: writing under
+// are read again once shardqtype.SettingsRefresh old, which rows are placed by: writing under
 // an older history could put a row into a layout consumers no longer read.
-func (p *Producer) queue(ctx context.Context, name string) (shardq.QueueConfig, error) {
+func (p *Producer) queue(ctx context.Context, name string) (shardqtype.QueueConfig, error) {
 	p.cluster.Ready(ctx)
 	q, err := p.state.Queue(ctx, name)
 	if err != nil {
 		return q, err
 	}
 	if _, err := p.state.Layouts(ctx, name); err != nil {
-		return shardq.QueueConfig{}, err
+		return shardqtype.QueueConfig{}, err
 	}
 	return q, nil
 }

@@ -14,12 +14,13 @@ import (
 	"github.com/shardq/shardq/internal/testclock"
 	"github.com/shardq/shardq/producer"
 	"github.com/shardq/shardq/shard"
+	"github.com/shardq/shardq/shardqtype"
 )
 
-func setup(t *testing.T) (*gocql.Session, shardq.QueueConfig) {
+func setup(t *testing.T) (*gocql.Session, shardqtype.QueueConfig) {
 	t.Helper()
 	s := cassandratest.SchemaSession(t)
-	q, err := shardq.CreateQueue(context.Background(), s, shardq.QueueConfig{Name: "q", ShardCount: 4,
+	q, err := shardq.CreateQueue(context.Background(), s, shardqtype.QueueConfig{Name: "q", ShardCount: 4,
 		BucketCount: 10, BucketDuration: time.Second, DefaultTimeout: 5 * time.Second})
 	require.NoError(t, err)
 	return s, q
@@ -83,10 +84,10 @@ func TestBadInputWritesNothing(t *testing.T) {
 	ctx := context.Background()
 
 	_, err := producer.New(nil, producer.Config{})
-	require.ErrorIs(t, err, shardq.ErrInvalid)
+	require.ErrorIs(t, err, shardqtype.ErrInvalid)
 	for _, cfg := range []producer.Config{{MaxPayloadBytes: -1}, {MaxPayloadBytes: producer.MaxPayloadLimit + 1}, {WritesInFlight: -2}} {
 		_, err := producer.New(s, cfg)
-		require.ErrorIs(t, err, shardq.ErrInvalid, "%+v", cfg)
+		require.ErrorIs(t, err, shardqtype.ErrInvalid, "%+v", cfg)
 	}
 
 	p, err := producer.New(s, producer.Config{MaxPayloadBytes: 10})
@@ -102,19 +103,19 @@ func TestBadInputWritesNothing(t *testing.T) {
 			"tasks[1].Payload", producer.ErrPayloadTooLarge},
 		"headers large": {producer.Task{Queue: "q", Headers: map[string]string{"k": strings.Repeat("v", producer.MaxHeaderBytes)}},
 			"tasks[1].Headers", producer.ErrHeadersTooLarge},
-		"header key empty": {producer.Task{Queue: "q", Headers: map[string]string{"": "v"}}, "tasks[1].Headers", shardq.ErrInvalid},
-		"header key utf8":  {producer.Task{Queue: "q", Headers: map[string]string{"\xff": "v"}}, "tasks[1].Headers", shardq.ErrInvalid},
-		"header utf8":      {producer.Task{Queue: "q", Headers: map[string]string{"k": "\xc3"}}, "tasks[1].Headers", shardq.ErrInvalid},
-		"priority high":    {producer.Task{Queue: "q", Priority: 10}, "tasks[1].Priority", shardq.ErrInvalid},
-		"priority low":     {producer.Task{Queue: "q", Priority: -1}, "tasks[1].Priority", shardq.ErrInvalid},
-		"before epoch":     {producer.Task{Queue: "q", DueAt: time.Date(1969, 1, 1, 0, 0, 0, 0, time.UTC)}, "tasks[1].DueAt", shardq.ErrInvalid},
-		"far too late":     {producer.Task{Queue: "q", DueAt: time.Date(6000, 1, 1, 0, 0, 0, 0, time.UTC)}, "tasks[1].DueAt", shardq.ErrInvalid},
-		"timeout long":     {producer.Task{Queue: "q", Timeout: time.Hour}, "tasks[1].Timeout", shardq.ErrInvalid},
-		"timeout neg":      {producer.Task{Queue: "q", Timeout: -time.Second}, "tasks[1].Timeout", shardq.ErrInvalid},
-		"timeout frac":     {producer.Task{Queue: "q", Timeout: 1500 * time.Microsecond}, "tasks[1].Timeout", shardq.ErrInvalid},
-		"unknown queue":    {producer.Task{Queue: "nope"}, "", shardq.ErrQueueNotFound},
-		"invalid queue":    {producer.Task{Queue: "No Such:Queue"}, "queue name", shardq.ErrInvalid},
-		"empty queue":      {producer.Task{}, "queue name", shardq.ErrInvalid},
+		"header key empty": {producer.Task{Queue: "q", Headers: map[string]string{"": "v"}}, "tasks[1].Headers", shardqtype.ErrInvalid},
+		"header key utf8":  {producer.Task{Queue: "q", Headers: map[string]string{"\xff": "v"}}, "tasks[1].Headers", shardqtype.ErrInvalid},
+		"header utf8":      {producer.Task{Queue: "q", Headers: map[string]string{"k": "\xc3"}}, "tasks[1].Headers", shardqtype.ErrInvalid},
+		"priority high":    {producer.Task{Queue: "q", Priority: 10}, "tasks[1].Priority", shardqtype.ErrInvalid},
+		"priority low":     {producer.Task{Queue: "q", Priority: -1}, "tasks[1].Priority", shardqtype.ErrInvalid},
+		"before epoch":     {producer.Task{Queue: "q", DueAt: time.Date(1969, 1, 1, 0, 0, 0, 0, time.UTC)}, "tasks[1].DueAt", shardqtype.ErrInvalid},
+		"far too late":     {producer.Task{Queue: "q", DueAt: time.Date(6000, 1, 1, 0, 0, 0, 0, time.UTC)}, "tasks[1].DueAt", shardqtype.ErrInvalid},
+		"timeout long":     {producer.Task{Queue: "q", Timeout: time.Hour}, "tasks[1].Timeout", shardqtype.ErrInvalid},
+		"timeout neg":      {producer.Task{Queue: "q", Timeout: -time.Second}, "tasks[1].Timeout", shardqtype.ErrInvalid},
+		"timeout frac":     {producer.Task{Queue: "q", Timeout: 1500 * time.Microsecond}, "tasks[1].Timeout", shardqtype.ErrInvalid},
+		"unknown queue":    {producer.Task{Queue: "nope"}, "", shardqtype.ErrQueueNotFound},
+		"invalid queue":    {producer.Task{Queue: "No Such:Queue"}, "queue name", shardqtype.ErrInvalid},
+		"empty queue":      {producer.Task{}, "queue name", shardqtype.ErrInvalid},
 	}
 	for name, c := range cases {
 		_, err := p.ScheduleTasks(ctx, []producer.Task{good, c.task, good})

@@ -13,6 +13,7 @@ import (
 	"github.com/shardq/shardq/internal/cassandratest"
 	"github.com/shardq/shardq/internal/testclock"
 	"github.com/shardq/shardq/producer"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 // A write that applied but was reported failed (a timeout after the replicas wrote it, or
@@ -23,7 +24,7 @@ func TestFailedWriteStillSignals(t *testing.T) {
 	t.Parallel()
 	s := cassandratest.SchemaSession(t)
 	ctx := context.Background()
-	q, err := shardq.CreateQueue(ctx, s, shardq.QueueConfig{Name: "q", ShardCount: 1, BucketCount: 60,
+	q, err := shardq.CreateQueue(ctx, s, shardqtype.QueueConfig{Name: "q", ShardCount: 1, BucketCount: 60,
 		BucketDuration: time.Second, DefaultTimeout: 5 * time.Second})
 	require.NoError(t, err)
 	clock := testclock.New(time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC))

@@ -13,6 +13,7 @@ import (
 	"github.com/shardq/shardq/internal/store"
 	"github.com/shardq/shardq/internal/taskscan"
 	"github.com/shardq/shardq/producer"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 type aheadHost time.Duration
@@ -27,7 +28,7 @@ func TestRescheduleStampsByTheClusterClock(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := cassandratest.SchemaSession(t)
-	q, err := shardq.CreateQueue(ctx, s, shardq.QueueConfig{Name: "q"})
+	q, err := shardq.CreateQueue(ctx, s, shardqtype.QueueConfig{Name: "q"})
 	require.NoError(t, err)
 	p, err := producer.New(s, producer.Config{})
 	require.NoError(t, err)

@@ -4,10 +4,10 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/internal/lwt"
 	"github.com/shardq/shardq/internal/tasklookup"
 	"github.com/shardq/shardq/internal/taskrow"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 // dropStray deletes l.Stray, a row written ahead of a move out of l.Row (a consumer's
@@ -22,7 +22,7 @@ import (
 // crash after it leaves the task pending at l.Row, and the caller's own move follows.
 // A stray that is gone already was deleted by its writer or taken by a consumer when it
 // came due; the caller looks again either way.
-func (p *Producer) dropStray(ctx context.Context, q shardq.QueueConfig, l tasklookup.Found) error {
+func (p *Producer) dropStray(ctx context.Context, q shardqtype.QueueConfig, l tasklookup.Found) error {
 	m, err := p.lockMove(ctx, q, l.Row.Key, l.Stray.Key, nil)
 	if err != nil {
 		return err

@@ -8,6 +8,7 @@ import (
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/internal/cassandratest"
 	"github.com/shardq/shardq/series"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 // Example creates a nightly series in a time zone, creates it again (which changes
@@ -19,7 +20,7 @@ func Example() {
 	if err := shardq.ApplySchema(ctx, session); err != nil {
 		panic(err)
 	}
-	if _, err := shardq.CreateQueue(ctx, session, shardq.QueueConfig{Name: "reports"}); err != nil {
+	if _, err := shardq.CreateQueue(ctx, session, shardqtype.QueueConfig{Name: "reports"}); err != nil {
 		panic(err)
 	}
 	c, err := series.New(session, series.Config{})

@@ -21,6 +21,7 @@ import (
 	"github.com/shardq/shardq/internal/cassandratest"
 	"github.com/shardq/shardq/internal/cqlcluster"
 	"github.com/shardq/shardq/series"
+	"github.com/shardq/shardq/shardqtype"
 	"github.com/shardq/shardq/worker"
 )
 
@@ -96,7 +97,7 @@ func TestSeriesAcrossKilledProcess(t *testing.T) {
 	ks := cassandratest.Keyspace(t)
 	s := cassandratest.SessionFor(t, ks)
 	cassandratest.ApplySchema(t, s)
-	q, err := shardq.CreateQueue(ctx, s, shardq.QueueConfig{Name: "q" + strings.ReplaceAll(uuid.NewString()[:8], "-", ""),
+	q, err := shardq.CreateQueue(ctx, s, shardqtype.QueueConfig{Name: "q" + strings.ReplaceAll(uuid.NewString()[:8], "-", ""),
 		DefaultTimeout: 2 * time.Second})
 	require.NoError(t, err)
 	c, err := series.New(s, series.Config{})

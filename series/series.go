@@ -21,13 +21,14 @@ import (
 	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 
-	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/internal/defaults"
 	iseries "github.com/shardq/shardq/internal/series"
 	"github.com/shardq/shardq/internal/sessionstate"
 	"github.com/shardq/shardq/internal/taskindex"
 	"github.com/shardq/shardq/internal/tasklookup"
 	"github.com/shardq/shardq/producer"
 	"github.com/shardq/shardq/shard"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 // MaxNameBytes is the longest series name.
@@ -130,7 +131,7 @@ type Info struct {
 type Config struct {
 	// Clock gives "now" for scheduling occurrences. Defaults to the cluster's time, as
 	// producer.Config.Clock does.
-	Clock shardq.Clock
+	Clock shardqtype.Clock
 	// Logger receives warnings and debug events. Defaults to a logger that discards.
 	Logger *slog.Logger
 }
@@ -146,7 +147,7 @@ type Client struct {
 // New returns a Client writing through session, whose keyspace holds shardq's tables.
 func New(session *gocql.Session, cfg Config) (*Client, error) {
 	if session == nil {
-		return nil, shardq.Invalid("session", "is nil")
+		return nil, defaults.Invalid("session", "is nil")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -240,7 +241,7 @@ func (c *Client) Pause(ctx context.Context, queue, name string) error {
 
 // withdraw cancels the outstanding occurrence of a paused series and closes the series
 // on it. An occurrence in flight is left to finish: its ack closes the series.
-func (c *Client) withdraw(ctx context.Context, q shardq.QueueConfig, st iseries.State) error {
+func (c *Client) withdraw(ctx context.Context, q shardqtype.QueueConfig, st iseries.State) error {
 	cancelled, err := c.cancel(ctx, q, st)
 	if err != nil || !cancelled {
 		return err
@@ -250,7 +251,7 @@ func (c *Client) withdraw(ctx context.Context, q shardq.QueueConfig, st iseries.
 
 // cancel cancels st's outstanding occurrence if it is still pending. One in flight, or
 // already ended, is left to its consumer, whose ack (or the keeper) moves the series on.
-func (c *Client) cancel(ctx context.Context, q shardq.QueueConfig, st iseries.State) (bool, error) {
+func (c *Client) cancel(ctx context.Context, q shardqtype.QueueConfig, st iseries.State) (bool, error) {
 	if st.Pending() {
 		// Possibly not written yet: writing it first makes the cancel definite.
 		if err := c.env.Write(ctx, q, st); err != nil {
@@ -258,7 +259,7 @@ func (c *Client) cancel(ctx context.Context, q shardq.QueueConfig, st iseries.St
 		}
 	}
 	err := c.producer.Cancel(ctx, st.TaskID, producer.CancelOptions{})
-	if errors.Is(err, shardq.ErrTaskInFlight) || errors.Is(err, shardq.ErrTaskNotFound) {
+	if errors.Is(err, shardqtype.ErrTaskInFlight) || errors.Is(err, shardqtype.ErrTaskNotFound) {
 		return false, nil
 	}
 	return err == nil, err
@@ -313,7 +314,7 @@ func (c *Client) Update(ctx context.Context, s Series) (*Info, error) {
 
 // replace cancels a pending occurrence and schedules the one the series' definition
 // gives now in its place, keeping its number.
-func (c *Client) replace(ctx context.Context, q shardq.QueueConfig, st iseries.State) error {
+func (c *Client) replace(ctx context.Context, q shardqtype.QueueConfig, st iseries.State) error {
 	cancelled, err := c.cancel(ctx, q, st)
 	if err != nil || !cancelled {
 		return err
@@ -368,7 +369,7 @@ func (c *Client) Keep(ctx context.Context, queue string) error {
 		// Locate, not Get: a completed occurrence is reported whatever the retention.
 		f, err := c.tasks.Locate(ctx, id)
 		switch {
-		case errors.Is(err, shardq.ErrTaskNotFound):
+		case errors.Is(err, shardqtype.ErrTaskNotFound):
 			return iseries.Gone, nil
 		case err != nil:
 			return 0, err
@@ -387,29 +388,29 @@ func (c *Client) Keep(ctx context.Context, queue string) error {
 // before anything is stamped by it, as producer's queue does: a host ahead of the cluster
 // by more than clustertime.WriteLag would stamp occurrences that a later delete cannot
 // shadow (a Pause's cancel of the first occurrence, say).
-func (c *Client) queue(ctx context.Context, name string) (shardq.QueueConfig, error) {
+func (c *Client) queue(ctx context.Context, name string) (shardqtype.QueueConfig, error) {
 	c.env.Cluster.Ready(ctx)
 	return c.state.Queue(ctx, name)
 }
 
 // check validates s, naming the field at fault, and returns its queue and stored spec.
-func (c *Client) check(ctx context.Context, s Series) (shardq.QueueConfig, iseries.Spec, error) {
+func (c *Client) check(ctx context.Context, s Series) (shardqtype.QueueConfig, iseries.Spec, error) {
 	switch {
 	case s.Name == "" || len(s.Name) > MaxNameBytes:
-		return shardq.QueueConfig{}, iseries.Spec{}, shardq.Invalid("Series.Name", "%q is empty or over %d bytes", s.Name, MaxNameBytes)
-	case s.Priority < shardq.MinPriority || s.Priority > shardq.MaxPriority:
-		return shardq.QueueConfig{}, iseries.Spec{}, shardq.Invalid("Series.Priority", "%d is not in [%d, %d]", s.Priority, shardq.MinPriority, shardq.MaxPriority)
+		return shardqtype.QueueConfig{}, iseries.Spec{}, defaults.Invalid("Series.Name", "%q is empty or over %d bytes", s.Name, MaxNameBytes)
+	case s.Priority < shardqtype.MinPriority || s.Priority > shardqtype.MaxPriority:
+		return shardqtype.QueueConfig{}, iseries.Spec{}, defaults.Invalid("Series.Priority", "%d is not in [%d, %d]", s.Priority, shardqtype.MinPriority, shardqtype.MaxPriority)
 	case len(s.Payload) > producer.DefaultMaxPayloadBytes:
-		return shardq.QueueConfig{}, iseries.Spec{}, &shardq.ValidationError{Field: "Series.Payload",
+		return shardqtype.QueueConfig{}, iseries.Spec{}, &shardqtype.ValidationError{Field: "Series.Payload",
 			Reason: fmt.Sprintf("%d bytes is over the %d allowed", len(s.Payload), producer.DefaultMaxPayloadBytes), Err: producer.ErrPayloadTooLarge}
 	case s.Missed != Skip && s.Missed != CatchUp:
-		return shardq.QueueConfig{}, iseries.Spec{}, shardq.Invalid("Series.Missed", "%d is neither Skip nor CatchUp", s.Missed)
+		return shardqtype.QueueConfig{}, iseries.Spec{}, defaults.Invalid("Series.Missed", "%d is neither Skip nor CatchUp", s.Missed)
 	case s.Advance != OnAck && s.Advance != OnTake:
-		return shardq.QueueConfig{}, iseries.Spec{}, shardq.Invalid("Series.Advance", "%d is neither OnAck nor OnTake", s.Advance)
+		return shardqtype.QueueConfig{}, iseries.Spec{}, defaults.Invalid("Series.Advance", "%d is neither OnAck nor OnTake", s.Advance)
 	case !s.Start.IsZero() && (s.Start.Before(shard.MinIDTime) || s.Start.After(shard.MaxIDTime)):
-		return shardq.QueueConfig{}, iseries.Spec{}, shardq.Invalid("Series.Start", "%v is outside [%v, %v]", s.Start, shard.MinIDTime.UTC(), shard.MaxIDTime)
+		return shardqtype.QueueConfig{}, iseries.Spec{}, defaults.Invalid("Series.Start", "%v is outside [%v, %v]", s.Start, shard.MinIDTime.UTC(), shard.MaxIDTime)
 	case !s.End.IsZero() && (s.End.Before(shard.MinIDTime) || s.End.After(shard.MaxIDTime)):
-		return shardq.QueueConfig{}, iseries.Spec{}, shardq.Invalid("Series.End", "%v is outside [%v, %v]", s.End, shard.MinIDTime.UTC(), shard.MaxIDTime)
+		return shardqtype.QueueConfig{}, iseries.Spec{}, defaults.Invalid("Series.End", "%v is outside [%v, %v]", s.End, shard.MinIDTime.UTC(), shard.MaxIDTime)
 	}
 	q, err := c.queue(ctx, s.Queue)
 	if err != nil {
@@ -426,7 +427,7 @@ func (c *Client) check(ctx context.Context, s Series) (shardq.QueueConfig, iseri
 	if _, err := spec.Schedule(); err != nil {
 		var fe interface{ Field() string }
 		if errors.As(err, &fe) {
-			return q, spec, shardq.Invalid("Series."+fe.Field(), "%s", err.Error())
+			return q, spec, defaults.Invalid("Series."+fe.Field(), "%s", err.Error())
 		}
 		return q, spec, err
 	}

@@ -19,13 +19,14 @@ import (
 	"github.com/shardq/shardq/internal/testclock"
 	"github.com/shardq/shardq/producer"
 	"github.com/shardq/shardq/series"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 type env struct {
 	t     *testing.T
 	ks    string
 	s     *gocql.Session
-	q     shardq.QueueConfig
+	q     shardqtype.QueueConfig
 	clock *testclock.Clock
 	c     *series.Client
 	p     *producer.Producer
@@ -39,7 +40,7 @@ func newEnv(t *testing.T, start time.Time) *env {
 	ks := cassandratest.Keyspace(t)
 	s := cassandratest.SessionFor(t, ks)
 	cassandratest.ApplySchema(t, s)
-	q, err := shardq.CreateQueue(context.Background(), s, shardq.QueueConfig{
+	q, err := shardq.CreateQueue(context.Background(), s, shardqtype.QueueConfig{
 		Name:       "q" + strings.ReplaceAll(uuid.NewString()[:8], "-", ""),
 		ShardCount: 2, BucketCount: 4, BucketDuration: time.Second, DefaultTimeout: time.Second})
 	require.NoError(t, err)
@@ -105,7 +106,7 @@ func TestCreateIsIdempotent(t *testing.T) {
 
 	task, err := e.insp.Task(ctx, first.NextID)
 	require.NoError(t, err)
-	require.Equal(t, shardq.TaskScheduled, task.State)
+	require.Equal(t, shardqtype.TaskScheduled, task.State)
 
 	list, err := e.c.List(ctx, e.q.Name)
 	require.NoError(t, err)
@@ -131,12 +132,12 @@ func TestInvalidSeries(t *testing.T) {
 			s.Name = ""
 		}
 		_, err := e.c.Create(context.Background(), s)
-		var verr *shardq.ValidationError
+		var verr *shardqtype.ValidationError
 		require.ErrorAs(t, err, &verr, field)
 		require.Equal(t, field, verr.Field)
 	}
 	_, err := e.c.Create(context.Background(), series.Series{Queue: "nosuchqueue", Name: "s", Every: time.Minute})
-	require.ErrorIs(t, err, shardq.ErrQueueNotFound)
+	require.ErrorIs(t, err, shardqtype.ErrQueueNotFound)
 	_, err = e.c.Get(context.Background(), e.q.Name, "none")
 	require.ErrorIs(t, err, series.ErrNotFound)
 }
@@ -252,7 +253,7 @@ func TestPauseResumeUpdateDelete(t *testing.T) {
 	require.True(t, in.Paused)
 	require.Equal(t, uuid.Nil, in.NextID)
 	_, err = e.insp.Task(ctx, pending)
-	require.ErrorIs(t, err, shardq.ErrTaskNotFound, "the pending occurrence was cancelled")
+	require.ErrorIs(t, err, shardqtype.ErrTaskNotFound, "the pending occurrence was cancelled")
 
 	e.clock.Add(5 * time.Minute)
 	require.NoError(t, e.c.Resume(ctx, e.q.Name, "p"))
@@ -266,7 +267,7 @@ func TestPauseResumeUpdateDelete(t *testing.T) {
 	require.Equal(t, start.Add(time.Hour), updated.NextAt.UTC())
 	require.NotEqual(t, in.NextID, updated.NextID)
 	_, err = e.insp.Task(ctx, in.NextID)
-	require.ErrorIs(t, err, shardq.ErrTaskNotFound, "the replaced occurrence was cancelled")
+	require.ErrorIs(t, err, shardqtype.ErrTaskNotFound, "the replaced occurrence was cancelled")
 	require.Equal(t, updated.Occurrences, in.Occurrences, "the replacement keeps its number")
 	got := e.next("p")
 	require.Equal(t, 3, got.Priority)
@@ -277,7 +278,7 @@ func TestPauseResumeUpdateDelete(t *testing.T) {
 	_, err = e.c.Get(ctx, e.q.Name, "p")
 	require.ErrorIs(t, err, series.ErrNotFound)
 	_, err = e.insp.Task(ctx, in.NextID)
-	require.ErrorIs(t, err, shardq.ErrTaskNotFound)
+	require.ErrorIs(t, err, shardqtype.ErrTaskNotFound)
 	list, err := e.c.List(ctx, e.q.Name)
 	require.NoError(t, err)
 	require.Empty(t, list)
@@ -331,13 +332,13 @@ func TestKeeperWritesLostOccurrence(t *testing.T) {
 
 	require.NoError(t, e.c.Keep(ctx, e.q.Name))
 	_, err = e.insp.Task(ctx, lost)
-	require.ErrorIs(t, err, shardq.ErrTaskNotFound, "written only once its scheduler had time to write it")
+	require.ErrorIs(t, err, shardqtype.ErrTaskNotFound, "written only once its scheduler had time to write it")
 	e.clock.Add(iseries.RepairAfter)
 	require.NoError(t, e.c.Keep(ctx, e.q.Name))
 	require.NoError(t, e.c.Keep(ctx, e.q.Name))
 	task, err := e.insp.Task(ctx, lost)
 	require.NoError(t, err)
-	require.Equal(t, shardq.TaskScheduled, task.State)
+	require.Equal(t, shardqtype.TaskScheduled, task.State)
 	got := e.next("w")
 	require.Equal(t, lost, got.ID)
 	require.Equal(t, start.Add(time.Minute), got.DueAt.UTC())
@@ -367,7 +368,7 @@ func TestKeeperReplacesOccurrenceLostForALap(t *testing.T) {
 	require.NoError(t, err)
 	require.NotEqual(t, lost, again.NextID, "written at a place a lap old")
 	_, err = e.insp.Task(ctx, lost)
-	require.ErrorIs(t, err, shardq.ErrTaskNotFound)
+	require.ErrorIs(t, err, shardqtype.ErrTaskNotFound)
 	got := e.next("l")
 	require.Equal(t, again.NextID, got.ID)
 	require.Equal(t, start.Add(time.Minute), got.DueAt.UTC(), "the occurrence keeps its time")

@@ -13,6 +13,7 @@ import (
 	"github.com/shardq/shardq/internal/store"
 	"github.com/shardq/shardq/internal/taskscan"
 	"github.com/shardq/shardq/series"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 type aheadHost time.Duration
@@ -27,7 +28,7 @@ func TestCreateStampsByTheClusterClock(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := cassandratest.SchemaSession(t)
-	q, err := shardq.CreateQueue(ctx, s, shardq.QueueConfig{Name: "q"})
+	q, err := shardq.CreateQueue(ctx, s, shardqtype.QueueConfig{Name: "q"})
 	require.NoError(t, err)
 	ahead, err := series.New(s, series.Config{Clock: clustertime.New(store.Cassandra(s), aheadHost(5*time.Second), nil)})
 	require.NoError(t, err)

@@ -7,8 +7,8 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/shard"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 // FuzzKey checks that every key ParseKey accepts formats back to itself, and every key
@@ -77,7 +77,7 @@ func FuzzID(f *testing.F) {
 		}
 
 		l := shard.Layout{Queue: "q", BucketCount: 1 + int(extraMs%10_000), ShardCount: int(shards),
-			BucketDuration: shardq.MinBucketDuration + time.Duration(extraMs)*time.Millisecond}
+			BucketDuration: shardqtype.MinBucketDuration + time.Duration(extraMs)*time.Millisecond}
 		if s := l.ShardFor(id); s < 0 || s >= int(shards) {
 			t.Fatalf("shard %d out of [0,%d)", s, shards)
 		}

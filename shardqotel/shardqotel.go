@@ -28,9 +28,9 @@ import (
 	"go.opentelemetry.io/otel/semconv/v1.41.0/messagingconv"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/producer"
+	"github.com/shardq/shardq/shardqtype"
 	"github.com/shardq/shardq/worker"
 )
 
@@ -49,7 +49,7 @@ const (
 	AttrPriority = attribute.Key("shardq.task.priority")
 	// AttrLateness is how long after its due time the handler run started, in seconds.
 	AttrLateness = attribute.Key("shardq.task.lateness")
-	// AttrPartitionOp is the step of a partition failure (shardq.PartitionFailed.Op).
+	// AttrPartitionOp is the step of a partition failure (shardqtype.PartitionFailed.Op).
 	AttrPartitionOp = attribute.Key("shardq.partition.operation")
 )
 
@@ -64,8 +64,8 @@ type Config struct {
 	// take about 70 bytes of a task's headers (and of its payload limit) with no
 	// tracestate.
 	Propagator propagation.TextMapPropagator
-	// Clock tells the lateness of a handler run. Defaults to shardq.SystemClock{}.
-	Clock shardq.Clock
+	// Clock tells the lateness of a handler run. Defaults to shardqtype.SystemClock{}.
+	Clock shardqtype.Clock
 }
 
 // Telemetry traces scheduling (Middleware) and handling (Handler), and records shardq's
@@ -73,7 +73,7 @@ type Config struct {
 type Telemetry struct {
 	tracer     trace.Tracer
 	propagator propagation.TextMapPropagator
-	clock      shardq.Clock
+	clock      shardqtype.Clock
 
 	sent          messagingconv.ClientSentMessages
 	consumed      messagingconv.ClientConsumedMessages
@@ -100,7 +100,7 @@ func New(cfg Config) (*Telemetry, error) {
 		cfg.Propagator = propagation.TraceContext{}
 	}
 	if cfg.Clock == nil {
-		cfg.Clock = shardq.SystemClock{}
+		cfg.Clock = shardqtype.SystemClock{}
 	}
 	m := cfg.MeterProvider.Meter(ScopeName)
 	t := &Telemetry{tracer: cfg.TracerProvider.Tracer(ScopeName), propagator: cfg.Propagator, clock: cfg.Clock}
@@ -249,23 +249,23 @@ func (t *Telemetry) Handler(h worker.Handler) worker.Handler {
 // contention, and partition failures (shardq.*), each with the task's queue as
 // messaging.destination.name. Pass the Telemetry as the Observer of workers and
 // consumers.
-func (t *Telemetry) Observe(ctx context.Context, e shardq.Event) {
+func (t *Telemetry) Observe(ctx context.Context, e shardqtype.Event) {
 	queue := func(q string) metric.MeasurementOption {
 		return metric.WithAttributes(semconv.MessagingSystemKey.String(string(System)), semconv.MessagingDestinationName(q))
 	}
 	switch e := e.(type) {
-	case shardq.BatchAcquired:
+	case shardqtype.BatchAcquired:
 		t.consumed.Add(ctx, int64(e.Size), opAcquire, System, t.consumed.AttrDestinationName(e.Queue))
 		t.lockWait.Record(ctx, e.LockWait.Seconds(), queue(e.Queue))
-	case shardq.LockContended:
+	case shardqtype.LockContended:
 		t.lockContended.Add(ctx, 1, queue(e.Queue))
-	case shardq.Acked:
+	case shardqtype.Acked:
 		t.acked.Add(ctx, int64(e.Count), queue(e.Queue))
-	case shardq.LeaseLost:
+	case shardqtype.LeaseLost:
 		t.leaseLost.Add(ctx, 1, queue(e.Queue))
-	case shardq.TaskStarted:
+	case shardqtype.TaskStarted:
 		t.lateness.Record(ctx, max(e.Lateness, 0).Seconds(), queue(e.Queue))
-	case shardq.TaskFinished:
+	case shardqtype.TaskFinished:
 		attrs := []attribute.KeyValue{semconv.MessagingDestinationName(e.Queue)}
 		switch {
 		case e.Panicked:
@@ -274,11 +274,11 @@ func (t *Telemetry) Observe(ctx context.Context, e shardq.Event) {
 			attrs = append(attrs, semconv.ErrorTypeKey.String(errorType(e.Err)))
 		}
 		t.process.Record(ctx, e.Duration.Seconds(), opHandle, System, attrs...)
-	case shardq.Retried:
+	case shardqtype.Retried:
 		t.retried.Add(ctx, 1, queue(e.Queue))
-	case shardq.DeadLettered:
+	case shardqtype.DeadLettered:
 		t.deadLettered.Add(ctx, 1, queue(e.Queue))
-	case shardq.PartitionFailed:
+	case shardqtype.PartitionFailed:
 		t.failures.Add(ctx, 1, metric.WithAttributes(semconv.MessagingSystemKey.String(string(System)),
 			semconv.MessagingDestinationName(e.Queue), AttrPartitionOp.String(e.Op)))
 	}
@@ -311,4 +311,4 @@ func errorType(err error) string {
 	return fmt.Sprintf("%T", err)
 }
 
-var _ shardq.Observer = (*Telemetry)(nil)
+var _ shardqtype.Observer = (*Telemetry)(nil)

@@ -30,14 +30,15 @@ import (
 	"github.com/shardq/shardq/lock"
 	"github.com/shardq/shardq/producer"
 	"github.com/shardq/shardq/shardqotel"
+	"github.com/shardq/shardq/shardqtype"
 	"github.com/shardq/shardq/worker"
 )
 
 // newQueue makes a queue with a unique name in a keyspace of its own, so that
 // in-process wake-ups of parallel tests do not cross.
-func newQueue(t *testing.T, ks string) shardq.QueueConfig {
+func newQueue(t *testing.T, ks string) shardqtype.QueueConfig {
 	t.Helper()
-	q, err := shardq.CreateQueue(context.Background(), cassandratest.SessionFor(t, ks), shardq.QueueConfig{
+	q, err := shardq.CreateQueue(context.Background(), cassandratest.SessionFor(t, ks), shardqtype.QueueConfig{
 		Name: "q" + strings.ReplaceAll(uuid.NewString()[:8], "-", ""), BucketCount: 60, BucketDuration: time.Second,
 		ShardCount: 2, DefaultTimeout: 10 * time.Second})
 	require.NoError(t, err)
@@ -333,7 +334,7 @@ func TestMetrics(t *testing.T) {
 		return len(got) == 1
 	}, 10*time.Second, 10*time.Millisecond)
 	require.NoError(t, c.AckTasks(ctx, got...))
-	tel.Observe(ctx, shardq.PartitionFailed{Queue: q.Name, PartitionKey: "k", Op: "peek", Err: errors.New("down")})
+	tel.Observe(ctx, shardqtype.PartitionFailed{Queue: q.Name, PartitionKey: "k", Op: "peek", Err: errors.New("down")})
 
 	// Two tasks succeed, one after a retry; one fails both its attempts and dies.
 	_, err = p.ScheduleTasks(ctx, []producer.Task{{Queue: q.Name}, {Queue: q.Name, Payload: []byte("flaky")},
@@ -342,9 +343,9 @@ func TestMetrics(t *testing.T) {
 	dead := make(chan struct{})
 	w, err := worker.New(s, worker.Config{Queue: q.Name, MaxIdleInterval: 200 * time.Millisecond, MaxAttempts: 2,
 		Backoff: func(int) time.Duration { return 0 },
-		Observer: shardq.ObserverFunc(func(ctx context.Context, e shardq.Event) {
+		Observer: shardqtype.ObserverFunc(func(ctx context.Context, e shardqtype.Event) {
 			tel.Observe(ctx, e)
-			if _, ok := e.(shardq.DeadLettered); ok {
+			if _, ok := e.(shardqtype.DeadLettered); ok {
 				close(dead)
 			}
 		}),

@@ -10,8 +10,7 @@ import (
 	"context"
 
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 // DefaultNamespace is Config.Namespace's default.
@@ -23,7 +22,7 @@ type Config struct {
 	Namespace string
 }
 
-// Observer is a shardq.Observer that records events in Prometheus collectors, labelled
+// Observer is a shardqtype.Observer that records events in Prometheus collectors, labelled
 // by queue (and outcome where there is one).
 type Observer struct {
 	acquired      *prometheus.CounterVec
@@ -77,22 +76,22 @@ func New(reg prometheus.Registerer, cfg Config) (*Observer, error) {
 }
 
 // Observe records e.
-func (o *Observer) Observe(_ context.Context, e shardq.Event) {
+func (o *Observer) Observe(_ context.Context, e shardqtype.Event) {
 	switch e := e.(type) {
-	case shardq.BatchAcquired:
+	case shardqtype.BatchAcquired:
 		o.acquired.WithLabelValues(e.Queue).Add(float64(e.Size))
 		o.batchSize.WithLabelValues(e.Queue).Observe(float64(e.Size))
 		o.lockWait.WithLabelValues(e.Queue).Observe(e.LockWait.Seconds())
-	case shardq.LockContended:
+	case shardqtype.LockContended:
 		o.lockContended.WithLabelValues(e.Queue).Inc()
-	case shardq.Acked:
+	case shardqtype.Acked:
 		o.acked.WithLabelValues(e.Queue).Add(float64(e.Count))
-	case shardq.LeaseLost:
+	case shardqtype.LeaseLost:
 		o.leaseLost.WithLabelValues(e.Queue).Inc()
-	case shardq.TaskStarted:
+	case shardqtype.TaskStarted:
 		o.started.WithLabelValues(e.Queue).Inc()
 		o.lateness.WithLabelValues(e.Queue).Observe(e.Lateness.Seconds())
-	case shardq.TaskFinished:
+	case shardqtype.TaskFinished:
 		outcome := "success"
 		switch {
 		case e.Panicked:
@@ -102,9 +101,9 @@ func (o *Observer) Observe(_ context.Context, e shardq.Event) {
 		}
 		o.finished.WithLabelValues(e.Queue, outcome).Inc()
 		o.duration.WithLabelValues(e.Queue, outcome).Observe(e.Duration.Seconds())
-	case shardq.Retried:
+	case shardqtype.Retried:
 		o.retried.WithLabelValues(e.Queue).Inc()
-	case shardq.DeadLettered:
+	case shardqtype.DeadLettered:
 		o.deadLettered.WithLabelValues(e.Queue).Inc()
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/shardq/shardq/internal/cassandratest"
 	"github.com/shardq/shardq/producer"
 	"github.com/shardq/shardq/shardqprom"
+	"github.com/shardq/shardq/shardqtype"
 	"github.com/shardq/shardq/worker"
 )
 
@@ -26,7 +27,7 @@ func TestWorkerMetrics(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := cassandratest.SchemaSession(t)
-	_, err := shardq.CreateQueue(ctx, s, shardq.QueueConfig{Name: "mail", BucketCount: 60, BucketDuration: time.Second,
+	_, err := shardq.CreateQueue(ctx, s, shardqtype.QueueConfig{Name: "mail", BucketCount: 60, BucketDuration: time.Second,
 		ShardCount: 2, DefaultTimeout: 10 * time.Second})
 	require.NoError(t, err)
 	reg := prometheus.NewRegistry()

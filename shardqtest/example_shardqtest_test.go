@@ -12,6 +12,7 @@ import (
 	"github.com/shardq/shardq/internal/cassandratest"
 	"github.com/shardq/shardq/producer"
 	"github.com/shardq/shardq/shardqtest"
+	"github.com/shardq/shardq/shardqtype"
 	"github.com/shardq/shardq/worker"
 )
 
@@ -47,7 +48,7 @@ func ExampleRequireScheduled() {
 	if err := shardq.ApplySchema(ctx, session); err != nil {
 		panic(err)
 	}
-	if _, err := shardq.CreateQueue(ctx, session, shardq.QueueConfig{Name: "emails"}); err != nil {
+	if _, err := shardq.CreateQueue(ctx, session, shardqtype.QueueConfig{Name: "emails"}); err != nil {
 		panic(err)
 	}
 
@@ -71,7 +72,7 @@ func ExampleRequireScheduled() {
 
 	tasks := shardqtest.RequireScheduledMany(ctx, t, session, "emails",
 		shardqtest.Match{Payload: []byte("reminder"), DueAt: day},
-		shardqtest.Match{Where: func(i *shardq.TaskInfo) bool { return i.Priority == 0 }},
+		shardqtest.Match{Where: func(i *shardqtype.TaskInfo) bool { return i.Priority == 0 }},
 	)
 	fmt.Printf("%s at priority %d\n", tasks[0].Key, tasks[0].Priority)
 	// Output:

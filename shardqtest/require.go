@@ -18,6 +18,7 @@ import (
 	"github.com/shardq/shardq/inspect"
 	"github.com/shardq/shardq/internal/fanout"
 	"github.com/shardq/shardq/internal/taskscan"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 // DefaultDueWithin is how far a task's due time may lie from Match.DueAt when
@@ -36,16 +37,16 @@ type Match struct {
 	DueAt     time.Time
 	DueWithin time.Duration
 	// Where is any other test of the task: its priority, a field of its payload.
-	Where func(*shardq.TaskInfo) bool
+	Where func(*shardqtype.TaskInfo) bool
 }
 
-func (m Match) matches(t *shardq.TaskInfo) bool {
+func (m Match) matches(t *shardqtype.TaskInfo) bool {
 	within := m.DueWithin
 	if within == 0 {
 		within = DefaultDueWithin
 	}
 	switch {
-	case t.State != shardq.TaskScheduled:
+	case t.State != shardqtype.TaskScheduled:
 		return false
 	case m.Key != "" && t.Key != m.Key:
 		return false
@@ -85,7 +86,7 @@ func (m Match) String() string {
 }
 
 // RequireScheduled fails the test unless exactly one task of queue waiting for its first
-// delivery (shardq.TaskScheduled) matches m, and returns it for further checks. Other
+// delivery (shardqtype.TaskScheduled) matches m, and returns it for further checks. Other
 // tasks may be there; two that match fail it, since which one the test meant is unclear
 // (RequireScheduledMany tells them apart). The failure lists every task of the queue,
 // in any state, so a task a worker took already shows as in flight.
@@ -93,10 +94,10 @@ func (m Match) String() string {
 // It reads the queue as a worker would find it: every partition of the queue, then each
 // task's state by its ID (inspect.Inspector.Task). That costs one read per partition
 // (BucketCount × ShardCount), so use small queues in tests where that matters.
-func RequireScheduled(ctx context.Context, t testing.TB, session *gocql.Session, queue string, m Match) *shardq.TaskInfo {
+func RequireScheduled(ctx context.Context, t testing.TB, session *gocql.Session, queue string, m Match) *shardqtype.TaskInfo {
 	t.Helper()
 	tasks := readQueue(ctx, t, session, queue)
-	var found []*shardq.TaskInfo
+	var found []*shardqtype.TaskInfo
 	for _, task := range tasks {
 		if m.matches(task) {
 			found = append(found, task)
@@ -114,24 +115,24 @@ func RequireScheduled(ctx context.Context, t testing.TB, session *gocql.Session,
 }
 
 // RequireScheduledMany fails the test unless the tasks of queue waiting for their first
-// delivery (shardq.TaskScheduled) are as many as ms and each matches a different one of
+// delivery (shardqtype.TaskScheduled) are as many as ms and each matches a different one of
 // ms, in any order; it returns them in the order of ms. With no ms it requires that
 // nothing is scheduled. Tasks in flight or retrying are not counted. The failure names
 // the matches left without a task and the tasks left without a match, and lists every
 // task of the queue. It reads the queue as RequireScheduled does.
-func RequireScheduledMany(ctx context.Context, t testing.TB, session *gocql.Session, queue string, ms ...Match) []*shardq.TaskInfo {
+func RequireScheduledMany(ctx context.Context, t testing.TB, session *gocql.Session, queue string, ms ...Match) []*shardqtype.TaskInfo {
 	t.Helper()
 	tasks := readQueue(ctx, t, session, queue)
-	var scheduled []*shardq.TaskInfo
+	var scheduled []*shardqtype.TaskInfo
 	for _, task := range tasks {
-		if task.State == shardq.TaskScheduled {
+		if task.State == shardqtype.TaskScheduled {
 			scheduled = append(scheduled, task)
 		}
 	}
 	of := pair(ms, scheduled)
 	var missing []string
 	taken := make([]bool, len(scheduled))
-	out := make([]*shardq.TaskInfo, len(ms))
+	out := make([]*shardqtype.TaskInfo, len(ms))
 	for i, j := range of {
 		if j < 0 {
 			missing = append(missing, fmt.Sprintf("ms[%d] %v", i, ms[i]))
@@ -163,7 +164,7 @@ func RequireScheduledMany(ctx context.Context, t testing.TB, session *gocql.Sess
 // pair gives each match a different task that it matches, as many as can be (a maximum
 // bipartite matching, by augmenting paths): taking the first task that fits can leave a
 // narrower match without one. of[i] is the index of ms[i]'s task, or -1.
-func pair(ms []Match, tasks []*shardq.TaskInfo) []int {
+func pair(ms []Match, tasks []*shardqtype.TaskInfo) []int {
 	fits := make([][]int, len(ms))
 	for i, m := range ms {
 		for j, task := range tasks {
@@ -213,7 +214,7 @@ const getsInFlight = 16
 // readQueue returns every task of queue with a row in its partitions (pending, in flight
 // or retrying), each once, ordered by due time, failing the test when the queue cannot be
 // read.
-func readQueue(ctx context.Context, t testing.TB, session *gocql.Session, queue string) []*shardq.TaskInfo {
+func readQueue(ctx context.Context, t testing.TB, session *gocql.Session, queue string) []*shardqtype.TaskInfo {
 	t.Helper()
 	tasks, err := tasksOf(ctx, session, queue)
 	if err != nil {
@@ -222,7 +223,7 @@ func readQueue(ctx context.Context, t testing.TB, session *gocql.Session, queue 
 	return tasks
 }
 
-func tasksOf(ctx context.Context, session *gocql.Session, queue string) ([]*shardq.TaskInfo, error) {
+func tasksOf(ctx context.Context, session *gocql.Session, queue string) ([]*shardqtype.TaskInfo, error) {
 	q, err := shardq.LoadQueue(ctx, session, queue)
 	if err != nil {
 		return nil, err
@@ -239,11 +240,11 @@ func tasksOf(ctx context.Context, session *gocql.Session, queue string) ([]*shar
 		return nil, err
 	}
 	var mu sync.Mutex
-	var tasks []*shardq.TaskInfo
+	var tasks []*shardqtype.TaskInfo
 	err = fanout.Each(len(ids), getsInFlight, func(i int) error {
 		info, err := in.Task(ctx, ids[i])
 		switch {
-		case errors.Is(err, shardq.ErrTaskNotFound):
+		case errors.Is(err, shardqtype.ErrTaskNotFound):
 			return nil // acked or cancelled since its row was read
 		case err != nil:
 			return fmt.Errorf("reading task %s: %w", ids[i], err)
@@ -256,7 +257,7 @@ func tasksOf(ctx context.Context, session *gocql.Session, queue string) ([]*shar
 	if err != nil {
 		return nil, err
 	}
-	slices.SortFunc(tasks, func(a, b *shardq.TaskInfo) int {
+	slices.SortFunc(tasks, func(a, b *shardqtype.TaskInfo) int {
 		if c := a.DueAt.Compare(b.DueAt); c != 0 {
 			return c
 		}
@@ -269,7 +270,7 @@ func tasksOf(ctx context.Context, session *gocql.Session, queue string) ([]*shar
 const maxListed = 50
 
 // list describes tasks for a failure message, one a line.
-func list(tasks []*shardq.TaskInfo) string {
+func list(tasks []*shardqtype.TaskInfo) string {
 	if len(tasks) == 0 {
 		return "the queue holds no task"
 	}

@@ -15,10 +15,11 @@ import (
 
 	"github.com/gocql/gocql"
 
-	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/internal/cassandratest"
+	"github.com/shardq/shardq/internal/defaults"
 	"github.com/shardq/shardq/internal/taskid"
+	"github.com/shardq/shardq/shardqtype"
 	"github.com/shardq/shardq/worker"
 )
 
@@ -40,13 +41,13 @@ func Session(t testing.TB) *gocql.Session {
 
 // NewTask returns a task of queue as a worker hands it to a handler on its first
 // delivery: a new task ID, due now, Attempt and Token 1, leased for
-// shardq.DefaultTimeout from now. Set any field before calling Work: Attempt to test the
+// shardqtype.DefaultTimeout from now. Set any field before calling Work: Attempt to test the
 // last delivery before the dead letters, Deadline to test a handler that outlives its
 // lease, Series for an occurrence of a recurring series, Headers for a task scheduled
 // with headers.
 //
 // The task exists in memory only: a consumer given it (AckTasks, Extend, Retry,
-// DeadLetter) returns an error matching shardq.ErrInvalid, as for any task that
+// DeadLetter) returns an error matching shardqtype.ErrInvalid, as for any task that
 // AcquireTasks did not deliver, and writes nothing.
 func NewTask(queue string, payload []byte) *consumer.Task {
 	now := time.Now()
@@ -57,8 +58,8 @@ func NewTask(queue string, payload []byte) *consumer.Task {
 		// Read back from Cassandra, due times carry milliseconds, in UTC.
 		DueAt:    now.UTC().Truncate(time.Millisecond),
 		Attempt:  1,
-		Deadline: now.Add(shardq.DefaultTimeout),
-		Timeout:  shardq.DefaultTimeout,
+		Deadline: now.Add(shardqtype.DefaultTimeout),
+		Timeout:  shardqtype.DefaultTimeout,
 		Token:    1,
 	}
 }
@@ -69,19 +70,19 @@ func NewTask(queue string, payload []byte) *consumer.Task {
 // would end. A panic in h is not recovered, so the test fails with its stack; a worker
 // would count it as a failure.
 //
-// Work returns an error matching shardq.ErrInvalid, without calling h, when h or task is
+// Work returns an error matching shardqtype.ErrInvalid, without calling h, when h or task is
 // nil or task.Deadline is zero or has passed: a worker does not start a task whose lease
 // is over.
 func Work(ctx context.Context, h worker.Handler, task *consumer.Task) error {
 	switch {
 	case h == nil:
-		return shardq.Invalid("h", "is nil")
+		return defaults.Invalid("h", "is nil")
 	case task == nil:
-		return shardq.Invalid("task", "is nil")
+		return defaults.Invalid("task", "is nil")
 	case task.Deadline.IsZero():
-		return shardq.Invalid("task.Deadline", "is zero: make tasks with NewTask")
+		return defaults.Invalid("task.Deadline", "is zero: make tasks with NewTask")
 	case !time.Now().Before(task.Deadline):
-		return shardq.Invalid("task.Deadline", "%v has passed: a worker would not start the task", task.Deadline)
+		return defaults.Invalid("task.Deadline", "%v has passed: a worker would not start the task", task.Deadline)
 	}
 	ctx, cancel := context.WithDeadline(ctx, task.Deadline)
 	defer cancel()

@@ -18,6 +18,7 @@ import (
 	"github.com/shardq/shardq/internal/taskid"
 	"github.com/shardq/shardq/producer"
 	"github.com/shardq/shardq/shardqtest"
+	"github.com/shardq/shardq/shardqtype"
 	"github.com/shardq/shardq/worker"
 )
 
@@ -32,9 +33,9 @@ func TestNewTaskIsAFirstDelivery(t *testing.T) {
 	require.Equal(t, []byte("hi"), task.Payload)
 	require.Equal(t, 1, task.Attempt)
 	require.Equal(t, int64(1), task.Token)
-	require.Equal(t, shardq.DefaultTimeout, task.Timeout)
+	require.Equal(t, shardqtype.DefaultTimeout, task.Timeout)
 	require.WithinRange(t, task.DueAt, before.Truncate(time.Millisecond), after)
-	require.WithinRange(t, task.Deadline, before.Add(shardq.DefaultTimeout), after.Add(shardq.DefaultTimeout))
+	require.WithinRange(t, task.Deadline, before.Add(shardqtype.DefaultTimeout), after.Add(shardqtype.DefaultTimeout))
 	// IDs carry their queue's hint, as a producer's do, so a lookup by ID finds the queue.
 	require.Equal(t, taskid.HintOf("emails"), taskid.Hint(task.ID))
 	require.NotEqual(t, task.ID, shardqtest.NewTask("emails", nil).ID)
@@ -94,9 +95,9 @@ func TestWorkRefusesWhatAWorkerWouldNotRun(t *testing.T) {
 		"no deadline": func() error { return shardqtest.Work(t.Context(), h, &consumer.Task{Queue: "emails"}) },
 		"lease over":  func() error { return shardqtest.Work(t.Context(), h, expired) },
 	} {
-		var verr *shardq.ValidationError
+		var verr *shardqtype.ValidationError
 		require.ErrorAs(t, call(), &verr, name)
-		require.ErrorIs(t, verr, shardq.ErrInvalid, name)
+		require.ErrorIs(t, verr, shardqtype.ErrInvalid, name)
 	}
 	require.False(t, called)
 }
@@ -112,7 +113,7 @@ func TestPanicsInTheHandlerAreNotHidden(t *testing.T) {
 // newQueue makes a queue with a short ring, so reading all its partitions is quick.
 func newQueue(t *testing.T, s *gocql.Session, name string) {
 	t.Helper()
-	_, err := shardq.CreateQueue(t.Context(), s, shardq.QueueConfig{Name: name, BucketCount: 12, ShardCount: 2})
+	_, err := shardq.CreateQueue(t.Context(), s, shardqtype.QueueConfig{Name: name, BucketCount: 12, ShardCount: 2})
 	require.NoError(t, err)
 }
 
@@ -131,7 +132,7 @@ func TestAConsumerRefusesAnInMemoryTask(t *testing.T) {
 		"retry":       c.Retry(ctx, task, 0),
 		"dead letter": c.DeadLetter(ctx, task, errors.New("boom")),
 	} {
-		require.ErrorIs(t, err, shardq.ErrInvalid, name)
+		require.ErrorIs(t, err, shardqtype.ErrInvalid, name)
 	}
 	in, err := inspect.New(s, inspect.Config{})
 	require.NoError(t, err)
@@ -147,7 +148,7 @@ func TestSessionsAreTheTestsOwn(t *testing.T) {
 	// Both hold shardq's schema and no queue.
 	for _, s := range []*gocql.Session{a, b} {
 		_, err := shardq.LoadQueue(t.Context(), s, "emails")
-		require.ErrorIs(t, err, shardq.ErrQueueNotFound)
+		require.ErrorIs(t, err, shardqtype.ErrQueueNotFound)
 		newQueue(t, s, "emails")
 	}
 }
@@ -184,7 +185,7 @@ func TestRequireScheduledFindsATask(t *testing.T) {
 
 	got := shardqtest.RequireScheduled(ctx, t, s, "emails", shardqtest.Match{Key: "welcome:42"})
 	require.Equal(t, ids[0], got.ID)
-	require.Equal(t, shardq.TaskScheduled, got.State)
+	require.Equal(t, shardqtype.TaskScheduled, got.State)
 	require.Equal(t, 5, got.Priority)
 	require.Equal(t, []byte("welcome"), got.Payload)
 
@@ -193,7 +194,7 @@ func TestRequireScheduledFindsATask(t *testing.T) {
 	got = shardqtest.RequireScheduled(ctx, t, s, "emails", shardqtest.Match{DueAt: later.Add(500 * time.Millisecond)})
 	require.Equal(t, ids[0], got.ID)
 	got = shardqtest.RequireScheduled(ctx, t, s, "emails", shardqtest.Match{
-		Where: func(i *shardq.TaskInfo) bool { return i.Priority == 0 },
+		Where: func(i *shardqtype.TaskInfo) bool { return i.Priority == 0 },
 	})
 	require.Equal(t, ids[1], got.ID)
 
@@ -217,7 +218,7 @@ func TestRequireScheduledManyPairsBroadAndNarrowMatches(t *testing.T) {
 		narrow := order[0]
 		got := shardqtest.RequireScheduledMany(t.Context(), t, s, "emails",
 			shardqtest.Match{}, // any
-			shardqtest.Match{Where: func(i *shardq.TaskInfo) bool { return i.ID == narrow }},
+			shardqtest.Match{Where: func(i *shardqtype.TaskInfo) bool { return i.ID == narrow }},
 		)
 		require.Equal(t, narrow, got[1].ID)
 		require.Equal(t, order[1], got[0].ID)
@@ -296,7 +297,7 @@ func TestRequireScheduledFailuresListTheQueue(t *testing.T) {
 	msg = failure(t, func(tb testing.TB) {
 		shardqtest.RequireScheduled(ctx, tb, s, "sms", shardqtest.Match{})
 	})
-	require.Contains(t, msg, `shardqtest: reading the tasks of queue "sms": `+shardq.ErrQueueNotFound.Error())
+	require.Contains(t, msg, `shardqtest: reading the tasks of queue "sms": `+shardqtype.ErrQueueNotFound.Error())
 }
 
 // A task a worker took is listed as in flight, not matched as scheduled.

@@ -15,6 +15,7 @@ import (
 	"github.com/shardq/shardq/internal/cassandratest"
 	"github.com/shardq/shardq/internal/fanout"
 	"github.com/shardq/shardq/producer"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 // benchTasksEnv sets how many pending tasks BenchmarkQueuePage loads (default 10,000).
@@ -37,7 +38,7 @@ func BenchmarkQueuePage(b *testing.B) {
 	}
 	ctx := context.Background()
 	s := cassandratest.SchemaSession(b)
-	q, err := shardq.CreateQueue(ctx, s, shardq.QueueConfig{Name: "big"})
+	q, err := shardq.CreateQueue(ctx, s, shardqtype.QueueConfig{Name: "big"})
 	require.NoError(b, err)
 	p, err := producer.New(s, producer.Config{})
 	require.NoError(b, err)

@@ -17,6 +17,7 @@ import (
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/producer"
 	"github.com/shardq/shardq/series"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 // The browser tests drive a headless Chromium, found (and installed when missing) by
@@ -157,7 +158,7 @@ func TestBrowserPagesAndLiveRefresh(t *testing.T) {
 	require.NoError(t, err)
 	_, err = sc.Create(context.Background(), series.Series{Queue: f.q.Name, Name: "nightly", Cron: "30 2 * * *", Payload: []byte("r")})
 	require.NoError(t, err)
-	_, err = shardq.CreateQueue(context.Background(), f.s, shardq.QueueConfig{Name: "reports"})
+	_, err = shardq.CreateQueue(context.Background(), f.s, shardqtype.QueueConfig{Name: "reports"})
 	require.NoError(t, err)
 
 	do(t, ctx, chromedp.Navigate(f.base+"/"))
@@ -204,7 +205,7 @@ func TestBrowserCancel(t *testing.T) {
 	submit(t, ctx, "#cancel")
 	require.Contains(t, text(t, ctx, "#message"), "Task cancelled")
 	_, err := f.in.Task(context.Background(), id)
-	require.ErrorIs(t, err, shardq.ErrTaskNotFound, "the task is gone")
+	require.ErrorIs(t, err, shardqtype.ErrTaskNotFound, "the task is gone")
 }
 
 func TestBrowserReplayDeadLetter(t *testing.T) {
@@ -237,7 +238,7 @@ func TestBrowserCSRF(t *testing.T) {
 	require.Equal(t, 403, postStatus(t, ctx, "/task/cancel", "id="+id.String()+"&csrf=forged"), "a wrong token")
 	info, err := f.in.Task(context.Background(), id)
 	require.NoError(t, err)
-	require.Equal(t, shardq.TaskScheduled, info.State)
+	require.Equal(t, shardqtype.TaskScheduled, info.State)
 }
 
 func TestBrowserPayloadIsText(t *testing.T) {
@@ -267,5 +268,5 @@ func TestBrowserReadOnly(t *testing.T) {
 	require.Equal(t, 403, postStatus(t, ctx, "/task/cancel", "id="+id.String()))
 	info, err := f.in.Task(context.Background(), id)
 	require.NoError(t, err)
-	require.Equal(t, shardq.TaskScheduled, info.State)
+	require.Equal(t, shardqtype.TaskScheduled, info.State)
 }

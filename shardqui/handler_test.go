@@ -24,13 +24,14 @@ import (
 	"github.com/shardq/shardq/internal/cassandratest"
 	"github.com/shardq/shardq/producer"
 	"github.com/shardq/shardq/series"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 // fixture is a keyspace with queue "emails" and a dashboard serving it.
 type fixture struct {
 	t    *testing.T
 	s    *gocql.Session
-	q    shardq.QueueConfig
+	q    shardqtype.QueueConfig
 	p    *producer.Producer
 	in   *inspect.Inspector
 	h    *Handler
@@ -42,7 +43,7 @@ func newFixture(t *testing.T, cfg Config) *fixture {
 	t.Helper()
 	s := cassandratest.SchemaSession(t)
 	ctx := context.Background()
-	q, err := shardq.CreateQueue(ctx, s, shardq.QueueConfig{Name: "emails", ShardCount: 4, BucketCount: 60, BucketDuration: 10 * time.Second})
+	q, err := shardq.CreateQueue(ctx, s, shardqtype.QueueConfig{Name: "emails", ShardCount: 4, BucketCount: 60, BucketDuration: 10 * time.Second})
 	require.NoError(t, err)
 	p, err := producer.New(s, producer.Config{})
 	require.NoError(t, err)
@@ -223,7 +224,7 @@ func TestActionsNeedTheCSRFToken(t *testing.T) {
 	require.Equal(t, http.StatusForbidden, resp.StatusCode)
 	info, err := f.in.Task(context.Background(), id)
 	require.NoError(t, err)
-	require.Equal(t, shardq.TaskScheduled, info.State, "refused actions did nothing")
+	require.Equal(t, shardqtype.TaskScheduled, info.State, "refused actions did nothing")
 
 	resp, _ = c.post(f.base+"/task/reschedule", url.Values{"id": {id.String()}, "csrf": {tok}, "due": {"2h"}, "priority": {"7"}})
 	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
@@ -236,7 +237,7 @@ func TestActionsNeedTheCSRFToken(t *testing.T) {
 	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
 	require.Equal(t, "/queues/emails?done=cancelled", resp.Header.Get("Location"))
 	_, err = f.in.Task(context.Background(), id)
-	require.ErrorIs(t, err, shardq.ErrTaskNotFound)
+	require.ErrorIs(t, err, shardqtype.ErrTaskNotFound)
 }
 
 // The queue's page pauses and resumes it, with the CSRF token as every action; both
@@ -343,7 +344,7 @@ func TestReadOnly(t *testing.T) {
 	require.Contains(t, body, "read-only")
 	info, err := f.in.Task(context.Background(), id)
 	require.NoError(t, err)
-	require.Equal(t, shardq.TaskScheduled, info.State)
+	require.Equal(t, shardqtype.TaskScheduled, info.State)
 }
 
 // TestOneRefreshLoopPerQueue: however many pages poll a queue, one loop counts it once
@@ -390,10 +391,10 @@ func TestNewValidates(t *testing.T) {
 		"Config.DeadLetterPage":  {DeadLetterPage: -1},
 	} {
 		_, err := New(s, cfg)
-		var ve *shardq.ValidationError
+		var ve *shardqtype.ValidationError
 		require.ErrorAs(t, err, &ve, field)
 		require.Equal(t, field, ve.Field)
 	}
 	_, err := New(nil, Config{})
-	require.ErrorIs(t, err, shardq.ErrInvalid)
+	require.ErrorIs(t, err, shardqtype.ErrInvalid)
 }

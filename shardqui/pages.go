@@ -17,8 +17,10 @@ import (
 
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/inspect"
+	"github.com/shardq/shardq/internal/defaults"
 	"github.com/shardq/shardq/producer"
 	"github.com/shardq/shardq/series"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 // page is what every template gets.
@@ -83,12 +85,12 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, status int, err e
 func (h *Handler) failed(w http.ResponseWriter, r *http.Request, err error) {
 	status := http.StatusInternalServerError
 	switch {
-	case errors.Is(err, shardq.ErrQueueNotFound), errors.Is(err, shardq.ErrTaskNotFound),
+	case errors.Is(err, shardqtype.ErrQueueNotFound), errors.Is(err, shardqtype.ErrTaskNotFound),
 		errors.Is(err, producer.ErrDeadLetterNotFound), errors.Is(err, series.ErrNotFound):
 		status = http.StatusNotFound
-	case errors.Is(err, shardq.ErrInvalid):
+	case errors.Is(err, shardqtype.ErrInvalid):
 		status = http.StatusBadRequest
-	case errors.Is(err, shardq.ErrTaskInFlight):
+	case errors.Is(err, shardqtype.ErrTaskInFlight):
 		status = http.StatusConflict
 	case errors.Is(err, context.Canceled):
 		return // the browser went away
@@ -132,9 +134,9 @@ func done(r *http.Request) string {
 	case "resumed":
 		return "Series resumed."
 	case "queue-paused":
-		return "Queue paused: workers take none of its tasks from at most " + shardq.SettingsRefresh.String() + " from now."
+		return "Queue paused: workers take none of its tasks from at most " + shardqtype.SettingsRefresh.String() + " from now."
 	case "queue-resumed":
-		return "Queue resumed: workers take its tasks again within " + (2 * shardq.SettingsRefresh).String() + "."
+		return "Queue resumed: workers take its tasks again within " + (2 * shardqtype.SettingsRefresh).String() + "."
 	}
 	return ""
 }
@@ -153,7 +155,7 @@ type queueRow struct {
 	Error     string `json:"error,omitempty"`
 }
 
-func layoutText(q shardq.QueueConfig) string {
+func layoutText(q shardqtype.QueueConfig) string {
 	return fmt.Sprintf("%d shards × %d buckets of %v (lap %v)", q.ShardCount, q.BucketCount, q.BucketDuration, q.Layout().Window())
 }
 
@@ -226,10 +228,10 @@ type queueView struct {
 	Error    string         `json:"error,omitempty"`
 	History  []sample       `json:"history"`
 
-	Shards  []int             `json:"-"`
-	Cols    []int             `json:"-"`
-	Peek    []shardq.TaskInfo `json:"-"`
-	PeekErr string            `json:"-"`
+	Shards  []int                 `json:"-"`
+	Cols    []int                 `json:"-"`
+	Peek    []shardqtype.TaskInfo `json:"-"`
+	PeekErr string                `json:"-"`
 }
 
 // pending is what a heatmap cell counts: the tasks waiting in the partition, due or not.
@@ -344,7 +346,7 @@ func (h *Handler) queueJSON(w http.ResponseWriter, r *http.Request) {
 
 // taskView is a task page's task.
 type taskView struct {
-	*shardq.TaskInfo
+	*shardqtype.TaskInfo
 	Payload payloadView
 	Pending bool // scheduled or retrying: it can be cancelled and rescheduled
 	Held    bool // in flight: it can be cancelled after its lease
@@ -352,7 +354,7 @@ type taskView struct {
 
 func (h *Handler) taskPage(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	var info *shardq.TaskInfo
+	var info *shardqtype.TaskInfo
 	var err error
 	switch id, queue, key := q.Get("id"), q.Get("queue"), q.Get("key"); {
 	case id != "":
@@ -373,7 +375,7 @@ func (h *Handler) taskPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v := taskView{TaskInfo: info, Payload: viewPayload(info.Payload),
-		Pending: info.State == shardq.TaskScheduled || info.State == shardq.TaskRetrying, Held: info.State == shardq.TaskInFlight}
+		Pending: info.State == shardqtype.TaskScheduled || info.State == shardqtype.TaskRetrying, Held: info.State == shardqtype.TaskInFlight}
 	h.render(w, r, http.StatusOK, "task", "Task "+info.ID.String(), v, done(r))
 }
 
@@ -381,7 +383,7 @@ func (h *Handler) taskPage(w http.ResponseWriter, r *http.Request) {
 func formID(r *http.Request) (uuid.UUID, error) {
 	id, err := uuid.Parse(r.PostForm.Get("id"))
 	if err != nil {
-		return uuid.Nil, shardq.Invalid("id", "%q is not an ID", r.PostForm.Get("id"))
+		return uuid.Nil, defaults.Invalid("id", "%q is not an ID", r.PostForm.Get("id"))
 	}
 	return id, nil
 }
@@ -412,13 +414,13 @@ func (h *Handler) reschedule(w http.ResponseWriter, r *http.Request) {
 	if d, err := time.ParseDuration(due); err == nil {
 		opts.DueAt = h.cfg.Clock.Now().Add(d)
 	} else if opts.DueAt, err = time.Parse(time.RFC3339, due); err != nil && due != "" {
-		h.failed(w, r, shardq.Invalid("due", "%q is neither a duration from now (10m) nor an RFC 3339 time", due))
+		h.failed(w, r, defaults.Invalid("due", "%q is neither a duration from now (10m) nor an RFC 3339 time", due))
 		return
 	}
 	if p := strings.TrimSpace(r.PostForm.Get("priority")); p != "" {
 		n, err := strconv.Atoi(p)
 		if err != nil {
-			h.failed(w, r, shardq.Invalid("priority", "%q is not a number", p))
+			h.failed(w, r, defaults.Invalid("priority", "%q is not a number", p))
 			return
 		}
 		opts.Priority = &n
@@ -483,7 +485,7 @@ type deadView struct {
 }
 
 type deadLetter struct {
-	shardq.TaskInfo
+	shardqtype.TaskInfo
 	Payload payloadView
 }
 

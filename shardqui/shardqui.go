@@ -39,11 +39,12 @@ import (
 
 	"github.com/gocql/gocql"
 
-	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/inspect"
+	"github.com/shardq/shardq/internal/defaults"
 	"github.com/shardq/shardq/internal/sessionstate"
 	"github.com/shardq/shardq/producer"
 	"github.com/shardq/shardq/series"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 // Defaults for Config.
@@ -79,7 +80,7 @@ type Config struct {
 	DeadLetterPage int
 	// Clock tells what is due now, and when a rescheduled task is due. Defaults to the
 	// cluster's time, as the inspector's and producer's.
-	Clock shardq.Clock
+	Clock shardqtype.Clock
 	// Logger receives the failures of refresh passes and actions. Defaults to a logger
 	// that discards.
 	Logger *slog.Logger
@@ -106,28 +107,28 @@ var assets embed.FS
 // shardq's tables.
 func New(session *gocql.Session, cfg Config) (*Handler, error) {
 	if session == nil {
-		return nil, shardq.Invalid("session", "is nil")
+		return nil, defaults.Invalid("session", "is nil")
 	}
 	if cfg.Prefix != "" && (!strings.HasPrefix(cfg.Prefix, "/") || strings.HasSuffix(cfg.Prefix, "/")) {
-		return nil, shardq.Invalid("Config.Prefix", "%q: give a path that starts with / and does not end with one, such as /shardq", cfg.Prefix)
+		return nil, defaults.Invalid("Config.Prefix", "%q: give a path that starts with / and does not end with one, such as /shardq", cfg.Prefix)
 	}
 	switch {
 	case cfg.RefreshInterval == 0:
 		cfg.RefreshInterval = DefaultRefreshInterval
 	case cfg.RefreshInterval < MinRefreshInterval:
-		return nil, shardq.Invalid("Config.RefreshInterval", "%v is shorter than %v: each pass reads the whole lap", cfg.RefreshInterval, MinRefreshInterval)
+		return nil, defaults.Invalid("Config.RefreshInterval", "%v is shorter than %v: each pass reads the whole lap", cfg.RefreshInterval, MinRefreshInterval)
 	}
 	switch {
 	case cfg.PeekSize == 0:
 		cfg.PeekSize = DefaultPeekSize
 	case cfg.PeekSize < 0 || cfg.PeekSize > inspect.MaxPeek:
-		return nil, shardq.Invalid("Config.PeekSize", "%d is not in [1, %d]", cfg.PeekSize, inspect.MaxPeek)
+		return nil, defaults.Invalid("Config.PeekSize", "%d is not in [1, %d]", cfg.PeekSize, inspect.MaxPeek)
 	}
 	switch {
 	case cfg.DeadLetterPage == 0:
 		cfg.DeadLetterPage = DefaultDeadLetterPage
 	case cfg.DeadLetterPage < 0 || cfg.DeadLetterPage > inspect.MaxDeadLetterLimit:
-		return nil, shardq.Invalid("Config.DeadLetterPage", "%d is not in [1, %d]", cfg.DeadLetterPage, inspect.MaxDeadLetterLimit)
+		return nil, defaults.Invalid("Config.DeadLetterPage", "%d is not in [1, %d]", cfg.DeadLetterPage, inspect.MaxDeadLetterLimit)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)

@@ -9,6 +9,7 @@ import (
 	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/internal/cassandratest"
 	"github.com/shardq/shardq/producer"
+	"github.com/shardq/shardq/shardqtype"
 	"github.com/shardq/shardq/worker"
 )
 
@@ -20,7 +21,7 @@ func Example() {
 	if err := shardq.ApplySchema(ctx, session); err != nil {
 		panic(err)
 	}
-	if _, err := shardq.CreateQueue(ctx, session, shardq.QueueConfig{Name: "thumbnails"}); err != nil {
+	if _, err := shardq.CreateQueue(ctx, session, shardqtype.QueueConfig{Name: "thumbnails"}); err != nil {
 		panic(err)
 	}
 

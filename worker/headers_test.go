@@ -9,10 +9,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/inspect"
 	"github.com/shardq/shardq/producer"
+	"github.com/shardq/shardq/shardqtype"
 	"github.com/shardq/shardq/worker"
 )
 
@@ -22,7 +22,7 @@ import (
 // without headers has none anywhere.
 func TestHeadersKept(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, shardq.QueueConfig{ShardCount: 2})
+	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 2})
 	ctx := context.Background()
 	headers := map[string]string{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "tenant": "ácme"}
 	id, err := e.p.ScheduleTask(ctx, producer.Task{Queue: e.q.Name, Payload: []byte("p"), Headers: headers,
@@ -40,7 +40,7 @@ func TestHeadersKept(t *testing.T) {
 	require.NoError(t, e.p.Reschedule(ctx, bare, producer.RescheduleOptions{DueAt: time.Now()}))
 	info, err = in.Task(ctx, id)
 	require.NoError(t, err)
-	require.Equal(t, shardq.TaskScheduled, info.State)
+	require.Equal(t, shardqtype.TaskScheduled, info.State)
 	require.Equal(t, headers, info.Headers, "kept by a reschedule")
 
 	type run struct {
@@ -54,8 +54,8 @@ func TestHeadersKept(t *testing.T) {
 	w := e.worker(worker.Config{
 		MaxAttempts: 3,
 		Backoff:     func(int) time.Duration { return 0 },
-		Observer: shardq.ObserverFunc(func(_ context.Context, ev shardq.Event) {
-			if _, ok := ev.(shardq.DeadLettered); ok {
+		Observer: shardqtype.ObserverFunc(func(_ context.Context, ev shardqtype.Event) {
+			if _, ok := ev.(shardqtype.DeadLettered); ok {
 				close(dead)
 			}
 		}),

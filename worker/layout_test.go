@@ -21,6 +21,7 @@ import (
 	"github.com/shardq/shardq/inspect"
 	"github.com/shardq/shardq/internal/cassandratest"
 	"github.com/shardq/shardq/producer"
+	"github.com/shardq/shardq/shardqtype"
 	"github.com/shardq/shardq/worker"
 )
 
@@ -80,7 +81,7 @@ func TestLayoutWorkerProcess(t *testing.T) {
 // is a later attempt).
 func TestChangeLayoutUnderLoad(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, shardq.QueueConfig{ShardCount: 8, BucketCount: 60, BucketDuration: 10 * time.Second})
+	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 8, BucketCount: 60, BucketDuration: 10 * time.Second})
 	clock := &shiftClock{}
 	p, err := producer.New(e.s, producer.Config{Clock: clock})
 	require.NoError(t, err)
@@ -195,7 +196,7 @@ func TestChangeLayoutUnderLoad(t *testing.T) {
 			}
 		}
 	}
-	change := func(cfg shardq.LayoutConfig) shardq.LayoutChange {
+	change := func(cfg shardqtype.LayoutConfig) shardqtype.LayoutChange {
 		ch, err := shardq.ChangeLayout(ctx, e.s, e.q.Name, cfg)
 		require.NoError(t, err)
 		t.Logf("layout %d (%+v) from %v", ch.Generation, cfg, ch.From.Sub(start))
@@ -203,8 +204,8 @@ func TestChangeLayoutUnderLoad(t *testing.T) {
 		return ch
 	}
 	collect(func() bool { return time.Since(start) > 10*time.Second }, time.Minute, "")
-	change(shardq.LayoutConfig{ShardCount: 16})
-	ch := change(shardq.LayoutConfig{ShardCount: 2, BucketDuration: time.Second})
+	change(shardqtype.LayoutConfig{ShardCount: 16})
+	ch := change(shardqtype.LayoutConfig{ShardCount: 2, BucketDuration: time.Second})
 	<-produced
 	mu.Lock()
 	require.Len(t, due, total+len(far))

@@ -11,17 +11,17 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
-	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/internal/cassandratest"
 	"github.com/shardq/shardq/internal/testclock"
 	"github.com/shardq/shardq/producer"
 	"github.com/shardq/shardq/shard"
+	"github.com/shardq/shardq/shardqtype"
 	"github.com/shardq/shardq/worker"
 )
 
 // scheduleAt schedules n tasks due at clock's time, so a worker on that clock finds them due.
-func (e *env) scheduleAt(clock shardq.Clock, n int) {
+func (e *env) scheduleAt(clock shardqtype.Clock, n int) {
 	e.t.Helper()
 	p, err := producer.New(e.s, producer.Config{Clock: clock})
 	require.NoError(e.t, err)
@@ -53,7 +53,7 @@ func (e *env) leaseEnd(id uuid.UUID) time.Time {
 // (counted in Stats.Expired), not started: they come back by their timeout, attempt 2.
 func TestExpiredTaskIsDropped(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, shardq.QueueConfig{ShardCount: 1})
+	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 1})
 	clock := testclock.New(time.Now())
 	e.scheduleAt(clock, 3)
 	type start struct {
@@ -102,7 +102,7 @@ func TestExpiredTaskIsDropped(t *testing.T) {
 // checks that ExtendLeases renews it by the whole 2 s, not by the 100 ms that were left.
 func TestExtensionRenewsWholeTimeout(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, shardq.QueueConfig{ShardCount: 1, DefaultTimeout: 2 * time.Second})
+	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 1, DefaultTimeout: 2 * time.Second})
 	clock := testclock.New(time.Now())
 	e.scheduleAt(clock, 2)
 	first, second := make(chan struct{}), make(chan *consumer.Task, 1)
@@ -150,7 +150,7 @@ func TestExtensionRenewsWholeTimeout(t *testing.T) {
 // times until the lease runs out, not in a tight loop.
 func TestFailedExtensionBacksOff(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, shardq.QueueConfig{ShardCount: 1, DefaultTimeout: 2 * time.Second})
+	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 1, DefaultTimeout: 2 * time.Second})
 	e.schedule(1)
 	s := cassandratest.SessionFor(t, e.ks)
 	logs := &logRecorder{}

@@ -16,6 +16,7 @@ import (
 	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/internal/cassandratest"
 	"github.com/shardq/shardq/producer"
+	"github.com/shardq/shardq/shardqtype"
 	"github.com/shardq/shardq/worker"
 )
 
@@ -57,7 +58,7 @@ func TestPauseWorkerProcess(t *testing.T) {
 // every task scheduled runs, once.
 func TestPauseUnderLoad(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, shardq.QueueConfig{ShardCount: 4})
+	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 4})
 	kids := spawn(t, "TestPauseWorkerProcess", 2, pauseKeyspaceEnv+"="+e.ks, pauseQueueEnv+"="+e.q.Name)
 
 	// A producer schedules 20 tasks due now every 50 ms (400 a second) until told to stop.
@@ -124,7 +125,7 @@ func TestPauseUnderLoad(t *testing.T) {
 	paused := time.Now()
 	// From here, a lease can only come from a fetch that read the queue as running: one
 	// that began within SettingsRefresh of the pause (a second more for it to end).
-	bound := paused.Add(shardq.SettingsRefresh + time.Second)
+	bound := paused.Add(shardqtype.SettingsRefresh + time.Second)
 	resumeAt := bound.Add(3 * time.Second)
 	collect(func() bool { return !time.Now().Before(resumeAt) }, time.Minute, "the wait for the resume overran")
 	require.NoError(t, shardq.ResumeQueue(ctx, e.s, e.q.Name))

@@ -13,11 +13,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/internal/cassandratest"
 	"github.com/shardq/shardq/internal/cqlcluster"
 	"github.com/shardq/shardq/producer"
+	"github.com/shardq/shardq/shardqtype"
 	"github.com/shardq/shardq/worker"
 )
 
@@ -67,7 +67,7 @@ func TestIdleWorkerProcess(t *testing.T) {
 // signal reaches it, not its polling.
 func TestWakeAcrossProcesses(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, shardq.QueueConfig{ShardCount: 8})
+	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 8})
 	child := exec.Command(os.Args[0], "-test.run=^TestIdleWorkerProcess$", "-test.count=1")
 	child.Env = append(os.Environ(), idleKeyspaceEnv+"="+e.ks, idleQueueEnv+"="+e.q.Name,
 		cqlcluster.HostsEnv+"="+strings.Join(cassandratest.Hosts(t), ","))

@@ -3,7 +3,7 @@ package worker
 import (
 	"sync/atomic"
 
-	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 type stats struct {
@@ -13,11 +13,11 @@ type stats struct {
 	running                                                        atomic.Int64
 }
 
-func (s *stats) count(e shardq.Event) {
+func (s *stats) count(e shardqtype.Event) {
 	switch e := e.(type) {
-	case shardq.TaskStarted:
+	case shardqtype.TaskStarted:
 		s.started.Add(1)
-	case shardq.TaskFinished:
+	case shardqtype.TaskFinished:
 		if e.Err == nil {
 			s.succeeded.Add(1)
 		} else {
@@ -26,15 +26,15 @@ func (s *stats) count(e shardq.Event) {
 		if e.Panicked {
 			s.panicked.Add(1)
 		}
-	case shardq.Retried:
+	case shardqtype.Retried:
 		s.retried.Add(1)
-	case shardq.DeadLettered:
+	case shardqtype.DeadLettered:
 		s.deadLettered.Add(1)
-	case shardq.Acked:
+	case shardqtype.Acked:
 		s.acked.Add(uint64(e.Count))
-	case shardq.LeaseLost:
+	case shardqtype.LeaseLost:
 		s.leaseLost.Add(1)
-	case shardq.LockContended:
+	case shardqtype.LockContended:
 		s.lockContended.Add(1)
 	}
 }

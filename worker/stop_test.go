@@ -9,8 +9,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/consumer"
+	"github.com/shardq/shardq/shardqtype"
 	"github.com/shardq/shardq/worker"
 )
 
@@ -44,7 +44,7 @@ func receive(t *testing.T, c <-chan error, what string) error {
 // Stop returns when its context ends, saying that one handler is still running.
 func TestStopReturnsWhenItsContextEnds(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, shardq.QueueConfig{ShardCount: 1})
+	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 1})
 	e.schedule(1)
 	h, started, release := stuckHandler(t)
 	w := e.worker(worker.Config{Concurrency: 1, Handler: h})
@@ -75,7 +75,7 @@ func TestStopReturnsWhenItsContextEnds(t *testing.T) {
 // its context: RunUntil returns by its deadline all the same, and says so.
 func TestRunUntilReturnsByDeadlineDespiteStuckHandler(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, shardq.QueueConfig{ShardCount: 1})
+	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 1})
 	e.schedule(1)
 	h, started, release := stuckHandler(t)
 	w := e.worker(worker.Config{Concurrency: 1, Handler: h})
@@ -105,7 +105,7 @@ func TestRunUntilReturnsByDeadlineDespiteStuckHandler(t *testing.T) {
 // them runs it, the other fails cleanly, and the race detector finds nothing.
 func TestRunUntilConcurrentWithStart(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, shardq.QueueConfig{ShardCount: 1})
+	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 1})
 	h := worker.HandlerFunc(func(context.Context, *consumer.Task) error { return nil })
 	for range 5 {
 		w := e.worker(worker.Config{Handler: h})
@@ -128,7 +128,7 @@ func TestRunUntilConcurrentWithStart(t *testing.T) {
 // as Start: Stop either finds the worker not started or stops it hard; it never panics.
 func TestStopConcurrentWithStart(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, shardq.QueueConfig{ShardCount: 1})
+	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 1})
 	h := worker.HandlerFunc(func(context.Context, *consumer.Task) error { return nil })
 	ended, cancel := context.WithCancel(context.Background())
 	cancel()

@@ -15,10 +15,10 @@ import (
 	"time"
 
 	"github.com/shardq/shardq/internal/random"
+	"github.com/shardq/shardq/shardqtype"
 
 	"github.com/gocql/gocql"
 
-	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/internal/defaults"
 	"github.com/shardq/shardq/internal/lwt"
@@ -133,13 +133,13 @@ type Config struct {
 	SeriesInterval time.Duration
 	// MaxClockSkew is passed to the consumer. Defaults to consumer.DefaultMaxClockSkew.
 	MaxClockSkew time.Duration
-	// Observer receives every consumer and worker event. Defaults to shardq.NopObserver.
-	Observer shardq.Observer
+	// Observer receives every consumer and worker event. Defaults to shardqtype.NopObserver.
+	Observer shardqtype.Observer
 	// Logger receives errors and debug events. Defaults to a logger that discards.
 	Logger *slog.Logger
 	// Clock tells the time for due times and leases. Defaults to the cluster's time, as
 	// consumer.Config.Clock does.
-	Clock shardq.Clock
+	Clock shardqtype.Clock
 }
 
 // DefaultBackoff waits 2^(attempt-1) seconds, at most an hour, with ±10% jitter. The
@@ -220,7 +220,7 @@ type Worker struct {
 // New returns a Worker for cfg.Queue, reading and writing through session.
 func New(session *gocql.Session, cfg Config) (*Worker, error) {
 	if cfg.Handler == nil {
-		return nil, shardq.Invalid("Config.Handler", "is nil")
+		return nil, defaults.Invalid("Config.Handler", "is nil")
 	}
 	if err := defaults.NonNegative(&cfg.Concurrency, DefaultConcurrency, "Config.Concurrency"); err != nil {
 		return nil, err
@@ -243,7 +243,7 @@ func New(session *gocql.Session, cfg Config) (*Worker, error) {
 		cfg.Backoff = DefaultBackoff
 	}
 	if cfg.Observer == nil {
-		cfg.Observer = shardq.NopObserver{}
+		cfg.Observer = shardqtype.NopObserver{}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -260,7 +260,7 @@ func New(session *gocql.Session, cfg Config) (*Worker, error) {
 		// An idle worker scans fully once per 1.5 idle intervals, polling at least once per
 		// interval, so each full scan looks past the next one.
 		LookAhead: 3 * cfg.MaxIdleInterval, Clock: cfg.Clock, Logger: cfg.Logger,
-		Observer: shardq.ObserverFunc(w.observe)})
+		Observer: shardqtype.ObserverFunc(w.observe)})
 	if err != nil {
 		return nil, err
 	}
@@ -427,7 +427,7 @@ func (w *Worker) fetch(ctx context.Context) {
 		}
 		looked := time.Now()
 		got, err := w.acquire(ctx, n)
-		if p := errors.Is(err, shardq.ErrQueuePaused); p != paused {
+		if p := errors.Is(err, shardqtype.ErrQueuePaused); p != paused {
 			paused = p
 			w.log.InfoContext(ctx, map[bool]string{true: "queue paused: taking no tasks until it is resumed",
 				false: "queue resumed"}[p], "queue", w.cfg.Queue)
@@ -437,7 +437,7 @@ func (w *Worker) fetch(ctx context.Context) {
 		case paused:
 			// Neither signals nor wake-ups matter until the pause ends: look again once the
 			// session's read of it may have changed.
-			wake = time.Now().Add(shardq.SettingsRefresh)
+			wake = time.Now().Add(shardqtype.SettingsRefresh)
 			if !w.sleep(ctx, wake) {
 				return
 			}
@@ -741,7 +741,7 @@ func (w *Worker) run(ctx context.Context, t *consumer.Task) {
 	started := time.Now()
 	w.stats.running.Add(1)
 	defer w.stats.running.Add(-1)
-	w.observe(ctx, shardq.TaskStarted{Queue: t.Queue, TaskID: t.ID, Attempt: t.Attempt,
+	w.observe(ctx, shardqtype.TaskStarted{Queue: t.Queue, TaskID: t.ID, Attempt: t.Attempt,
 		Lateness: w.cfg.Clock.Now().Sub(t.DueAt)})
 
 	// held is the task as this worker holds it: extensions move its timeout marker and
@@ -761,7 +761,7 @@ func (w *Worker) run(ctx context.Context, t *consumer.Task) {
 
 	took := time.Since(started)
 	w.average(took)
-	w.observe(ctx, shardq.TaskFinished{Queue: t.Queue, TaskID: t.ID, Attempt: t.Attempt,
+	w.observe(ctx, shardqtype.TaskFinished{Queue: t.Queue, TaskID: t.ID, Attempt: t.Attempt,
 		Duration: took, Err: err, Panicked: panicked})
 	switch {
 	case err == nil:
@@ -843,7 +843,7 @@ func (w *Worker) retry(t *consumer.Task, cause error) {
 		w.log.WarnContext(ctx, "scheduling a retry", "queue", t.Queue, "task_id", t.ID, "error", err)
 		return
 	}
-	w.observe(ctx, shardq.Retried{Queue: t.Queue, TaskID: t.ID, Attempt: t.Attempt, Delay: delay, Err: cause})
+	w.observe(ctx, shardqtype.Retried{Queue: t.Queue, TaskID: t.ID, Attempt: t.Attempt, Delay: delay, Err: cause})
 }
 
 func (w *Worker) deadLetter(t *consumer.Task, cause error) {
@@ -853,7 +853,7 @@ func (w *Worker) deadLetter(t *consumer.Task, cause error) {
 		w.log.WarnContext(ctx, "dead-lettering", "queue", t.Queue, "task_id", t.ID, "error", err)
 		return
 	}
-	w.observe(ctx, shardq.DeadLettered{Queue: t.Queue, TaskID: t.ID, Attempt: t.Attempt, Err: cause})
+	w.observe(ctx, shardqtype.DeadLettered{Queue: t.Queue, TaskID: t.ID, Attempt: t.Attempt, Err: cause})
 }
 
 // ack batches finished tasks: a batch goes when it is full, AckInterval after its first
@@ -924,7 +924,7 @@ func (w *Worker) average(d time.Duration) {
 }
 
 // observe counts an event and passes it on to the configured Observer.
-func (w *Worker) observe(ctx context.Context, e shardq.Event) {
+func (w *Worker) observe(ctx context.Context, e shardqtype.Event) {
 	w.stats.count(e)
 	w.cfg.Observer.Observe(ctx, e)
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/shardq/shardq/inspect"
 	"github.com/shardq/shardq/internal/cassandratest"
 	"github.com/shardq/shardq/producer"
+	"github.com/shardq/shardq/shardqtype"
 	"github.com/shardq/shardq/worker"
 )
 
@@ -26,13 +27,13 @@ type env struct {
 	t  *testing.T
 	ks string
 	s  *gocql.Session
-	q  shardq.QueueConfig
+	q  shardqtype.QueueConfig
 	p  *producer.Producer
 }
 
 // newEnv makes a queue with a unique name, so that in-process wake-ups of parallel
 // tests do not cross.
-func newEnv(t *testing.T, q shardq.QueueConfig) *env {
+func newEnv(t *testing.T, q shardqtype.QueueConfig) *env {
 	t.Helper()
 	ks := cassandratest.SchemaKeyspace(t)
 	s := cassandratest.SessionFor(t, ks)
@@ -93,7 +94,7 @@ func (e *env) remaining() int {
 
 func TestConcurrencyLimit(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, shardq.QueueConfig{ShardCount: 4})
+	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 4})
 	want := e.schedule(60)
 	var running, peak atomic.Int64
 	var mu sync.Mutex
@@ -132,16 +133,16 @@ func TestConcurrencyLimit(t *testing.T) {
 
 func TestPanicAndRetry(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, shardq.QueueConfig{ShardCount: 1})
+	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 1})
 	e.schedule(1)
 	var attempts []int
 	var mu sync.Mutex
-	var finished []shardq.TaskFinished
+	var finished []shardqtype.TaskFinished
 	done := make(chan struct{})
 	w := e.worker(worker.Config{
 		Backoff: func(int) time.Duration { return 0 },
-		Observer: shardq.ObserverFunc(func(_ context.Context, ev shardq.Event) {
-			if f, ok := ev.(shardq.TaskFinished); ok {
+		Observer: shardqtype.ObserverFunc(func(_ context.Context, ev shardqtype.Event) {
+			if f, ok := ev.(shardqtype.TaskFinished); ok {
 				mu.Lock()
 				finished = append(finished, f)
 				mu.Unlock()
@@ -188,7 +189,7 @@ func TestPanicAndRetry(t *testing.T) {
 // handler fixed) it runs again from attempt 1 with a greater fencing token and succeeds.
 func TestDeadLetter(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, shardq.QueueConfig{ShardCount: 1})
+	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 1})
 	ctx := context.Background()
 	id := func() uuid.UUID {
 		for id := range e.schedule(1) {
@@ -206,8 +207,8 @@ func TestDeadLetter(t *testing.T) {
 	w := e.worker(worker.Config{
 		MaxAttempts: 2,
 		Backoff:     func(int) time.Duration { return 0 },
-		Observer: shardq.ObserverFunc(func(_ context.Context, ev shardq.Event) {
-			if _, ok := ev.(shardq.DeadLettered); ok {
+		Observer: shardqtype.ObserverFunc(func(_ context.Context, ev shardqtype.Event) {
+			if _, ok := ev.(shardqtype.DeadLettered); ok {
 				close(dead)
 			}
 		}),
@@ -239,7 +240,7 @@ func TestDeadLetter(t *testing.T) {
 	require.Equal(t, "always", letters[0].LastError)
 	info, err := in.Task(ctx, id)
 	require.NoError(t, err)
-	require.Equal(t, shardq.TaskDead, info.State)
+	require.Equal(t, shardqtype.TaskDead, info.State)
 	require.Equal(t, "always", info.LastError)
 	require.Zero(t, e.remaining(), "a dead letter leaves the queue")
 	require.Equal(t, uint64(1), w.Stats().DeadLettered)
@@ -260,7 +261,7 @@ func TestDeadLetter(t *testing.T) {
 	require.Empty(t, letters, "the dead letter is gone once replayed")
 	require.Eventually(t, func() bool {
 		_, err := in.Task(ctx, id)
-		return errors.Is(err, shardq.ErrTaskNotFound)
+		return errors.Is(err, shardqtype.ErrTaskNotFound)
 	}, 10*time.Second, 10*time.Millisecond, "acked after the replay")
 }
 
@@ -270,16 +271,16 @@ func TestDeadLetter(t *testing.T) {
 // rejected and the task come back at its timeout without backoff.
 func TestRetryDelayCappedAtMaxTimeout(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, shardq.QueueConfig{}.WithDefaults())
+	e := newEnv(t, shardqtype.QueueConfig{}.WithDefaults())
 	require.Equal(t, 19*time.Minute+50*time.Second, e.q.MaxTimeout())
 	e.schedule(1)
 	logs := &logRecorder{}
-	retried := make(chan shardq.Retried, 1)
+	retried := make(chan shardqtype.Retried, 1)
 	w := e.worker(worker.Config{
 		Logger:  slog.New(logs),
 		Backoff: func(int) time.Duration { return worker.DefaultBackoff(12) },
-		Observer: shardq.ObserverFunc(func(_ context.Context, ev shardq.Event) {
-			if r, ok := ev.(shardq.Retried); ok {
+		Observer: shardqtype.ObserverFunc(func(_ context.Context, ev shardqtype.Event) {
+			if r, ok := ev.(shardqtype.Retried); ok {
 				retried <- r
 			}
 		}),
@@ -305,7 +306,7 @@ func TestRetryDelayCappedAtMaxTimeout(t *testing.T) {
 // timeout, leased tasks no handler started are given back at once; none is lost.
 func TestGracefulStop(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, shardq.QueueConfig{ShardCount: 2, DefaultTimeout: 3 * time.Second})
+	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 2, DefaultTimeout: 3 * time.Second})
 	want := e.schedule(20)
 	started := make(chan uuid.UUID, 20)
 	quick := make(chan struct{})
@@ -367,7 +368,7 @@ func TestGracefulStop(t *testing.T) {
 // lease a task in its time, so the next run gets twice as long.
 func TestRunUntilExitsBeforeDeadline(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, shardq.QueueConfig{ShardCount: 4})
+	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 4})
 	const tasks = 2000
 	e.schedule(tasks)
 	acked := 0
@@ -396,7 +397,7 @@ func TestRunUntilExitsBeforeDeadline(t *testing.T) {
 // trickle bounded by one peek per candidate partition per idle interval, with no LWT.
 func TestIdleWorkerMakesNoBurst(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, shardq.QueueConfig{ShardCount: 20, BucketCount: 50, BucketDuration: 10 * time.Second})
+	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 20, BucketCount: 50, BucketDuration: 10 * time.Second})
 	var mu sync.Mutex
 	var at []time.Time
 	var lwts int
@@ -446,7 +447,7 @@ func (f queryObserver) ObserveQuery(_ context.Context, q gocql.ObservedQuery) { 
 // minutes) come within the test's bound.
 func TestWakeOnLocalSchedule(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, shardq.QueueConfig{ShardCount: 4})
+	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 4})
 	ran := make(chan time.Time, 1)
 	w := e.worker(worker.Config{MaxIdleInterval: time.Minute, SignalInterval: 10 * time.Minute,
 		Handler: worker.HandlerFunc(func(context.Context, *consumer.Task) error {
@@ -475,7 +476,7 @@ func TestLeaseExtension(t *testing.T) {
 	for _, extend := range []bool{true, false} {
 		t.Run(map[bool]string{true: "extended", false: "expiring"}[extend], func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t, shardq.QueueConfig{ShardCount: 1, DefaultTimeout: 2 * time.Second})
+			e := newEnv(t, shardqtype.QueueConfig{ShardCount: 1, DefaultTimeout: 2 * time.Second})
 			e.schedule(1)
 			type run struct {
 				attempt int
@@ -524,7 +525,7 @@ func TestLeaseExtension(t *testing.T) {
 
 func TestBadConfig(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, shardq.QueueConfig{ShardCount: 1})
+	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 1})
 	h := worker.HandlerFunc(func(context.Context, *consumer.Task) error { return nil })
 	for field, cfg := range map[string]worker.Config{
 		"Config.Handler":         {Queue: e.q.Name},
@@ -537,7 +538,7 @@ func TestBadConfig(t *testing.T) {
 		"Config.Queue":           {Queue: "Not Valid", Handler: h},
 	} {
 		_, err := worker.New(e.s, cfg)
-		require.ErrorIs(t, err, shardq.ErrInvalid, field)
+		require.ErrorIs(t, err, shardqtype.ErrInvalid, field)
 		require.ErrorContains(t, err, field)
 	}
 	w := e.worker(worker.Config{Handler: h})

@@ -23,6 +23,7 @@ import (
 	"github.com/shardq/shardq/internal/cqlcluster"
 	"github.com/shardq/shardq/internal/taskscan"
 	"github.com/shardq/shardq/producer"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 func main() {
@@ -74,7 +75,7 @@ func run(ctx context.Context, cfg config) error {
 		return err
 	}
 	defer s.Close()
-	q, err := shardq.CreateQueue(ctx, s, shardq.QueueConfig{Name: "demo", BucketCount: 60,
+	q, err := shardq.CreateQueue(ctx, s, shardqtype.QueueConfig{Name: "demo", BucketCount: 60,
 		BucketDuration: time.Second, ShardCount: 8, DefaultTimeout: 30 * time.Second})
 	if err != nil {
 		return err
@@ -231,7 +232,7 @@ func (d *drain) record(delivered time.Time, got []*consumer.Task) {
 
 // wait returns once every task was delivered and the queue settled, a consumer failed or
 // timeout passed, with the consumers stopped.
-func (d *drain) wait(ctx context.Context, s *gocql.Session, q shardq.QueueConfig, timeout time.Duration) error {
+func (d *drain) wait(ctx context.Context, s *gocql.Session, q shardqtype.QueueConfig, timeout time.Duration) error {
 	defer d.stop()
 	select {
 	case <-d.complete:
@@ -267,7 +268,7 @@ const settleGrace = consumer.DefaultMaxClockSkew + time.Second
 // deliveries' leases, which deadline allows for. Without a defect the table is empty at
 // once, so the lease timeout (30 s) need not be waited out, nor shortened below the
 // drain.
-func settle(ctx context.Context, s *gocql.Session, q shardq.QueueConfig, deadline time.Time) ([]uuid.UUID, error) {
+func settle(ctx context.Context, s *gocql.Session, q shardqtype.QueueConfig, deadline time.Time) ([]uuid.UUID, error) {
 	for {
 		left, err := taskscan.TaskIDs(ctx, s, q, 8, taskscan.PageSize)
 		if err != nil {

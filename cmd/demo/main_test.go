@@ -12,6 +12,7 @@ import (
 	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/internal/cassandratest"
 	"github.com/shardq/shardq/producer"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 func TestPercentile(t *testing.T) {
@@ -66,7 +67,7 @@ func TestDrainCountsRedelivery(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := cassandratest.SchemaSession(t)
-	q, err := shardq.CreateQueue(ctx, s, shardq.QueueConfig{Name: "demo", BucketCount: 60,
+	q, err := shardq.CreateQueue(ctx, s, shardqtype.QueueConfig{Name: "demo", BucketCount: 60,
 		BucketDuration: time.Second, ShardCount: 2, DefaultTimeout: 30 * time.Second})
 	require.NoError(t, err)
 	p, err := producer.New(s, producer.Config{})

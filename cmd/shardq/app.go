@@ -21,11 +21,11 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
-	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/inspect"
 	"github.com/shardq/shardq/internal/cql"
 	"github.com/shardq/shardq/internal/cqlcluster"
 	"github.com/shardq/shardq/shard"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 // Environment variables that stand in for the connection flags.
@@ -84,7 +84,7 @@ func usagef(format string, args ...any) error {
 }
 
 // ranError is an error from a command that started running: exit code 1, or 2 when it
-// is a validation error (shardq.ErrInvalid), which means nothing was written.
+// is a validation error (shardqtype.ErrInvalid), which means nothing was written.
 type ranError struct{ err error }
 
 func (e *ranError) Error() string { return e.err.Error() }
@@ -116,7 +116,7 @@ func run(ctx context.Context, args []string, a *app) (code int) {
 	case errors.As(err, &ue) || !errors.As(err, &re):
 		fmt.Fprintf(a.stderr, "%s\nRun '%s --help' for usage.\n", msg, cmd.CommandPath())
 		return exitUsage
-	case errors.Is(err, shardq.ErrInvalid):
+	case errors.Is(err, shardqtype.ErrInvalid):
 		fmt.Fprintf(a.stderr, "%s\nNothing was written.\n", msg)
 		return exitUsage
 	}
@@ -326,7 +326,7 @@ func (a *app) keyspaceMissing(ctx context.Context) bool {
 func (a *app) explain(err error) error {
 	msg := err.Error()
 	switch {
-	case errors.Is(err, shardq.ErrQueueNotFound):
+	case errors.Is(err, shardqtype.ErrQueueNotFound):
 		return fmt.Errorf("%w in keyspace %q: create it with 'shardq queue create NAME', or list the queues with 'shardq queue list'", err, a.keyspace)
 	case strings.Contains(msg, "unconfigured table") || (strings.Contains(msg, "table ") && strings.Contains(msg, "does not exist")):
 		return fmt.Errorf("%w: shardq's tables are missing in keyspace %q; create them with 'shardq schema apply'", err, a.keyspace)

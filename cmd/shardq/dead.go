@@ -11,9 +11,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 
-	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/inspect"
 	"github.com/shardq/shardq/producer"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 func (a *app) deadCmd() *cobra.Command {
@@ -86,7 +86,7 @@ With --json, each letter is one line; its payload is base64 (jq: .payload | @bas
 	return c
 }
 
-func (a *app) printDead(queue string, letters []shardq.TaskInfo, more bool) error {
+func (a *app) printDead(queue string, letters []shardqtype.TaskInfo, more bool) error {
 	if a.json {
 		for _, d := range letters {
 			err := a.emit(map[string]any{"id": d.DeadLetterID, "task_id": d.ID, "queue": d.Queue, "died_at": d.FinishedAt.UTC(),

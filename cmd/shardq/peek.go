@@ -11,8 +11,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/inspect"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 func (a *app) peekCmd() *cobra.Command {
@@ -59,7 +59,7 @@ No task due means no line.`,
 	return c
 }
 
-func (a *app) printPeek(queue string, tasks []shardq.TaskInfo, now time.Time) error {
+func (a *app) printPeek(queue string, tasks []shardqtype.TaskInfo, now time.Time) error {
 	if a.json {
 		for _, t := range tasks {
 			err := a.emit(map[string]any{

@@ -12,6 +12,7 @@ import (
 
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/inspect"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 func (a *app) queueCmd() *cobra.Command {
@@ -20,21 +21,21 @@ func (a *app) queueCmd() *cobra.Command {
 		Short: "Create queues, show their stored settings, pause and resume them",
 	}
 	c.AddCommand(a.queueCreateCmd(), a.queueListCmd(), a.queueShowCmd(),
-		a.queuePauseCmd("pause", shardq.PauseQueue, shardq.SettingsRefresh,
+		a.queuePauseCmd("pause", shardq.PauseQueue, shardqtype.SettingsRefresh,
 			"paused: workers take none of its tasks from at most %v from now; tasks in flight finish, and producers keep scheduling\n"),
 		// A worker that found the queue paused looks again every SettingsRefresh.
-		a.queuePauseCmd("resume", shardq.ResumeQueue, 2*shardq.SettingsRefresh, "resumed: workers take its tasks again within %v\n"),
+		a.queuePauseCmd("resume", shardq.ResumeQueue, 2*shardqtype.SettingsRefresh, "resumed: workers take its tasks again within %v\n"),
 		a.queueResizeCmd())
 	return c
 }
 
 func (a *app) queueResizeCmd() *cobra.Command {
-	var cfg shardq.LayoutConfig
+	var cfg shardqtype.LayoutConfig
 	c := &cobra.Command{
 		Use:   "resize NAME",
 		Short: "Change a live queue's layout: its shards, buckets or bucket duration",
 		Long: `Change the layout of a live queue without losing a task. The new layout takes
-effect at a bucket boundary at least ` + shardq.LayoutLead.String() + ` from now, which this prints, so
+effect at a bucket boundary at least ` + shardqtype.LayoutLead.String() + ` from now, which this prints, so
 that every producer and consumer has read it; tasks written under the old layout
 (due later, in flight or retrying) are still delivered from it, and consumers stop
 reading it once a full read finds it empty. A second change while the last has yet to
@@ -49,7 +50,7 @@ value.`,
 			}
 			return a.withSession(ctx, func(s *gocql.Session) error {
 				ch, err := shardq.ChangeLayout(ctx, s, args[0], cfg)
-				if errors.Is(err, shardq.ErrInvalid) {
+				if errors.Is(err, shardqtype.ErrInvalid) {
 					return &usageError{err}
 				}
 				if err != nil {
@@ -75,7 +76,7 @@ value.`,
 }
 
 func (a *app) queueCreateCmd() *cobra.Command {
-	var cfg shardq.QueueConfig
+	var cfg shardqtype.QueueConfig
 	c := &cobra.Command{
 		Use:   "create NAME",
 		Short: "Create a queue, or check an existing one's settings",
@@ -101,11 +102,11 @@ shorter than the lap less one bucket.`,
 			return a.withSession(ctx, func(s *gocql.Session) error {
 				_, err := shardq.LoadQueue(ctx, s, cfg.Name)
 				existed := err == nil
-				if err != nil && !errors.Is(err, shardq.ErrQueueNotFound) {
+				if err != nil && !errors.Is(err, shardqtype.ErrQueueNotFound) {
 					return err
 				}
 				q, err := shardq.CreateQueue(ctx, s, cfg)
-				var mismatch *shardq.QueueMismatchError
+				var mismatch *shardqtype.QueueMismatchError
 				if errors.As(err, &mismatch) {
 					return fmt.Errorf("%w; settings cannot change: create a queue of another name, or see 'shardq queue show %s'", err, cfg.Name)
 				}
@@ -136,11 +137,11 @@ shorter than the lap less one bucket.`,
 		}),
 	}
 	f := c.Flags()
-	f.IntVar(&cfg.ShardCount, "shards", shardq.DefaultShardCount, "concurrency shards: the most consumers that take tasks at once without contending")
-	f.IntVar(&cfg.BucketCount, "buckets", shardq.DefaultBucketCount, "time shards in one lap of the ring")
-	f.DurationVar(&cfg.BucketDuration, "bucket", shardq.DefaultBucketDuration, "how long each time shard collects due tasks")
-	f.DurationVar(&cfg.DefaultTimeout, "timeout", shardq.DefaultTimeout, "how long a consumer has to ack a task before it is delivered again, unless the task sets its own")
-	f.DurationVar(&cfg.LockTTL, "lock-ttl", shardq.DefaultLockTTL, "how long a shard lock outlives a consumer that died holding it (whole seconds)")
+	f.IntVar(&cfg.ShardCount, "shards", shardqtype.DefaultShardCount, "concurrency shards: the most consumers that take tasks at once without contending")
+	f.IntVar(&cfg.BucketCount, "buckets", shardqtype.DefaultBucketCount, "time shards in one lap of the ring")
+	f.DurationVar(&cfg.BucketDuration, "bucket", shardqtype.DefaultBucketDuration, "how long each time shard collects due tasks")
+	f.DurationVar(&cfg.DefaultTimeout, "timeout", shardqtype.DefaultTimeout, "how long a consumer has to ack a task before it is delivered again, unless the task sets its own")
+	f.DurationVar(&cfg.LockTTL, "lock-ttl", shardqtype.DefaultLockTTL, "how long a shard lock outlives a consumer that died holding it (whole seconds)")
 	return c
 }
 

@@ -12,8 +12,8 @@ import (
 	"github.com/gocql/gocql"
 	"github.com/spf13/cobra"
 
-	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/producer"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 func (a *app) scheduleCmd() *cobra.Command {
@@ -45,8 +45,8 @@ flight or retrying; otherwise the command fails naming the task that holds it. E
 			switch {
 			case in < 0:
 				return usagef("--in %v is negative: give how long from now, such as 5m (or leave it out for now)", in)
-			case priority < shardq.MinPriority || priority > shardq.MaxPriority:
-				return usagef("--priority %d is not in [%d, %d]", priority, shardq.MinPriority, shardq.MaxPriority)
+			case priority < shardqtype.MinPriority || priority > shardqtype.MaxPriority:
+				return usagef("--priority %d is not in [%d, %d]", priority, shardqtype.MinPriority, shardqtype.MaxPriority)
 			case timeout < 0:
 				return usagef("--timeout %v is negative", timeout)
 			case cmd.Flags().Changed("at"):
@@ -106,7 +106,7 @@ flight or retrying; otherwise the command fails naming the task that holds it. E
 	f.StringVar(&payload, "payload", "", "the payload: @FILE, - for standard input, or the text itself (required)")
 	f.DurationVar(&in, "in", 0, "due this long from now, such as 90s or 5m (default: now)")
 	f.StringVar(&at, "at", "", "due at this RFC 3339 time, such as 2026-11-23T02:00:00Z")
-	f.IntVar(&priority, "priority", 0, fmt.Sprintf("priority, %d to %d: higher runs first among due tasks", shardq.MinPriority, shardq.MaxPriority))
+	f.IntVar(&priority, "priority", 0, fmt.Sprintf("priority, %d to %d: higher runs first among due tasks", shardqtype.MinPriority, shardqtype.MaxPriority))
 	f.StringVar(&key, "key", "", "a unique key: no other task of the queue may hold it while pending, in flight or retrying")
 	f.DurationVar(&timeout, "timeout", 0, "how long a consumer has to ack the task (default: the queue's)")
 	f.StringArrayVar(&headers, "header", nil, "a header NAME=VALUE, kept with the task; repeat for more")

@@ -8,8 +8,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/inspect"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 // minInterval keeps --watch from hammering the cluster: each refresh reads every
@@ -92,7 +92,7 @@ time fails with a tombstone error.`,
 
 // statsPass counts once and prints the result. Partitions that could not be read make
 // it fail once the rest is printed.
-func (a *app) statsPass(ctx context.Context, in *inspect.Inspector, q shardq.QueueConfig, opts inspect.StatsOptions, refresh bool) error {
+func (a *app) statsPass(ctx context.Context, in *inspect.Inspector, q shardqtype.QueueConfig, opts inspect.StatsOptions, refresh bool) error {
 	var erase func()
 	opts.Progress, erase = a.progress("counting")
 	t0 := time.Now()
@@ -123,7 +123,7 @@ func (a *app) statsPass(ctx context.Context, in *inspect.Inspector, q shardq.Que
 	return nil
 }
 
-func (a *app) printStats(q shardq.QueueConfig, st *inspect.Stats, elapsed time.Duration, full bool) error {
+func (a *app) printStats(q shardqtype.QueueConfig, st *inspect.Stats, elapsed time.Duration, full bool) error {
 	fmt.Fprintf(a.stdout, "queue %s at %s (lap %v: %d buckets x %v, %d shards)\n",
 		q.Name, utc(st.At), st.Window, q.BucketCount, q.BucketDuration, q.ShardCount)
 	w := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
@@ -160,7 +160,7 @@ func (a *app) printStats(q shardq.QueueConfig, st *inspect.Stats, elapsed time.D
 }
 
 // statsJSON is one pass for --json.
-func statsJSON(q shardq.QueueConfig, st *inspect.Stats, elapsed time.Duration) map[string]any {
+func statsJSON(q shardqtype.QueueConfig, st *inspect.Stats, elapsed time.Duration) map[string]any {
 	type shardCounts struct {
 		Shard int `json:"shard"`
 		inspect.Counts

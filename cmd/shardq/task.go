@@ -13,9 +13,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 
-	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/inspect"
 	"github.com/shardq/shardq/producer"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 func (a *app) taskCmd() *cobra.Command {
@@ -86,16 +86,16 @@ func (a *app) withProducer(ctx context.Context, fn func(*producer.Producer, *ins
 	})
 }
 
-func (r *taskRef) get(ctx context.Context, in *inspect.Inspector) (*shardq.TaskInfo, error) {
+func (r *taskRef) get(ctx context.Context, in *inspect.Inspector) (*shardqtype.TaskInfo, error) {
 	if r.key != "" {
 		return in.TaskByKey(ctx, r.queue, r.key)
 	}
 	return in.Task(ctx, r.id)
 }
 
-// notFound explains shardq.ErrTaskNotFound.
+// notFound explains shardqtype.ErrTaskNotFound.
 func notFound(err error) error {
-	if errors.Is(err, shardq.ErrTaskNotFound) {
+	if errors.Is(err, shardqtype.ErrTaskNotFound) {
 		return fmt.Errorf("%w; a task is found while pending, in flight, dead, or completed within its queue's completed retention", err)
 	}
 	return err
@@ -122,7 +122,7 @@ func (a *app) taskGetCmd() *cobra.Command {
 	return c
 }
 
-func (a *app) printTask(t *shardq.TaskInfo) error {
+func (a *app) printTask(t *shardqtype.TaskInfo) error {
 	if a.json {
 		return a.emit(taskJSON(t))
 	}
@@ -134,14 +134,14 @@ func (a *app) printTask(t *shardq.TaskInfo) error {
 	}
 	fmt.Fprintf(w, "state\t%s\n", t.State)
 	switch t.State {
-	case shardq.TaskScheduled, shardq.TaskRetrying:
+	case shardqtype.TaskScheduled, shardqtype.TaskRetrying:
 		fmt.Fprintf(w, "due\t%s\n", utc(t.DueAt))
-	case shardq.TaskInFlight:
+	case shardqtype.TaskInFlight:
 		fmt.Fprintf(w, "lease deadline\t%s\n", utc(t.Deadline))
-	case shardq.TaskDead, shardq.TaskCompleted:
+	case shardqtype.TaskDead, shardqtype.TaskCompleted:
 		fmt.Fprintf(w, "finished\t%s\n", utc(t.FinishedAt))
 	}
-	if t.State != shardq.TaskDead && t.State != shardq.TaskCompleted {
+	if t.State != shardqtype.TaskDead && t.State != shardqtype.TaskCompleted {
 		fmt.Fprintf(w, "priority\t%d\n", t.Priority)
 	}
 	fmt.Fprintf(w, "attempts\t%d (deliveries ever: %d)\n", t.Attempt, t.Token)
@@ -158,7 +158,7 @@ func (a *app) printTask(t *shardq.TaskInfo) error {
 }
 
 // taskJSON is a task for --json: times in UTC, the payload in base64, empty fields left out.
-func taskJSON(t *shardq.TaskInfo) map[string]any {
+func taskJSON(t *shardqtype.TaskInfo) map[string]any {
 	m := map[string]any{"id": t.ID, "queue": t.Queue, "state": t.State.String(), "attempt": t.Attempt, "deliveries": t.Token}
 	if t.Key != "" {
 		m["key"] = t.Key
@@ -168,7 +168,7 @@ func taskJSON(t *shardq.TaskInfo) map[string]any {
 			m[name] = at.UTC()
 		}
 	}
-	if t.State != shardq.TaskDead && t.State != shardq.TaskCompleted {
+	if t.State != shardqtype.TaskDead && t.State != shardqtype.TaskCompleted {
 		m["priority"] = t.Priority
 	}
 	if t.LastError != "" {
@@ -200,14 +200,14 @@ runs on, but it is never delivered again (its consumer's ack or retry fails).`,
 				id := ref.id
 				var err error
 				if ref.key != "" {
-					var info *shardq.TaskInfo
+					var info *shardqtype.TaskInfo
 					if info, err = in.TaskByKey(ctx, ref.queue, ref.key); err != nil {
 						return notFound(err)
 					}
 					id = info.ID
 				}
 				err = p.Cancel(ctx, id, opts)
-				if errors.Is(err, shardq.ErrTaskInFlight) {
+				if errors.Is(err, shardqtype.ErrTaskInFlight) {
 					return fmt.Errorf("%w; add --after-lease to cancel it once this delivery ends", err)
 				}
 				if err != nil {
@@ -257,8 +257,8 @@ cannot be rescheduled.`,
 				opts.DueAt = time.Now().Add(in)
 			}
 			if f.Changed("priority") {
-				if priority < shardq.MinPriority || priority > shardq.MaxPriority {
-					return usagef("--priority %d is not in [%d, %d]", priority, shardq.MinPriority, shardq.MaxPriority)
+				if priority < shardqtype.MinPriority || priority > shardqtype.MaxPriority {
+					return usagef("--priority %d is not in [%d, %d]", priority, shardqtype.MinPriority, shardqtype.MaxPriority)
 				}
 				opts.Priority = &priority
 			}
@@ -269,7 +269,7 @@ cannot be rescheduled.`,
 				} else {
 					err = p.Reschedule(ctx, ref.id, opts)
 				}
-				if errors.Is(err, shardq.ErrTaskInFlight) {
+				if errors.Is(err, shardqtype.ErrTaskInFlight) {
 					return fmt.Errorf("%w; wait for its delivery to end, or cancel it with 'shardq task cancel --after-lease'", err)
 				}
 				if err != nil {
@@ -291,7 +291,7 @@ cannot be rescheduled.`,
 	f := c.Flags()
 	f.DurationVar(&in, "in", 0, "due this long from now, such as 90s or 5m")
 	f.StringVar(&at, "at", "", "due at this RFC 3339 time, such as 2026-11-23T02:00:00Z")
-	f.IntVar(&priority, "priority", 0, fmt.Sprintf("the new priority, %d to %d", shardq.MinPriority, shardq.MaxPriority))
+	f.IntVar(&priority, "priority", 0, fmt.Sprintf("the new priority, %d to %d", shardqtype.MinPriority, shardqtype.MaxPriority))
 	c.MarkFlagsMutuallyExclusive("in", "at")
 	return c
 }

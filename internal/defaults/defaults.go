@@ -3,9 +3,10 @@
 package defaults
 
 import (
+	"fmt"
 	"time"
 
-	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 // NonNegative sets *v to def when it is zero, and rejects a negative *v, naming field.
@@ -14,7 +15,12 @@ func NonNegative[T int | time.Duration](v *T, def T, field string) error {
 		*v = def
 	}
 	if *v < 0 {
-		return shardq.Invalid(field, "%v is negative", *v)
+		return Invalid(field, "%v is negative", *v)
 	}
 	return nil
+}
+
+// Invalid returns a *shardqtype.ValidationError for field.
+func Invalid(field, format string, args ...any) error {
+	return &shardqtype.ValidationError{Field: field, Reason: fmt.Sprintf(format, args...)}
 }

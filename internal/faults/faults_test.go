@@ -15,6 +15,7 @@ import (
 
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/internal/cql"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 // rate is how many tasks a second come due in the tests that fault nodes.
@@ -78,7 +79,7 @@ func TestNodeKilled(t *testing.T) {
 // quarter into the drain, and returns once every task was acked; node is restored at the
 // end of the test.
 func drainThrough(t *testing.T, c *cluster, node int, fault func()) *env {
-	e := newEnv(t, shardq.QueueConfig{})
+	e := newEnv(t, shardqtype.QueueConfig{})
 	c.restoreAtEnd(node)
 	for range 3 {
 		e.startWorker()
@@ -101,7 +102,7 @@ func drainThrough(t *testing.T, c *cluster, node int, fault func()) *env {
 // no other runs twice, and every task is acked.
 func TestWorkersKilled(t *testing.T) {
 	newCluster(t)
-	e := newEnv(t, shardq.QueueConfig{DefaultTimeout: 5 * time.Second})
+	e := newEnv(t, shardqtype.QueueConfig{DefaultTimeout: 5 * time.Second})
 	for range 3 {
 		e.startWorker()
 	}
@@ -141,7 +142,7 @@ const gcGrace = 10 * time.Second
 func TestNodeRestarted(t *testing.T) {
 	c := newCluster(t)
 	const lap = 75 * time.Second
-	e := newEnv(t, shardq.QueueConfig{BucketCount: 75, BucketDuration: time.Second, DefaultTimeout: 10 * time.Second})
+	e := newEnv(t, shardqtype.QueueConfig{BucketCount: 75, BucketDuration: time.Second, DefaultTimeout: 10 * time.Second})
 	c.restoreAtEnd(3)
 	require.NoError(t, e.session.Query(fmt.Sprintf(`ALTER TABLE tasks WITH gc_grace_seconds = %d`,
 		int(gcGrace.Seconds()))).Exec())

@@ -34,6 +34,7 @@ import (
 	"github.com/shardq/shardq/internal/cassandratest"
 	"github.com/shardq/shardq/internal/cqlcluster"
 	"github.com/shardq/shardq/producer"
+	"github.com/shardq/shardq/shardqtype"
 	"github.com/shardq/shardq/worker"
 )
 
@@ -81,13 +82,13 @@ func TestWorkerProcess(t *testing.T) {
 				return ctx.Err()
 			}
 		}),
-		Observer: shardq.ObserverFunc(func(_ context.Context, e shardq.Event) {
+		Observer: shardqtype.ObserverFunc(func(_ context.Context, e shardqtype.Event) {
 			switch e := e.(type) {
-			case shardq.PartitionFailed:
+			case shardqtype.PartitionFailed:
 				say("failed %s", e.Op)
-			case shardq.LeaseLost:
+			case shardqtype.LeaseLost:
 				say("lost %s", e.TaskID)
-			case shardq.Acked:
+			case shardqtype.Acked:
 				for _, id := range e.TaskIDs {
 					say("acked %s", id)
 				}
@@ -210,7 +211,7 @@ type env struct {
 	t       *testing.T
 	ks      string
 	session *gocql.Session
-	q       shardq.QueueConfig
+	q       shardqtype.QueueConfig
 	p       *producer.Producer
 	rec     *recorder
 
@@ -219,7 +220,7 @@ type env struct {
 	procs   int // worker processes started
 }
 
-func newEnv(t *testing.T, q shardq.QueueConfig) *env {
+func newEnv(t *testing.T, q shardqtype.QueueConfig) *env {
 	t.Helper()
 	ctx := context.Background()
 	e := &env{t: t, ks: keyspace(t), rec: newRecorder()}

@@ -14,8 +14,8 @@ import (
 )
 
 // SealAfter is how long after a generation's successor takes effect nothing more can be
-// written into it: writers place rows by a history at most shardq.SettingsRefresh old,
-// which knew of the change at least shardq.LayoutLead before it took effect, so once
+// written into it: writers place rows by a history at most shardqtype.SettingsRefresh old,
+// which knew of the change at least shardqtype.LayoutLead before it took effect, so once
 // their clocks (within the consumers' skew of the cluster's) pass it they write into
 // the successor; a minute also outlasts any write already under way then.
 const SealAfter = time.Minute

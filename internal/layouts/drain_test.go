@@ -14,6 +14,7 @@ import (
 	"github.com/shardq/shardq/internal/store"
 	"github.com/shardq/shardq/internal/taskrow"
 	"github.com/shardq/shardq/shard"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 // An old layout is marked drained only once it is sealed and its whole ring holds no
@@ -23,7 +24,7 @@ func TestDrain(t *testing.T) {
 	ctx := context.Background()
 	s := cassandratest.SchemaSession(t)
 	tables := store.Cassandra(s)
-	q, err := shardq.CreateQueue(ctx, s, shardq.QueueConfig{Name: "q", ShardCount: 3, BucketCount: 7, BucketDuration: time.Second, DefaultTimeout: time.Second})
+	q, err := shardq.CreateQueue(ctx, s, shardqtype.QueueConfig{Name: "q", ShardCount: 3, BucketCount: 7, BucketDuration: time.Second, DefaultTimeout: time.Second})
 	require.NoError(t, err)
 	h, err := layouts.Decode(q.Layout(), "")
 	require.NoError(t, err)

@@ -24,10 +24,11 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/internal/defaults"
 	"github.com/shardq/shardq/internal/lwt"
 	"github.com/shardq/shardq/internal/store"
 	"github.com/shardq/shardq/shard"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 // DefaultTTL is Config.TTL's default.
@@ -48,7 +49,7 @@ var (
 // Config configures a Locker.
 type Config struct {
 	// TTL is how long a holding lasts unless renewed: whole seconds, as Cassandra TTLs are,
-	// and at least shardq.MinLockTTL, because they expire on whole seconds: a 1 s lock
+	// and at least shardqtype.MinLockTTL, because they expire on whole seconds: a 1 s lock
 	// could last next to nothing. Defaults to DefaultTTL.
 	TTL time.Duration
 	// Logger receives unknown-outcome events. Defaults to a logger that discards.
@@ -68,13 +69,13 @@ type Locker struct {
 // New returns a Locker on locks.
 func New(locks store.Locks, cfg Config) (*Locker, error) {
 	if locks == nil {
-		return nil, shardq.Invalid("locks", "is nil")
+		return nil, defaults.Invalid("locks", "is nil")
 	}
 	if cfg.TTL == 0 {
 		cfg.TTL = DefaultTTL
 	}
-	if cfg.TTL < shardq.MinLockTTL || cfg.TTL%time.Second != 0 {
-		return nil, shardq.Invalid("Config.TTL", "%v is not a whole number of seconds of at least %v", cfg.TTL, shardq.MinLockTTL)
+	if cfg.TTL < shardqtype.MinLockTTL || cfg.TTL%time.Second != 0 {
+		return nil, defaults.Invalid("Config.TTL", "%v is not a whole number of seconds of at least %v", cfg.TTL, shardqtype.MinLockTTL)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -106,7 +107,7 @@ func (lk *Lock) Token() int64 { return lk.token }
 // Acquire takes the lock of key, or returns ErrLockHeld without waiting.
 func (l *Locker) Acquire(ctx context.Context, key string) (*Lock, error) {
 	if key == "" {
-		return nil, shardq.Invalid("key", "is empty")
+		return nil, defaults.Invalid("key", "is empty")
 	}
 	expected := l.cachedToken(key)
 	// The token moves under us only when others acquire in between; a few tries cover a

@@ -5,8 +5,8 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/shard"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 // Read floors: why reads cost the same however much a partition has drained.
@@ -26,13 +26,13 @@ import (
 // is still found.
 
 // NPriorities is how many priorities there are; floors are indexed by priority less
-// shardq.MinPriority.
-const NPriorities = shardq.MaxPriority - shardq.MinPriority + 1
+// shardqtype.MinPriority.
+const NPriorities = shardqtype.MaxPriority - shardqtype.MinPriority + 1
 
 // AllPriorities lists the priorities highest first, as a read of every row asks for them.
 var AllPriorities = func() []int8 {
 	var p []int8
-	for i := shardq.MaxPriority; i >= shardq.MinPriority; i-- {
+	for i := shardqtype.MaxPriority; i >= shardqtype.MinPriority; i-- {
 		p = append(p, int8(i))
 	}
 	return p
@@ -151,7 +151,7 @@ func Groups(f [NPriorities]uuid.UUID, skew time.Duration) []Group {
 func (f *floors) groups(skew time.Duration) []Group {
 	var groups []Group
 	var lo, hi time.Time
-	for p := shardq.MaxPriority; p >= shardq.MinPriority; p-- {
+	for p := shardqtype.MaxPriority; p >= shardqtype.MinPriority; p-- {
 		t := shard.IDTime(f[p])
 		if n := len(groups); n > 0 && t.Sub(lo) <= skew && hi.Sub(t) <= skew {
 			g := &groups[n-1]

@@ -6,9 +6,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/internal/signal"
 	"github.com/shardq/shardq/shard"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 // sweepCase builds the state of a consumer that read a partition of bucket b up to now
@@ -22,7 +22,7 @@ type sweepCase struct {
 
 func newSweepCase(t *testing.T, offset time.Duration) *sweepCase {
 	t.Helper()
-	q := shardq.QueueConfig{Name: "q", BucketCount: 120, BucketDuration: 10 * time.Second, ShardCount: 2}
+	q := shardqtype.QueueConfig{Name: "q", BucketCount: 120, BucketDuration: 10 * time.Second, ShardCount: 2}
 	l := q.Layout()
 	now := time.Date(2026, 11, 25, 12, 0, 38, 0, time.UTC) // 8 s into its bucket
 	b := l.Bucket(now)

@@ -8,10 +8,10 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/internal/store"
 	"github.com/shardq/shardq/internal/taskid"
 	"github.com/shardq/shardq/shard"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 // RepairAfter is how long after a series moved its occurrence may still be unwritten
@@ -39,7 +39,7 @@ const (
 // written, a series whose occurrence ended (or, for series moving on take, was taken)
 // without moving it on is moved, and a resumed series left closed is opened. status
 // tells what became of an occurrence.
-func (e *Env) Keep(ctx context.Context, q shardq.QueueConfig, status func(context.Context, uuid.UUID) (Status, error)) error {
+func (e *Env) Keep(ctx context.Context, q shardqtype.QueueConfig, status func(context.Context, uuid.UUID) (Status, error)) error {
 	names, err := e.Names(ctx, q.Name)
 	if err != nil {
 		return err
@@ -53,7 +53,7 @@ func (e *Env) Keep(ctx context.Context, q shardq.QueueConfig, status func(contex
 	return errors.Join(errs...)
 }
 
-func (e *Env) keep(ctx context.Context, q shardq.QueueConfig, name string, status func(context.Context, uuid.UUID) (Status, error)) error {
+func (e *Env) keep(ctx context.Context, q shardqtype.QueueConfig, name string, status func(context.Context, uuid.UUID) (Status, error)) error {
 	st, err := e.Load(ctx, q.Name, name, false)
 	if err != nil {
 		return err
@@ -114,7 +114,7 @@ func (e *Env) keep(ctx context.Context, q shardq.QueueConfig, name string, statu
 // by a sweep within the lap, and past the lap never. Its old place is deleted first,
 // stamped past the occurrence's own write, so a write of it still on its way adds
 // nothing; the occurrence keeps its number and time.
-func (e *Env) replace(ctx context.Context, q shardq.QueueConfig, old State) error {
+func (e *Env) replace(ctx context.Context, q shardqtype.QueueConfig, old State) error {
 	e.Log.WarnContext(ctx, "writing an occurrence of a series its scheduler did not write, at a new place: its own is too old",
 		"queue", q.Name, "series", old.Name, "task_id", old.TaskID)
 	l, err := e.occurrenceLayout(ctx, q, old)

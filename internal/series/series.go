@@ -10,7 +10,6 @@ import (
 	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 
-	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/internal/clustertime"
 	"github.com/shardq/shardq/internal/lwt"
 	"github.com/shardq/shardq/internal/signal"
@@ -19,6 +18,7 @@ import (
 	"github.com/shardq/shardq/internal/taskrow"
 	"github.com/shardq/shardq/internal/wakeup"
 	"github.com/shardq/shardq/shard"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 // ErrNotFound means no series of that name exists in the queue.
@@ -124,18 +124,18 @@ func maxTime(a, b time.Time) time.Time {
 type Env struct {
 	Store   store.Series
 	Tasks   store.Tasks // for occurrences' rows
-	Clock   shardq.Clock
+	Clock   shardqtype.Clock
 	Cluster *clustertime.Clock // stamps occurrences' writes
 	Log     *slog.Logger
 	Signals *signal.Toucher
 	Bus     *wakeup.Bus
 	// Layout returns the layout of an occurrence of q whose ID has time t (see
 	// sessionstate.State.Fixed); nil: q's first layout.
-	Layout func(ctx context.Context, q shardq.QueueConfig, t time.Time) (shard.Layout, error)
+	Layout func(ctx context.Context, q shardqtype.QueueConfig, t time.Time) (shard.Layout, error)
 }
 
 // occurrenceLayout returns the layout st's occurrence is written under.
-func (e *Env) occurrenceLayout(ctx context.Context, q shardq.QueueConfig, st State) (shard.Layout, error) {
+func (e *Env) occurrenceLayout(ctx context.Context, q shardqtype.QueueConfig, st State) (shard.Layout, error) {
 	if e.Layout == nil {
 		return q.Layout(), nil
 	}
@@ -178,7 +178,7 @@ func (st State) row() store.SeriesRow {
 
 // Create writes a new series with its first occurrence, unless one of that name exists;
 // it returns the series as stored and whether this call created it.
-func (e *Env) Create(ctx context.Context, q shardq.QueueConfig, name string, spec Spec) (State, bool, error) {
+func (e *Env) Create(ctx context.Context, q shardqtype.QueueConfig, name string, spec Spec) (State, bool, error) {
 	now := e.Clock.Now()
 	// Whole milliseconds, as stored: an interval's occurrences fall on the same grid
 	// whether computed now or from the stored row.
@@ -227,7 +227,7 @@ func (e *Env) put(ctx context.Context, st State, from int64) (bool, error) {
 // Change applies f to series name and stores the result, retrying on concurrent changes;
 // f returns false when there is nothing to do. A new occurrence that f's change makes is
 // written before Change returns. It returns the stored state.
-func (e *Env) Change(ctx context.Context, q shardq.QueueConfig, name string, f func(st *State, now time.Time) (bool, error)) (State, error) {
+func (e *Env) Change(ctx context.Context, q shardqtype.QueueConfig, name string, f func(st *State, now time.Time) (bool, error)) (State, error) {
 	for attempt := range 8 {
 		st, err := e.Load(ctx, q.Name, name, attempt > 0)
 		if err != nil {
@@ -273,7 +273,7 @@ func (e *Env) Delete(ctx context.Context, st State) (bool, error) {
 // the next occurrence is scheduled, or the series closes when it is paused or ended.
 // onTake says the occurrence was just taken rather than finished, which moves only a
 // series that asks for that.
-func (e *Env) Advance(ctx context.Context, q shardq.QueueConfig, name string, id uuid.UUID, onTake bool) error {
+func (e *Env) Advance(ctx context.Context, q shardqtype.QueueConfig, name string, id uuid.UUID, onTake bool) error {
 	_, err := e.Change(ctx, q, name, func(st *State, now time.Time) (bool, error) {
 		if !st.Open || st.TaskID != id || (onTake && !st.Spec.OnTake) {
 			return false, nil
@@ -289,7 +289,7 @@ func (e *Env) Advance(ctx context.Context, q shardq.QueueConfig, name string, id
 // Write writes st's occurrence: the same row, with the same write timestamp, however
 // often it is called, so a repeat after a consumer took the row is shadowed by the
 // take's delete. Then it records the occurrence as written.
-func (e *Env) Write(ctx context.Context, q shardq.QueueConfig, st State) error {
+func (e *Env) Write(ctx context.Context, q shardqtype.QueueConfig, st State) error {
 	timeout := st.Spec.Timeout
 	if timeout == 0 {
 		timeout = q.DefaultTimeout
@@ -311,7 +311,7 @@ func (e *Env) Write(ctx context.Context, q shardq.QueueConfig, st State) error {
 }
 
 // announce touches the signal cell of st's occurrence and wakes this process's workers.
-func (e *Env) announce(ctx context.Context, q shardq.QueueConfig, l shard.Layout, st State) {
+func (e *Env) announce(ctx context.Context, q shardqtype.QueueConfig, l shard.Layout, st State) {
 	var touches signal.Touches
 	touches.Add(l, st.TaskID, st.TaskID)
 	if err := e.Signals.Touch(ctx, &touches); err != nil {

@@ -20,13 +20,14 @@ import (
 
 	"github.com/gocql/gocql"
 
-	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/internal/clustertime"
+	"github.com/shardq/shardq/internal/defaults"
 	"github.com/shardq/shardq/internal/layouts"
 	"github.com/shardq/shardq/internal/signal"
 	"github.com/shardq/shardq/internal/store"
 	"github.com/shardq/shardq/internal/wakeup"
 	"github.com/shardq/shardq/shard"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 // State is one session's shared state. Safe for concurrent use.
@@ -40,7 +41,7 @@ type State struct {
 	// Bus wakes idle workers of this session when a producer of it writes.
 	Bus *wakeup.Bus
 
-	queues sync.Map // name -> shardq.QueueConfig
+	queues sync.Map // name -> shardqtype.QueueConfig
 
 	pausedMu sync.Mutex
 	paused   map[string]pauseRead
@@ -111,7 +112,7 @@ func bind(session *gocql.Session, key weak.Pointer[gocql.Session], st *State) *S
 
 // ClusterFor is the cluster's clock for a part configured with clock: clock itself when it
 // is one (tests measure a skewed host's), else the session's.
-func (s *State) ClusterFor(clock shardq.Clock) *clustertime.Clock {
+func (s *State) ClusterFor(clock shardqtype.Clock) *clustertime.Clock {
 	if c, ok := clock.(*clustertime.Clock); ok {
 		return c
 	}
@@ -120,27 +121,27 @@ func (s *State) ClusterFor(clock shardq.Clock) *clustertime.Clock {
 
 // Queue returns queue name's stored settings, read once per session. Settings do not
 // change once a queue is created (CreateQueue refuses other ones).
-func (s *State) Queue(ctx context.Context, name string) (shardq.QueueConfig, error) {
+func (s *State) Queue(ctx context.Context, name string) (shardqtype.QueueConfig, error) {
 	if q, ok := s.queues.Load(name); ok {
-		return q.(shardq.QueueConfig), nil
+		return q.(shardqtype.QueueConfig), nil
 	}
 	if !shard.ValidQueueName(name) {
-		return shardq.QueueConfig{}, shardq.Invalid("queue name", "%q is not 1 to 63 of a-z 0-9 _ . - starting with a letter or digit", name)
+		return shardqtype.QueueConfig{}, defaults.Invalid("queue name", "%q is not 1 to 63 of a-z 0-9 _ . - starting with a letter or digit", name)
 	}
 	// As shardq.LoadQueue, but through the State's store.
 	stored, err := s.Store.Queues().Get(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {
-		return shardq.QueueConfig{}, fmt.Errorf("%w: %q", shardq.ErrQueueNotFound, name)
+		return shardqtype.QueueConfig{}, fmt.Errorf("%w: %q", shardqtype.ErrQueueNotFound, name)
 	}
 	if err != nil {
-		return shardq.QueueConfig{}, fmt.Errorf("shardq: loading queue %q: %w", name, err)
+		return shardqtype.QueueConfig{}, fmt.Errorf("shardq: loading queue %q: %w", name, err)
 	}
-	q := shardq.QueueConfig(stored)
+	q := shardqtype.QueueConfig(stored)
 	s.queues.Store(name, q)
 	return q, nil
 }
 
-// Paused reports whether queue name is paused, as read at most shardq.SettingsRefresh
+// Paused reports whether queue name is paused, as read at most shardqtype.SettingsRefresh
 // ago (timed from when the read was sent): the parts of one session share one read per
 // queue and interval. No lock is held across the read.
 func (s *State) Paused(ctx context.Context, name string) (bool, error) {
@@ -148,7 +149,7 @@ func (s *State) Paused(ctx context.Context, name string) (bool, error) {
 	return st.paused, err
 }
 
-// Layouts returns queue name's layout history, as read at most shardq.SettingsRefresh ago
+// Layouts returns queue name's layout history, as read at most shardqtype.SettingsRefresh ago
 // (timed from when the read was sent), in the same read as Paused: every producer and
 // consumer that writes calls it first, so each writes under a history at most that old,
 // which shardq.ChangeLayout counts on.
@@ -160,7 +161,7 @@ func (s *State) Layouts(ctx context.Context, name string) (layouts.History, erro
 // Place returns the layout a row of queue q visible at t goes under when written at now
 // (layouts.History.Place), by the history last read by Layouts or Paused: callers read it
 // first, and place by it without a read per row.
-func (s *State) Place(q shardq.QueueConfig, t, now time.Time) shard.Layout {
+func (s *State) Place(q shardqtype.QueueConfig, t, now time.Time) shard.Layout {
 	s.pausedMu.Lock()
 	last, ok := s.paused[q.Name]
 	s.pausedMu.Unlock()
@@ -171,8 +172,8 @@ func (s *State) Place(q shardq.QueueConfig, t, now time.Time) shard.Layout {
 }
 
 // Fixed returns the layout of a row of queue q whose place its ID's time t fixes
-// (layouts.History.Fixed), by a history read at most shardq.SettingsRefresh ago.
-func (s *State) Fixed(ctx context.Context, q shardq.QueueConfig, t time.Time) (shard.Layout, error) {
+// (layouts.History.Fixed), by a history read at most shardqtype.SettingsRefresh ago.
+func (s *State) Fixed(ctx context.Context, q shardqtype.QueueConfig, t time.Time) (shard.Layout, error) {
 	h, err := s.Layouts(ctx, q.Name)
 	if err != nil {
 		return shard.Layout{}, err
@@ -182,7 +183,7 @@ func (s *State) Fixed(ctx context.Context, q shardq.QueueConfig, t time.Time) (s
 
 // LayoutOf returns the layout of queue q whose ring holds partition key, by the history
 // last read; q's first layout when the key names no generation it knows.
-func (s *State) LayoutOf(q shardq.QueueConfig, key string) shard.Layout {
+func (s *State) LayoutOf(q shardqtype.QueueConfig, key string) shard.Layout {
 	ring, _, _ := strings.Cut(key, ":")
 	_, g, ok := shard.ParseRing(ring)
 	s.pausedMu.Lock()
@@ -194,12 +195,12 @@ func (s *State) LayoutOf(q shardq.QueueConfig, key string) shard.Layout {
 	return last.layouts.Gens[g].Layout
 }
 
-// status reads queue name's status at most shardq.SettingsRefresh ago.
+// status reads queue name's status at most shardqtype.SettingsRefresh ago.
 func (s *State) status(ctx context.Context, name string) (pauseRead, error) {
 	s.pausedMu.Lock()
 	last, ok := s.paused[name]
 	s.pausedMu.Unlock()
-	if ok && time.Since(last.at) < shardq.SettingsRefresh {
+	if ok && time.Since(last.at) < shardqtype.SettingsRefresh {
 		return last, nil
 	}
 	q, err := s.Queue(ctx, name)
@@ -209,7 +210,7 @@ func (s *State) status(ctx context.Context, name string) (pauseRead, error) {
 	sent := time.Now()
 	st, err := s.Store.Queues().Status(ctx, name, false)
 	if errors.Is(err, store.ErrNotFound) {
-		return pauseRead{}, fmt.Errorf("%w: %q", shardq.ErrQueueNotFound, name)
+		return pauseRead{}, fmt.Errorf("%w: %q", shardqtype.ErrQueueNotFound, name)
 	}
 	if err != nil {
 		return pauseRead{}, fmt.Errorf("shardq: reading the state of queue %q: %w", name, err)

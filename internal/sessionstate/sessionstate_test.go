@@ -14,6 +14,7 @@ import (
 	"github.com/shardq/shardq/internal/memstore"
 	"github.com/shardq/shardq/internal/sessionstate"
 	"github.com/shardq/shardq/internal/store"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 // Parts made on one session share one State; another session, bound to another keyspace,
@@ -28,9 +29,9 @@ func TestOneStatePerSession(t *testing.T) {
 	require.NotSame(t, sa.Signals, sb.Signals)
 
 	ctx := context.Background()
-	_, err := shardq.CreateQueue(ctx, a, shardq.QueueConfig{Name: "q", ShardCount: 2})
+	_, err := shardq.CreateQueue(ctx, a, shardqtype.QueueConfig{Name: "q", ShardCount: 2})
 	require.NoError(t, err)
-	_, err = shardq.CreateQueue(ctx, b, shardq.QueueConfig{Name: "q", ShardCount: 3})
+	_, err = shardq.CreateQueue(ctx, b, shardqtype.QueueConfig{Name: "q", ShardCount: 3})
 	require.NoError(t, err)
 	qa, err := sa.Queue(ctx, "q")
 	require.NoError(t, err)
@@ -40,8 +41,8 @@ func TestOneStatePerSession(t *testing.T) {
 	require.Equal(t, 3, qb.ShardCount)
 
 	_, err = sa.Queue(ctx, "nosuch")
-	require.ErrorIs(t, err, shardq.ErrQueueNotFound)
-	_, err = shardq.CreateQueue(ctx, a, shardq.QueueConfig{Name: "nosuch"})
+	require.ErrorIs(t, err, shardqtype.ErrQueueNotFound)
+	_, err = shardq.CreateQueue(ctx, a, shardqtype.QueueConfig{Name: "nosuch"})
 	require.NoError(t, err)
 	_, err = sa.Queue(ctx, "nosuch")
 	require.NoError(t, err, "a queue not found is not cached: it may be created next")
@@ -53,7 +54,7 @@ func TestClusterFor(t *testing.T) {
 	s := cassandratest.SchemaSession(t)
 	st := sessionstate.For(s, nil)
 	require.Same(t, st.Cluster, st.ClusterFor(nil))
-	require.Same(t, st.Cluster, st.ClusterFor(shardq.SystemClock{}))
+	require.Same(t, st.Cluster, st.ClusterFor(shardqtype.SystemClock{}))
 	own := clustertime.New(store.Cassandra(s), skewed{}, nil)
 	require.Same(t, own, st.ClusterFor(own))
 }
@@ -74,7 +75,7 @@ func TestBoundSessionActsOnItsStore(t *testing.T) {
 	unbind := sessionstate.Bind(session, sessionstate.New(tables, nil, nil))
 	require.Same(t, tables, store.For(session))
 	ctx := context.Background()
-	q, err := shardq.CreateQueue(ctx, session, shardq.QueueConfig{Name: "q"})
+	q, err := shardq.CreateQueue(ctx, session, shardqtype.QueueConfig{Name: "q"})
 	require.NoError(t, err)
 	loaded, err := shardq.LoadQueue(ctx, session, "q")
 	require.NoError(t, err)

@@ -60,7 +60,7 @@ const SlotWidth = 500 * time.Millisecond
 // maxSlots bounds the entries of a cell, which sweeps read for every bucket of the lap:
 // buckets longer than maxSlots slots get wider slots, whose on-time touches may pass for
 // late and cost a sweep a needless read. The slot and the shard (at most
-// shardq.MaxShardCount) share one int map key.
+// shardqtype.MaxShardCount) share one int map key.
 const maxSlots = 64
 
 // slotWidth is the width of l's slots.

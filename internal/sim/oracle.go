@@ -17,11 +17,11 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/internal/signal"
 	"github.com/shardq/shardq/producer"
 	"github.com/shardq/shardq/shard"
+	"github.com/shardq/shardq/shardqtype"
 	"github.com/shardq/shardq/worker"
 )
 
@@ -223,7 +223,7 @@ func (o *oracle) pick(rng *rand.Rand) (uuid.UUID, bool) {
 func (o *oracle) cancelled(p *proc, id uuid.UUID, afterLease bool, began time.Time, err error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	var inFlight *shardq.TaskInFlightError
+	var inFlight *shardqtype.TaskInFlightError
 	if err != nil && !definite(err) {
 		o.get(id).unsettled = true
 	}
@@ -232,7 +232,7 @@ func (o *oracle) cancelled(p *proc, id uuid.UUID, afterLease bool, began time.Ti
 		t := o.get(id)
 		t.cancelled, t.afterLease = time.Now(), afterLease
 		t.calls = append(t.calls, fmt.Sprintf("cancel by %s %s-%s after lease %v", p.name, stamp(began), stamp(time.Now()), afterLease))
-	case errors.Is(err, shardq.ErrTaskNotFound), errors.As(err, &inFlight):
+	case errors.Is(err, shardqtype.ErrTaskNotFound), errors.As(err, &inFlight):
 	default:
 		// It may have been removed from when the call began, and its key freed.
 		t := o.get(id)
@@ -348,11 +348,11 @@ func (o *oracle) finished(d *delivery, err error) {
 	}
 }
 
-func (o *oracle) observed(p *proc, e shardq.Event) {
+func (o *oracle) observed(p *proc, e shardqtype.Event) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	switch e := e.(type) {
-	case shardq.Acked:
+	case shardqtype.Acked:
 		for _, id := range e.TaskIDs {
 			t := o.get(id)
 			for _, d := range slices.Backward(t.deliveries) {
@@ -364,13 +364,13 @@ func (o *oracle) observed(p *proc, e shardq.Event) {
 				}
 			}
 		}
-	case shardq.Retried:
+	case shardqtype.Retried:
 		t := o.get(e.TaskID)
 		t.calls = append(t.calls, fmt.Sprintf("retried by %s at %s attempt %d delay %s", p.name, stamp(time.Now()), e.Attempt, e.Delay))
-	case shardq.LeaseLost:
+	case shardqtype.LeaseLost:
 		t := o.get(e.TaskID)
 		t.calls = append(t.calls, fmt.Sprintf("lease lost by %s at %s", p.name, stamp(time.Now())))
-	case shardq.DeadLettered:
+	case shardqtype.DeadLettered:
 		t := o.get(e.TaskID)
 		t.dead = true
 		t.ended = time.Now()
@@ -894,10 +894,10 @@ func visibleOf(ct *consumer.Task) time.Time {
 
 // definite reports whether a call that returned err left the task as it was.
 func definite(err error) bool {
-	var inFlight *shardq.TaskInFlightError
+	var inFlight *shardqtype.TaskInFlightError
 	var dup *producer.DuplicateError
-	return errors.Is(err, shardq.ErrTaskNotFound) || errors.As(err, &inFlight) || errors.As(err, &dup) ||
-		errors.Is(err, shardq.ErrInvalid)
+	return errors.Is(err, shardqtype.ErrTaskNotFound) || errors.As(err, &inFlight) || errors.As(err, &dup) ||
+		errors.Is(err, shardqtype.ErrInvalid)
 }
 
 // leased is when the delivery's lease began: the consumer's clock, which the oracle

@@ -27,6 +27,7 @@ import (
 	"github.com/shardq/shardq/internal/taskindex"
 	"github.com/shardq/shardq/producer"
 	"github.com/shardq/shardq/series"
+	"github.com/shardq/shardq/shardqtype"
 	"github.com/shardq/shardq/worker"
 )
 
@@ -123,7 +124,7 @@ type world struct {
 	sched   *sched
 	cluster *memstore.Cluster
 	admin   store.Store // ungated: sets up and reads back
-	queue   shardq.QueueConfig
+	queue   shardqtype.QueueConfig
 	oracle  *oracle
 	crashes atomic.Int64
 
@@ -159,7 +160,7 @@ func run(cfg Config) (Result, error) {
 		return Result{}, err
 	}
 	w.admin = w.cluster.Client(memstore.ClientConfig{Clock: time.Now})
-	w.queue = shardq.QueueConfig{
+	w.queue = shardqtype.QueueConfig{
 		Name:           "q",
 		ShardCount:     1 + rng.IntN(3),
 		BucketCount:    []int{4, 8, 60}[rng.IntN(3)],
@@ -534,7 +535,7 @@ func (w *world) runWorker(rng *rand.Rand, p *proc, concurrency int, wait func(),
 		Concurrency: p.concurrency,
 		MaxAttempts: maxAttempts,
 		Backoff:     func(int) time.Duration { return time.Second },
-		Observer:    shardq.ObserverFunc(func(_ context.Context, e shardq.Event) { w.oracle.observed(p, e) }),
+		Observer:    shardqtype.ObserverFunc(func(_ context.Context, e shardqtype.Event) { w.oracle.observed(p, e) }),
 	})
 	if err != nil {
 		panic(err)
@@ -871,10 +872,10 @@ func (w *world) pausedQueue() {
 			w.oracle.violate("paused queue: pausing: %v", err)
 			return
 		}
-		effective := time.Now().Add(shardq.SettingsRefresh + 2*time.Second)
+		effective := time.Now().Add(shardqtype.SettingsRefresh + 2*time.Second)
 		time.Sleep(time.Until(effective))
 		waiting := schedule()
-		time.Sleep(time.Duration(rng.Int64N(int64(3 * shardq.SettingsRefresh))))
+		time.Sleep(time.Duration(rng.Int64N(int64(3 * shardqtype.SettingsRefresh))))
 		if err := shardq.ResumeQueue(ctx, pp.session, w.queue.Name); err != nil {
 			w.oracle.violate("paused queue: resuming: %v", err)
 			return
@@ -885,7 +886,7 @@ func (w *world) pausedQueue() {
 				w.oracle.violate("paused queue: task %s leased at %s, paused from %s until %s", d.task, stamp(d.leased()), stamp(effective), stamp(resumed))
 			}
 		}
-		by := resumed.Add(2*shardq.SettingsRefresh + lateness)
+		by := resumed.Add(2*shardqtype.SettingsRefresh + lateness)
 		for !w.oracle.allDelivered(waiting) {
 			if time.Now().After(by) {
 				w.oracle.violate("paused queue: tasks due while it was paused had not all started %s after the resume at %s",
@@ -943,12 +944,12 @@ func (w *world) resizedQueue() {
 		}
 		schedule(4, time.Second, min(w.queue.Layout().Window(), 10*time.Minute))
 		for range 2 {
-			var ch shardq.LayoutChange
+			var ch shardqtype.LayoutChange
 			// Layouts the queue's default timeout fits in, tried in a random order.
 			tried := 0
 			for _, i := range rng.Perm(12) {
-				cfg := shardq.LayoutConfig{ShardCount: 1 + i%4, BucketDuration: []time.Duration{time.Second, 5 * time.Second, 10 * time.Second}[i/4]}
-				if ch, err = shardq.ChangeLayout(ctx, pp.session, w.queue.Name, cfg); !errors.Is(err, shardq.ErrInvalid) {
+				cfg := shardqtype.LayoutConfig{ShardCount: 1 + i%4, BucketDuration: []time.Duration{time.Second, 5 * time.Second, 10 * time.Second}[i/4]}
+				if ch, err = shardq.ChangeLayout(ctx, pp.session, w.queue.Name, cfg); !errors.Is(err, shardqtype.ErrInvalid) {
 					break
 				}
 				tried++

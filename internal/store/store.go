@@ -126,7 +126,7 @@ type Keys interface {
 	Release(ctx context.Context, queue, key string, holder uuid.UUID) error
 }
 
-// Queue is a queue's stored settings (shardq.QueueConfig converts to and from it).
+// Queue is a queue's stored settings (shardqtype.QueueConfig converts to and from it).
 type Queue struct {
 	Name               string
 	BucketCount        int

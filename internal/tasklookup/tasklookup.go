@@ -14,20 +14,21 @@ import (
 	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 
-	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/internal/defaults"
 	"github.com/shardq/shardq/internal/layouts"
 	"github.com/shardq/shardq/internal/store"
 	"github.com/shardq/shardq/internal/taskid"
 	"github.com/shardq/shardq/internal/taskindex"
 	"github.com/shardq/shardq/internal/taskrow"
 	"github.com/shardq/shardq/shard"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 // Finder looks tasks up in one keyspace. It is safe for concurrent use.
 type Finder struct {
 	store store.Store
-	clock shardq.Clock // tells a lease still running from one ended, and a completion's age
-	queue func(ctx context.Context, name string) (shardq.QueueConfig, error)
+	clock shardqtype.Clock // tells a lease still running from one ended, and a completion's age
+	queue func(ctx context.Context, name string) (shardqtype.QueueConfig, error)
 
 	hintsMu sync.Mutex
 	hints   map[uint16][]string // taskid.Hint -> queue names, as last read
@@ -35,7 +36,7 @@ type Finder struct {
 
 // New returns a Finder reading st, telling time by clock and reading queues' settings
 // through queue.
-func New(st store.Store, clock shardq.Clock, queue func(ctx context.Context, name string) (shardq.QueueConfig, error)) *Finder {
+func New(st store.Store, clock shardqtype.Clock, queue func(ctx context.Context, name string) (shardqtype.QueueConfig, error)) *Finder {
 	return &Finder{store: st, clock: clock, queue: queue}
 }
 
@@ -86,7 +87,7 @@ func (fi *Finder) Locate(ctx context.Context, id uuid.UUID) (Found, error) {
 		}
 		e, stamp, readErr = again, stampAgain, errAgain
 	}
-	return Found{}, fmt.Errorf("%w: %s", shardq.ErrTaskNotFound, id)
+	return Found{}, fmt.Errorf("%w: %s", shardqtype.ErrTaskNotFound, id)
 }
 
 // relocateTries bounds how many moves of a task one Locate follows.
@@ -178,7 +179,7 @@ func (fi *Finder) home(ctx context.Context, id uuid.UUID) (Found, error) {
 }
 
 // laterLayouts returns the layouts queue q changed to after its first.
-func (fi *Finder) laterLayouts(ctx context.Context, q shardq.QueueConfig) ([]shard.Layout, error) {
+func (fi *Finder) laterLayouts(ctx context.Context, q shardqtype.QueueConfig) ([]shard.Layout, error) {
 	st, err := fi.store.Queues().Status(ctx, q.Name, false)
 	if err != nil {
 		return nil, fmt.Errorf("tasklookup: reading the layouts of queue %q: %w", q.Name, err)
@@ -196,7 +197,7 @@ func (fi *Finder) laterLayouts(ctx context.Context, q shardq.QueueConfig) ([]sha
 
 var allPriorities = func() []int8 {
 	var ps []int8
-	for p := shardq.MinPriority; p <= shardq.MaxPriority; p++ {
+	for p := shardqtype.MinPriority; p <= shardqtype.MaxPriority; p++ {
 		ps = append(ps, int8(p))
 	}
 	return ps
@@ -235,7 +236,7 @@ func (fi *Finder) readRow(ctx context.Context, at taskindex.Loc) (taskrow.Row, b
 	return r, ok, nil
 }
 
-// Get reports the state of task id, or returns shardq.ErrTaskNotFound. A task scheduled
+// Get reports the state of task id, or returns shardqtype.ErrTaskNotFound. A task scheduled
 // by a call that returned reports TaskScheduled (or a later state); an acked one reports
 // TaskCompleted within its queue's CompletedRetention, else it is not found.
 //
@@ -243,14 +244,14 @@ func (fi *Finder) readRow(ctx context.Context, at taskindex.Loc) (taskrow.Row, b
 // recording the lease leaves the task reported as pending until its lease would have
 // ended, and one that dies between acking and recording the ack leaves it not found
 // rather than completed.
-func (fi *Finder) Get(ctx context.Context, id uuid.UUID) (*shardq.TaskInfo, error) {
+func (fi *Finder) Get(ctx context.Context, id uuid.UUID) (*shardqtype.TaskInfo, error) {
 	f, err := fi.Locate(ctx, id)
 	if err != nil {
 		return nil, err
 	}
 	switch f.State {
 	case taskindex.Cancelled:
-		return nil, fmt.Errorf("%w: %s was cancelled", shardq.ErrTaskNotFound, id)
+		return nil, fmt.Errorf("%w: %s was cancelled", shardqtype.ErrTaskNotFound, id)
 	case taskindex.Completed:
 		// Kept at least taskindex.Finished for key claims; reported for the retention.
 		q, err := fi.queue(ctx, f.Entry.Queue)
@@ -258,14 +259,14 @@ func (fi *Finder) Get(ctx context.Context, id uuid.UUID) (*shardq.TaskInfo, erro
 			return nil, err
 		}
 		if !fi.clock.Now().Before(f.Entry.DoneAt.Add(q.CompletedRetention)) {
-			return nil, fmt.Errorf("%w: %s completed", shardq.ErrTaskNotFound, id)
+			return nil, fmt.Errorf("%w: %s completed", shardqtype.ErrTaskNotFound, id)
 		}
 	}
 	return fi.Info(f), nil
 }
 
 // GetByKey reports the state of the task that holds key in queue, as Get.
-func (fi *Finder) GetByKey(ctx context.Context, queue, key string) (*shardq.TaskInfo, error) {
+func (fi *Finder) GetByKey(ctx context.Context, queue, key string) (*shardqtype.TaskInfo, error) {
 	id, err := fi.KeyHolder(ctx, queue, key)
 	if err != nil {
 		return nil, err
@@ -275,14 +276,14 @@ func (fi *Finder) GetByKey(ctx context.Context, queue, key string) (*shardq.Task
 
 // Info is the task found as f, as Get reports it (whatever the retention of a completed
 // one).
-func (fi *Finder) Info(f Found) *shardq.TaskInfo {
+func (fi *Finder) Info(f Found) *shardqtype.TaskInfo {
 	e := f.Entry
-	info := &shardq.TaskInfo{ID: e.TaskID, Queue: e.Queue, Key: e.Key, DueAt: e.DueAt, Attempt: e.Attempt, Token: e.Token}
+	info := &shardqtype.TaskInfo{ID: e.TaskID, Queue: e.Queue, Key: e.Key, DueAt: e.DueAt, Attempt: e.Attempt, Token: e.Token}
 	switch f.State {
 	case taskindex.Dead, taskindex.Completed, taskindex.Cancelled:
-		info.State = shardq.TaskDead
+		info.State = shardqtype.TaskDead
 		if f.State != taskindex.Dead {
-			info.State = shardq.TaskCompleted
+			info.State = shardqtype.TaskCompleted
 		}
 		info.LastError, info.FinishedAt = e.Error, e.DoneAt
 		return info
@@ -294,12 +295,12 @@ func (fi *Finder) Info(f Found) *shardq.TaskInfo {
 	info.Timeout, info.VisibleAt, info.PartitionKey = r.Timeout, visible, r.Key
 	switch {
 	case f.State == taskindex.Scheduled:
-		info.State = shardq.TaskScheduled
+		info.State = shardqtype.TaskScheduled
 	case f.State == taskindex.InFlight && visible.After(fi.clock.Now()):
-		info.State, info.Deadline = shardq.TaskInFlight, visible
+		info.State, info.Deadline = shardqtype.TaskInFlight, visible
 	default:
 		// Retried, or its lease ran out: due again when its row becomes visible.
-		info.State, info.DueAt = shardq.TaskRetrying, visible
+		info.State, info.DueAt = shardqtype.TaskRetrying, visible
 	}
 	return info
 }
@@ -309,12 +310,12 @@ func (fi *Finder) KeyHolder(ctx context.Context, queue, key string) (uuid.UUID, 
 	c, err := fi.store.Keys().Get(ctx, queue, key, false)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		return uuid.Nil, fmt.Errorf("%w: no task holds key %q of queue %q", shardq.ErrTaskNotFound, key, queue)
+		return uuid.Nil, fmt.Errorf("%w: no task holds key %q of queue %q", shardqtype.ErrTaskNotFound, key, queue)
 	case err != nil:
 		return uuid.Nil, fmt.Errorf("tasklookup: %w", err)
 	case c.Holder == uuid.Nil:
 		// A row whose cells expired before its marker (left by claims of earlier versions).
-		return uuid.Nil, fmt.Errorf("%w: no task holds key %q of queue %q", shardq.ErrTaskNotFound, key, queue)
+		return uuid.Nil, fmt.Errorf("%w: no task holds key %q of queue %q", shardqtype.ErrTaskNotFound, key, queue)
 	}
 	return c.Holder, nil
 }
@@ -323,7 +324,7 @@ func (fi *Finder) KeyHolder(ctx context.Context, queue, key string) (uuid.UUID, 
 // version 1 UUIDs.
 func CheckID(field string, id uuid.UUID) error {
 	if id.Version() != 1 {
-		return shardq.Invalid(field, "%s is not a task ID (a version 1 UUID)", id)
+		return defaults.Invalid(field, "%s is not a task ID (a version 1 UUID)", id)
 	}
 	return nil
 }

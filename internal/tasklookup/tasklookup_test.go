@@ -17,6 +17,7 @@ import (
 	"github.com/shardq/shardq/internal/tasklookup"
 	"github.com/shardq/shardq/internal/taskrow"
 	"github.com/shardq/shardq/shard"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 // movingIndex runs move once, right after the first read of an entry returns: a
@@ -49,7 +50,7 @@ type world struct {
 	t     *testing.T
 	ctx   context.Context
 	st    store.Store
-	q     shardq.QueueConfig
+	q     shardqtype.QueueConfig
 	id    uuid.UUID
 	now   time.Time
 	stamp int64
@@ -57,7 +58,7 @@ type world struct {
 
 func newWorld(t *testing.T) *world {
 	s := cassandratest.SchemaSession(t)
-	q, err := shardq.CreateQueue(context.Background(), s, shardq.QueueConfig{Name: "q", ShardCount: 1, BucketCount: 10, BucketDuration: time.Minute})
+	q, err := shardq.CreateQueue(context.Background(), s, shardqtype.QueueConfig{Name: "q", ShardCount: 1, BucketCount: 10, BucketDuration: time.Minute})
 	require.NoError(t, err)
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	return &world{t: t, ctx: context.Background(), st: store.Cassandra(s), q: q,
@@ -92,7 +93,7 @@ func (w *world) lease(from, to taskrow.Row, prev taskindex.State) {
 // index entry, and returns what it found.
 func (w *world) locate(move func()) tasklookup.Found {
 	x := &movingIndex{Index: w.st.Index(), move: move}
-	fi := tasklookup.New(movingStore{Store: w.st, index: x}, shardq.SystemClock{}, func(context.Context, string) (shardq.QueueConfig, error) {
+	fi := tasklookup.New(movingStore{Store: w.st, index: x}, shardqtype.SystemClock{}, func(context.Context, string) (shardqtype.QueueConfig, error) {
 		return w.q, nil
 	})
 	f, err := fi.Locate(w.ctx, w.id)

@@ -11,10 +11,10 @@ import (
 	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 
-	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/internal/fanout"
 	"github.com/shardq/shardq/internal/layouts"
 	"github.com/shardq/shardq/internal/sessionstate"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 // PageSize is the page size of TaskIDs outside tests: a few hundred kilobytes of IDs.
@@ -29,7 +29,7 @@ const PageSize = 5000
 // partition that cannot be read fails the call, since what it holds is unknown.
 //
 // A queue whose layout changed is read in every layout it had, drained or not.
-func TaskIDs(ctx context.Context, session *gocql.Session, q shardq.QueueConfig, inFlight, pageSize int) ([]uuid.UUID, error) {
+func TaskIDs(ctx context.Context, session *gocql.Session, q shardqtype.QueueConfig, inFlight, pageSize int) ([]uuid.UUID, error) {
 	tables := sessionstate.For(session, nil).Store
 	st, err := tables.Queues().Status(ctx, q.Name, false)
 	if err != nil {

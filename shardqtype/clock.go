@@ -1,4 +1,4 @@
-package shardq
+package shardqtype
 
 import "time"
 

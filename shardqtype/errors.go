@@ -1,4 +1,4 @@
-package shardq
+package shardqtype
 
 import (
 	"errors"
@@ -37,8 +37,8 @@ func (e *ValidationError) Unwrap() []error {
 	return []error{ErrInvalid}
 }
 
-// Invalid returns a *ValidationError for field.
-func Invalid(field, format string, args ...any) error {
+// invalid returns a *ValidationError for field.
+func invalid(field, format string, args ...any) error {
 	return &ValidationError{Field: field, Reason: fmt.Sprintf(format, args...)}
 }
 
