@@ -1,12 +1,8 @@
 package shardq
 
 import (
-	"time"
-
 	"github.com/gocql/gocql"
-
-	"github.com/shardq/shardq/internal/cql"
-	"github.com/shardq/shardq/internal/hostpolicy"
+	"github.com/shardq/shardq/internal/cqlcluster"
 )
 
 // The driver settings RecommendedCluster makes.
@@ -17,15 +13,15 @@ const (
 	// answers are retried on another node (reads and plain writes, which are
 	// idempotent), and a lightweight transaction left without an answer is settled by a
 	// SERIAL read, as any unknown outcome is.
-	RecommendedTimeout = time.Second
+	RecommendedTimeout = cqlcluster.Timeout
 	// RecommendedConnectTimeout bounds opening a connection to a node.
-	RecommendedConnectTimeout = 5 * time.Second
+	RecommendedConnectTimeout = cqlcluster.ConnectTimeout
 	// RecommendedReconnectInterval is how often the driver tries nodes it holds down.
-	RecommendedReconnectInterval = 10 * time.Second
+	RecommendedReconnectInterval = cqlcluster.ReconnectInterval
 	// RecommendedRetries is how many times the driver retries a plain statement that
 	// failed, each time on the next node. shardq never lets the driver retry a
 	// lightweight transaction.
-	RecommendedRetries = 2
+	RecommendedRetries = cqlcluster.Retries
 )
 
 // RecommendedCluster sets on c the driver options shardq's producers, consumers and
@@ -49,20 +45,5 @@ const (
 // setting a HostSelectionPolicy of your own if you have one, and make one session from
 // it: like gocql's policies, the one it sets serves a single session.
 func RecommendedCluster(c *gocql.ClusterConfig) *gocql.ClusterConfig {
-	inner := c.PoolConfig.HostSelectionPolicy
-	if inner == nil {
-		inner = gocql.TokenAwareHostPolicy(gocql.RoundRobinHostPolicy())
-	}
-	c.PoolConfig.HostSelectionPolicy = hostpolicy.Wrap(inner, hostpolicy.Config{
-		// Below the speculative delay, so a read abandoned for its copy counts against
-		// its node.
-		Slow:       cql.SpeculativeDelay / 2,
-		Backoff:    time.Second,
-		MaxBackoff: 16 * time.Second,
-	})
-	c.Timeout = RecommendedTimeout
-	c.ConnectTimeout = RecommendedConnectTimeout
-	c.ReconnectInterval = RecommendedReconnectInterval
-	c.RetryPolicy = &gocql.SimpleRetryPolicy{NumRetries: RecommendedRetries}
-	return c
+	return cqlcluster.Recommended(c)
 }

@@ -27,8 +27,8 @@ import (
 	"github.com/testcontainers/testcontainers-go"
 	tccassandra "github.com/testcontainers/testcontainers-go/modules/cassandra"
 
-	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/internal/cqlcluster"
+	"github.com/shardq/shardq/internal/schema"
 )
 
 // Image is the container image used when a Docker engine is the only way to a server.
@@ -198,7 +198,7 @@ func ApplySchema(t testing.TB, session *gocql.Session) {
 // seen the nodes agree on the schema failed with INCOMPATIBLE_SCHEMA from two replicas
 // of three: a replica may answer before it has the new table.
 func applySchema(ctx context.Context, session *gocql.Session) error {
-	if err := shardq.ApplySchema(ctx, session); err != nil {
+	if err := schema.Apply(ctx, session, schemaStatements()); err != nil {
 		return err
 	}
 	for _, table := range schemaTables() {

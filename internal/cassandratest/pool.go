@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"hash/fnv"
 	"os"
+	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,8 +18,7 @@ import (
 	"time"
 
 	"github.com/gocql/gocql"
-
-	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/internal/schema"
 )
 
 // Making a keyspace with shardq's schema takes ten schema changes (the keyspace, its
@@ -159,7 +160,7 @@ var createTable = regexp.MustCompile(`(?i)^\s*CREATE\s+TABLE\s+IF\s+NOT\s+EXISTS
 
 func schemaTables() []string {
 	var names []string
-	for _, stmt := range shardq.Schema() {
+	for _, stmt := range schemaStatements() {
 		if m := createTable.FindStringSubmatch(stmt); m != nil {
 			names = append(names, strings.ToLower(m[1]))
 		}
@@ -218,4 +219,19 @@ func dropKeyspace(admin *gocql.Session, ks string) error {
 		}
 	}
 	return err
+}
+
+// schemaStatements is schema.cql's statements, read from the checkout this package was
+// built from: the root package embeds the file, but packages it imports use this helper
+// in their tests, so it cannot import the root.
+func schemaStatements() []string {
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		panic("cassandratest: no caller information to find schema.cql by")
+	}
+	cql, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "..", "schema.cql"))
+	if err != nil {
+		panic(fmt.Sprintf("cassandratest: reading schema.cql: %v", err))
+	}
+	return schema.Statements(string(cql))
 }

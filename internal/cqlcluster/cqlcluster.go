@@ -1,6 +1,6 @@
-// Package cqlcluster builds the gocql cluster configuration that shardq's tests, demo and
-// benchmarks share: shardq.RecommendedCluster's, so all of them talk to Cassandra the way
-// we recommend to users.
+// Package cqlcluster builds the gocql cluster configuration that shardq recommends to users
+// (shardq.RecommendedCluster is Recommended) and that its tests, demo and benchmarks share,
+// so all of them talk to Cassandra the way users are told to.
 package cqlcluster
 
 import (
@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/gocql/gocql"
-
-	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/internal/cql"
+	"github.com/shardq/shardq/internal/hostpolicy"
 )
 
 // HostsEnv names the environment variable holding a comma-separated host list
@@ -28,10 +28,38 @@ func EnvHosts() []string {
 	return hosts
 }
 
-// New returns shardq.RecommendedCluster's config for hosts. Each call makes a new one:
+// New returns Recommended's config for hosts. Each call makes a new one:
 // its host selection policy serves one session.
 func New(hosts ...string) *gocql.ClusterConfig {
-	return shardq.RecommendedCluster(gocql.NewCluster(hosts...))
+	return Recommended(gocql.NewCluster(hosts...))
+}
+
+// The driver settings Recommended makes: shardq.RecommendedCluster's doc says why.
+const (
+	Timeout           = time.Second
+	ConnectTimeout    = 5 * time.Second
+	ReconnectInterval = 10 * time.Second
+	Retries           = 2
+)
+
+// Recommended is shardq.RecommendedCluster.
+func Recommended(c *gocql.ClusterConfig) *gocql.ClusterConfig {
+	inner := c.PoolConfig.HostSelectionPolicy
+	if inner == nil {
+		inner = gocql.TokenAwareHostPolicy(gocql.RoundRobinHostPolicy())
+	}
+	c.PoolConfig.HostSelectionPolicy = hostpolicy.Wrap(inner, hostpolicy.Config{
+		// Below the speculative delay, so a read abandoned for its copy counts against
+		// its node.
+		Slow:       cql.SpeculativeDelay / 2,
+		Backoff:    time.Second,
+		MaxBackoff: 16 * time.Second,
+	})
+	c.Timeout = Timeout
+	c.ConnectTimeout = ConnectTimeout
+	c.ReconnectInterval = ReconnectInterval
+	c.RetryPolicy = &gocql.SimpleRetryPolicy{NumRetries: Retries}
+	return c
 }
 
 // AdminTimeout is the driver timeout of Admin sessions.

@@ -1,6 +1,8 @@
-package shardq
+package schema
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -11,7 +13,8 @@ import (
 func TestSchemaTablesRecognised(t *testing.T) {
 	t.Parallel()
 	n := 0
-	for _, stmt := range Schema() {
+	stmts := rootSchema(t)
+	for _, stmt := range stmts {
 		if createTable.MatchString(stmt) {
 			n++
 		}
@@ -23,9 +26,19 @@ func TestSchemaTablesRecognised(t *testing.T) {
 // statement the node took too long to answer is waited for rather than failed.
 func TestSchemaStatementsCheckable(t *testing.T) {
 	t.Parallel()
-	for _, stmt := range Schema() {
+	stmts := rootSchema(t)
+	for _, stmt := range stmts {
 		require.True(t, tableOf(stmt) != "" || addColumn.MatchString(stmt), stmt)
 	}
 	require.Equal(t, []string{"alter table queue_signals add if not exists slots", "queue_signals", "slots"},
-		append([]string{strings.ToLower(addColumn.FindString(Schema()[6]))}, addColumn.FindStringSubmatch(Schema()[6])[1:]...))
+		append([]string{strings.ToLower(addColumn.FindString(stmts[6]))}, addColumn.FindStringSubmatch(stmts[6])[1:]...))
+}
+
+// rootSchema is schema.cql's statements: the root package embeds the file, and the tests
+// of this package read it where it lies.
+func rootSchema(t *testing.T) []string {
+	t.Helper()
+	cql, err := os.ReadFile(filepath.Join("..", "..", "schema.cql"))
+	require.NoError(t, err)
+	return Statements(string(cql))
 }
