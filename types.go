@@ -32,6 +32,8 @@ type (
 	TaskState           = shardqtype.TaskState
 	TaskInfo            = shardqtype.TaskInfo
 	TaskInFlightError   = shardqtype.TaskInFlightError
+	SnoozeError         = shardqtype.SnoozeError
+	CancelError         = shardqtype.CancelError
 )
 
 const (

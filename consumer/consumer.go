@@ -107,7 +107,8 @@ type Task struct {
 	Payload  []byte
 	DueAt    time.Time
 	Priority int
-	// Attempt counts deliveries: 1 on the first.
+	// Attempt counts deliveries: 1 on the first. Deliveries its handlers snoozed
+	// (Snooze) do not count.
 	Attempt int
 	// Deadline is when the lease ends and the task becomes due again.
 	Deadline time.Time

@@ -12,6 +12,7 @@ import (
 	"github.com/shardq/shardq/internal/defaults"
 	"github.com/shardq/shardq/internal/lwt"
 	"github.com/shardq/shardq/internal/taskindex"
+	"github.com/shardq/shardq/internal/taskmeta"
 	"github.com/shardq/shardq/internal/taskrow"
 	"github.com/shardq/shardq/shard"
 	"github.com/shardq/shardq/shardqtype"
@@ -27,7 +28,23 @@ func (c *Consumer) Retry(ctx context.Context, t *Task, delay time.Duration) erro
 	if delay < 0 || delay > c.q.MaxTimeout() {
 		return defaults.Invalid("delay", "%v is not in [0, %v]", delay, c.q.MaxTimeout())
 	}
-	_, err := c.relocate(ctx, t, c.cfg.Clock.Now().Add(delay), taskindex.Retrying)
+	_, err := c.relocate(ctx, t, c.cfg.Clock.Now().Add(delay), taskindex.Retrying, nil)
+	return err
+}
+
+// Snooze gives a task back to the queue to be delivered again after delay, as Retry
+// does, but the delivery does not count as an attempt: the next delivery's Attempt is
+// t.Attempt again. The count of snoozes is kept with the task, among its headers. It
+// returns ErrLeaseLost if the lease is gone.
+func (c *Consumer) Snooze(ctx context.Context, t *Task, delay time.Duration) error {
+	if err := c.checkOwn(ctx, t, "t"); err != nil {
+		return err
+	}
+	if delay < 0 || delay > c.q.MaxTimeout() {
+		return defaults.Invalid("delay", "%v is not in [0, %v]", delay, c.q.MaxTimeout())
+	}
+	headers := taskmeta.WithInt(t.marker.Headers, taskmeta.Snoozes, taskmeta.Int(t.marker.Headers, taskmeta.Snoozes)+1)
+	_, err := c.relocate(ctx, t, c.cfg.Clock.Now().Add(delay), taskindex.Retrying, headers)
 	return err
 }
 
@@ -42,7 +59,7 @@ func (c *Consumer) Extend(ctx context.Context, t *Task, d time.Duration) error {
 		return defaults.Invalid("d", "%v is not in (0, %v]", d, c.q.MaxTimeout())
 	}
 	deadline := c.cfg.Clock.Now().Add(d)
-	next, err := c.relocate(ctx, t, deadline, taskindex.InFlight)
+	next, err := c.relocate(ctx, t, deadline, taskindex.InFlight, nil)
 	if err != nil {
 		return err
 	}
@@ -55,8 +72,8 @@ func (c *Consumer) Extend(ctx context.Context, t *Task, d time.Duration) error {
 // partition, one conditional batch does it. Otherwise the new marker is written first and
 // the old one deleted conditionally; if the old one was gone, the new one is deleted
 // again. A crash or an unsettled outcome in between leaves both: a duplicate, never a
-// loss.
-func (c *Consumer) relocate(ctx context.Context, t *Task, at time.Time, state taskindex.State) (taskrow.Row, error) {
+// loss. Headers, when not nil, replace the marker's.
+func (c *Consumer) relocate(ctx context.Context, t *Task, at time.Time, state taskindex.State, headers map[string]string) (taskrow.Row, error) {
 	// The marker is placed by the queue's layouts, which must be at most
 	// shardqtype.SettingsRefresh old (see internal/layouts).
 	if _, err := c.state.Layouts(ctx, c.cfg.Queue); err != nil {
@@ -64,6 +81,9 @@ func (c *Consumer) relocate(ctx context.Context, t *Task, at time.Time, state ta
 	}
 	next := c.marker(t.marker, at)
 	next.Retrying = state == taskindex.Retrying
+	if headers != nil {
+		next.Headers = headers
+	}
 	moved := *t
 	moved.Deadline = at
 	t.steps++

@@ -17,6 +17,7 @@ import (
 	"github.com/shardq/shardq/internal/lwt"
 	"github.com/shardq/shardq/internal/scanplan"
 	"github.com/shardq/shardq/internal/taskindex"
+	"github.com/shardq/shardq/internal/taskmeta"
 	"github.com/shardq/shardq/internal/taskrow"
 	"github.com/shardq/shardq/shard"
 	"github.com/shardq/shardq/shardqtype"
@@ -185,7 +186,7 @@ func (c *Consumer) swap(ctx context.Context, pt *scanplan.Part, lk *locking.Lock
 		markers[i].Token++
 		markers[i].Retrying = false
 		tasks[i] = &Task{ID: uuid.UUID(r.TaskID), Queue: c.q.Name, Payload: r.Payload, DueAt: r.DueAt,
-			Priority: int(r.Priority), Attempt: markers[i].Attempt, Deadline: deadline, Timeout: r.Timeout,
+			Priority: int(r.Priority), Attempt: max(1, markers[i].Attempt-taskmeta.Int(r.Headers, taskmeta.Snoozes)), Deadline: deadline, Timeout: r.Timeout,
 			Token: markers[i].Token, Series: r.Series, Headers: maps.Clone(r.Headers), marker: markers[i],
 			source: uuid.UUID(r.ID)}
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/shardq/shardq/internal/store"
 	"github.com/shardq/shardq/internal/taskindex"
 	"github.com/shardq/shardq/internal/tasklookup"
+	"github.com/shardq/shardq/internal/taskmeta"
 	"github.com/shardq/shardq/internal/taskrow"
 	"github.com/shardq/shardq/shard"
 	"github.com/shardq/shardq/shardqtype"
@@ -51,6 +52,8 @@ func (p *Producer) ReplayDeadLetter(ctx context.Context, queue string, id uuid.U
 	if err != nil {
 		return uuid.Nil, err
 	}
+	// A replay starts its attempts anew, so the deliveries its handlers snoozed are forgotten.
+	d.Headers = taskmeta.Without(d.Headers, taskmeta.Snoozes)
 	task := Task{Queue: queue, Payload: d.Payload, Priority: d.Priority, Timeout: d.Timeout, Headers: d.Headers}
 	// The replay's token goes above every delivery the index has seen, not only the
 	// letter's: a copy the death could not delete (its marker's delete failed) may have

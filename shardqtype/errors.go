@@ -75,3 +75,23 @@ func (e *LayoutChangingError) Error() string {
 }
 
 func (e *LayoutChangingError) Unwrap() error { return ErrLayoutChanging }
+
+// SnoozeError, returned by a handler (shardq.Snooze), gives its task back to be delivered
+// again after Delay. The delivery does not count as an attempt.
+type SnoozeError struct {
+	Delay time.Duration
+}
+
+func (e *SnoozeError) Error() string { return fmt.Sprintf("shardq: snoozed for %v", e.Delay) }
+
+// CancelError, returned by a handler (shardq.Cancel), ends its task for good: it is not
+// delivered again, and goes to the queue's dead letters with Err as its error.
+type CancelError struct {
+	Err error
+}
+
+func (e *CancelError) Error() string {
+	return fmt.Sprintf("shardq: cancelled by its handler: %v", e.Err)
+}
+
+func (e *CancelError) Unwrap() error { return e.Err }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/shardq/shardq/internal/random"
+	"github.com/shardq/shardq/internal/taskmeta"
 	"github.com/shardq/shardq/shardqtype"
 
 	"github.com/gocql/gocql"
@@ -63,7 +64,9 @@ const (
 )
 
 // Handler runs one task. Returning nil acks the task; an error retries it (or
-// dead-letters it after MaxAttempts). ctx ends when the task's lease does, or when the
+// dead-letters it after MaxAttempts); a *shardqtype.SnoozeError (shardq.Snooze) gives it
+// back for its Delay without counting the attempt; a *shardqtype.CancelError
+// (shardq.Cancel) dead-letters it at once. ctx ends when the task's lease does, or when the
 // worker is stopped hard.
 type Handler interface {
 	Handle(ctx context.Context, task *consumer.Task) error
@@ -763,17 +766,30 @@ func (w *Worker) run(ctx context.Context, t *consumer.Task) {
 	w.average(took)
 	w.observe(ctx, shardqtype.TaskFinished{Queue: t.Queue, TaskID: t.ID, Attempt: t.Attempt,
 		Duration: took, Err: err, Panicked: panicked})
+	var snoozed *shardqtype.SnoozeError
+	var cancelled *shardqtype.CancelError
 	switch {
 	case err == nil:
 		w.acks <- &held
 	case ctx.Err() != nil || leaseEnded:
 		// Stopped hard mid-task, or its lease ran out: it did not finish in time, so it
 		// is neither acked nor retried; it comes back by its timeout, attempt + 1.
-	case t.Attempt >= w.cfg.MaxAttempts:
+	case errors.As(err, &snoozed):
+		w.snooze(&held, snoozed.Delay)
+	case errors.As(err, &cancelled), t.Attempt >= w.maxAttempts(t):
 		w.deadLetter(&held, err)
 	default:
 		w.retry(&held, err)
 	}
+}
+
+// maxAttempts is the task's own limit of attempts when its insert set one, the worker's
+// otherwise.
+func (w *Worker) maxAttempts(t *consumer.Task) int {
+	if n := taskmeta.Int(t.Headers, taskmeta.MaxAttempts); n > 0 {
+		return n
+	}
+	return w.cfg.MaxAttempts
 }
 
 // call runs the handler, turning a panic into an error that carries its stack.
@@ -844,6 +860,21 @@ func (w *Worker) retry(t *consumer.Task, cause error) {
 		return
 	}
 	w.observe(ctx, shardqtype.Retried{Queue: t.Queue, TaskID: t.ID, Attempt: t.Attempt, Delay: delay, Err: cause})
+}
+
+// snooze gives t back to be delivered again after delay, cut to the queue's MaxTimeout,
+// without counting the delivery as an attempt.
+func (w *Worker) snooze(t *consumer.Task, delay time.Duration) {
+	ctx, cancel := context.WithTimeout(w.cleanupCtx, cleanupTimeout)
+	defer cancel()
+	q, err := w.consumer.Queue(ctx)
+	if err == nil {
+		err = w.consumer.Snooze(ctx, t, min(max(delay, 0), q.MaxTimeout()))
+	}
+	if err != nil {
+		// The task comes back when its lease ends instead, as an attempt.
+		w.log.WarnContext(ctx, "snoozing a task", "queue", t.Queue, "task_id", t.ID, "error", err)
+	}
 }
 
 func (w *Worker) deadLetter(t *consumer.Task, cause error) {
