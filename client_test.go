@@ -1,0 +1,328 @@
+package shardq_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/inspect"
+	"github.com/shardq/shardq/internal/cassandratest"
+)
+
+type emailArgs struct {
+	To      string `json:"to"`
+	Subject string `json:"subject"`
+}
+
+func (emailArgs) Kind() string { return "email" }
+
+type resizeArgs struct {
+	Image string `json:"image"`
+	Width int    `json:"width"`
+}
+
+func (resizeArgs) Kind() string { return "resize" }
+
+// Every resize goes to the images queue at priority 3 unless its insert says otherwise.
+func (resizeArgs) InsertOpts() shardq.InsertOpts {
+	return shardq.InsertOpts{Queue: "images", Priority: 3}
+}
+
+type orphanArgs struct{}
+
+func (orphanArgs) Kind() string { return "orphan" }
+
+const waitFor = time.Minute
+
+// receive returns the next value from ch, failing the test after waitFor.
+func receive[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(waitFor):
+		t.Fatalf("no %s within %v", what, waitFor)
+		panic("unreachable")
+	}
+}
+
+// events passes on the client's events of type E.
+func events[E shardq.Event](ch chan<- E) shardq.Observer {
+	return shardq.ObserverFunc(func(_ context.Context, e shardq.Event) {
+		if e, ok := e.(E); ok {
+			ch <- e
+		}
+	})
+}
+
+// startClient starts a client on session and stops it when the test ends.
+func startClient(t *testing.T, c *shardq.Client) {
+	t.Helper()
+	require.NoError(t, c.Start(context.Background()))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+		defer cancel()
+		require.NoError(t, c.Stop(ctx))
+	})
+}
+
+// One client works two queues, each kind's worker gets its args decoded, and a kind's
+// own options place its tasks unless the insert says otherwise.
+func TestClientRunsKindsOnManyQueues(t *testing.T) {
+	t.Parallel()
+	s := cassandratest.SchemaSession(t)
+	emails, resizes := make(chan *shardq.Task[emailArgs], 10), make(chan *shardq.Task[resizeArgs], 10)
+	workers := shardq.NewWorkers()
+	shardq.AddWorkerFunc(workers, func(_ context.Context, task *shardq.Task[emailArgs]) error {
+		emails <- task
+		return nil
+	})
+	shardq.AddWorkerFunc(workers, func(_ context.Context, task *shardq.Task[resizeArgs]) error {
+		resizes <- task
+		return nil
+	})
+	c, err := shardq.NewClient(s, shardq.Config{Workers: workers,
+		Queues: map[string]shardq.Queue{shardq.DefaultQueue: {}, "images": {Concurrency: 2}}})
+	require.NoError(t, err)
+	startClient(t, c)
+
+	ctx := context.Background()
+	res, err := c.Insert(ctx, emailArgs{To: "alice@example.com", Subject: "welcome"},
+		&shardq.InsertOpts{Headers: map[string]string{"trace": "t1"}})
+	require.NoError(t, err)
+	require.Equal(t, shardq.DefaultQueue, res.Queue)
+	require.Equal(t, "email", res.Kind)
+	require.NotEqual(t, uuid.Nil, res.ID)
+
+	many, err := c.InsertMany(ctx, []shardq.InsertManyParams{
+		{Args: resizeArgs{Image: "a.png", Width: 100}},
+		{Args: resizeArgs{Image: "b.png", Width: 200}, Opts: &shardq.InsertOpts{Priority: 7}},
+	})
+	require.NoError(t, err)
+	require.Len(t, many, 2)
+	require.Equal(t, "images", many[0].Queue)
+	require.Equal(t, 3, many[0].Priority, "the kind's priority")
+	require.Equal(t, 7, many[1].Priority, "the insert's wins")
+
+	email := receive(t, emails, "email")
+	require.Equal(t, emailArgs{To: "alice@example.com", Subject: "welcome"}, email.Args)
+	require.Equal(t, res.ID, email.ID)
+	require.Equal(t, "email", email.Kind)
+	require.Equal(t, 1, email.Attempt)
+	require.Equal(t, shardq.DefaultMaxAttempts, email.MaxAttempts)
+	require.Equal(t, map[string]string{"trace": "t1"}, email.Headers, "the library's own headers are not shown")
+
+	got := map[string]*shardq.Task[resizeArgs]{}
+	for range 2 {
+		r := receive(t, resizes, "resize")
+		got[r.Args.Image] = r
+	}
+	require.Equal(t, resizeArgs{Image: "a.png", Width: 100}, got["a.png"].Args)
+	require.Equal(t, "images", got["b.png"].Queue)
+	require.Equal(t, 7, got["b.png"].Priority)
+}
+
+// A task whose kind no worker runs is not dropped: it fails with an error naming the
+// kind, is retried, and is dead-lettered with that error once its attempts are used up.
+func TestClientUnknownKindIsRetriedThenDeadLettered(t *testing.T) {
+	t.Parallel()
+	s := cassandratest.SchemaSession(t)
+	retried, dead := make(chan shardq.Retried, 10), make(chan shardq.DeadLettered, 10)
+	workers := shardq.NewWorkers()
+	shardq.AddWorkerFunc(workers, func(context.Context, *shardq.Task[emailArgs]) error { return nil })
+	c, err := shardq.NewClient(s, shardq.Config{Workers: workers, Queues: map[string]shardq.Queue{shardq.DefaultQueue: {}},
+		Backoff: func(int) time.Duration { return 0 },
+		Observer: shardq.ObserverFunc(func(ctx context.Context, e shardq.Event) {
+			events(retried).Observe(ctx, e)
+			events(dead).Observe(ctx, e)
+		})})
+	require.NoError(t, err)
+	startClient(t, c)
+
+	res, err := c.Insert(context.Background(), orphanArgs{}, &shardq.InsertOpts{MaxAttempts: 2})
+	require.NoError(t, err)
+	r := receive(t, retried, "retry")
+	require.Equal(t, res.ID, r.TaskID)
+	require.ErrorIs(t, r.Err, shardq.ErrUnknownKind)
+	d := receive(t, dead, "dead letter")
+	require.Equal(t, res.ID, d.TaskID)
+	require.Equal(t, 2, d.Attempt, "the insert's MaxAttempts")
+	var unknown *shardq.UnknownKindError
+	require.ErrorAs(t, d.Err, &unknown)
+	require.Equal(t, "orphan", unknown.Kind)
+
+	in, err := inspect.New(s, inspect.Config{})
+	require.NoError(t, err)
+	letters, err := in.DeadLetters(context.Background(), shardq.DefaultQueue, inspect.DeadLetterQuery{})
+	require.NoError(t, err)
+	require.Len(t, letters, 1)
+	require.Equal(t, res.ID, letters[0].ID)
+	require.Contains(t, letters[0].LastError, `no worker is registered for kind "orphan"`)
+}
+
+// A snoozed delivery does not count as an attempt; Cancel dead-letters at once, whatever
+// attempts are left.
+func TestClientSnoozeAndCancel(t *testing.T) {
+	t.Parallel()
+	s := cassandratest.SchemaSession(t)
+	attempts := make(chan int, 10)
+	dead := make(chan shardq.DeadLettered, 10)
+	var mu sync.Mutex
+	deliveries := map[string]int{}
+	workers := shardq.NewWorkers()
+	shardq.AddWorkerFunc(workers, func(_ context.Context, task *shardq.Task[emailArgs]) error {
+		mu.Lock()
+		deliveries[task.Args.To]++
+		n := deliveries[task.Args.To]
+		mu.Unlock()
+		switch task.Args.To {
+		case "snooze":
+			attempts <- task.Attempt
+			if n < 3 {
+				return shardq.Snooze(0)
+			}
+			return nil
+		default:
+			return shardq.Cancel(errors.New("no such mailbox"))
+		}
+	})
+	c, err := shardq.NewClient(s, shardq.Config{Workers: workers, Queues: map[string]shardq.Queue{shardq.DefaultQueue: {}},
+		Observer: events(dead)})
+	require.NoError(t, err)
+	startClient(t, c)
+
+	ctx := context.Background()
+	_, err = c.Insert(ctx, emailArgs{To: "snooze"}, &shardq.InsertOpts{MaxAttempts: 1})
+	require.NoError(t, err)
+	for range 3 {
+		require.Equal(t, 1, receive(t, attempts, "delivery"), "snoozes are not attempts, so MaxAttempts 1 allows them")
+	}
+
+	res, err := c.Insert(ctx, emailArgs{To: "cancel"}, nil)
+	require.NoError(t, err)
+	d := receive(t, dead, "dead letter")
+	require.Equal(t, res.ID, d.TaskID)
+	require.Equal(t, 1, d.Attempt)
+	var cancelled *shardq.CancelError
+	require.ErrorAs(t, d.Err, &cancelled)
+	require.EqualError(t, cancelled.Err, "no such mailbox")
+	select {
+	case d := <-dead:
+		t.Fatalf("a second dead letter: %+v", d)
+	default:
+	}
+}
+
+// Stop lets running workers finish and acks what they finished.
+func TestClientStopAcksWhatFinished(t *testing.T) {
+	t.Parallel()
+	s := cassandratest.SchemaSession(t)
+	ctx := context.Background()
+	_, err := shardq.CreateQueue(ctx, s, shardq.QueueConfig{Name: shardq.DefaultQueue, CompletedRetention: time.Hour})
+	require.NoError(t, err)
+	started, release := make(chan struct{}), make(chan struct{})
+	workers := shardq.NewWorkers()
+	shardq.AddWorkerFunc(workers, func(context.Context, *shardq.Task[emailArgs]) error {
+		close(started)
+		<-release
+		return nil
+	})
+	c, err := shardq.NewClient(s, shardq.Config{Workers: workers, Queues: map[string]shardq.Queue{shardq.DefaultQueue: {}}})
+	require.NoError(t, err)
+	require.NoError(t, c.Start(ctx))
+	res, err := c.Insert(ctx, emailArgs{To: "bob"}, nil)
+	require.NoError(t, err)
+	receive(t, started, "start")
+
+	stopped := make(chan error, 1)
+	go func() { stopped <- c.Stop(ctx) }()
+	select {
+	case err := <-stopped:
+		t.Fatalf("Stop returned while a worker ran: %v", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(release)
+	require.NoError(t, receive(t, stopped, "stop"))
+	require.NoError(t, c.Stop(ctx), "a second Stop")
+
+	in, err := inspect.New(s, inspect.Config{})
+	require.NoError(t, err)
+	info, err := in.Task(ctx, res.ID)
+	require.NoError(t, err)
+	require.Equal(t, shardq.TaskCompleted, info.State)
+}
+
+// StopAndCancel ends running workers' contexts at once; their tasks are not acked.
+func TestClientStopAndCancel(t *testing.T) {
+	t.Parallel()
+	s := cassandratest.SchemaSession(t)
+	ctx := context.Background()
+	started := make(chan struct{})
+	workers := shardq.NewWorkers()
+	shardq.AddWorkerFunc(workers, func(ctx context.Context, _ *shardq.Task[emailArgs]) error {
+		close(started)
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	c, err := shardq.NewClient(s, shardq.Config{Workers: workers, Queues: map[string]shardq.Queue{shardq.DefaultQueue: {}}})
+	require.NoError(t, err)
+	require.NoError(t, c.Start(ctx))
+	res, err := c.Insert(ctx, emailArgs{To: "carol"}, nil)
+	require.NoError(t, err)
+	receive(t, started, "start")
+	sctx, cancel := context.WithTimeout(ctx, waitFor)
+	defer cancel()
+	require.NoError(t, c.StopAndCancel(sctx))
+
+	in, err := inspect.New(s, inspect.Config{})
+	require.NoError(t, err)
+	info, err := in.Task(ctx, res.ID)
+	require.NoError(t, err)
+	require.Equal(t, shardq.TaskInFlight, info.State, "it comes back after its timeout")
+}
+
+// An insert-only client needs no workers, and bad input names its field.
+func TestClientValidation(t *testing.T) {
+	t.Parallel()
+	s := cassandratest.SchemaSession(t)
+	_, err := shardq.NewClient(s, shardq.Config{Queues: map[string]shardq.Queue{"q": {}}})
+	requireInvalid(t, err, "Config.Workers")
+	_, err = shardq.NewClient(s, shardq.Config{Workers: shardq.NewWorkers(), Queues: map[string]shardq.Queue{"Bad Name": {}}})
+	requireInvalid(t, err, "Config.Queues")
+	_, err = shardq.NewClient(nil, shardq.Config{})
+	requireInvalid(t, err, "session")
+
+	c, err := shardq.NewClient(s, shardq.Config{})
+	require.NoError(t, err)
+	require.NoError(t, c.Start(context.Background()), "an insert-only client starts")
+	ctx := context.Background()
+	_, err = c.Insert(ctx, emailArgs{}, &shardq.InsertOpts{Headers: map[string]string{"shardq-kind": "x"}})
+	requireInvalid(t, err, "params[0].Opts.Headers")
+	_, err = c.Insert(ctx, nil, nil)
+	requireInvalid(t, err, "params[0].Args")
+	_, err = c.Insert(ctx, emailArgs{}, &shardq.InsertOpts{MaxAttempts: -1})
+	requireInvalid(t, err, "params[0].Opts.MaxAttempts")
+	_, err = c.Insert(ctx, emailArgs{}, &shardq.InsertOpts{Queue: "missing"})
+	require.ErrorIs(t, err, shardq.ErrQueueNotFound)
+	require.NoError(t, c.Stop(ctx))
+
+	require.PanicsWithValue(t, `shardq: AddWorker: kind "email" has a worker already`, func() {
+		w := shardq.NewWorkers()
+		shardq.AddWorkerFunc(w, func(context.Context, *shardq.Task[emailArgs]) error { return nil })
+		shardq.AddWorkerFunc(w, func(context.Context, *shardq.Task[emailArgs]) error { return nil })
+	})
+}
+
+func requireInvalid(t *testing.T, err error, field string) {
+	t.Helper()
+	var v *shardq.ValidationError
+	require.ErrorAs(t, err, &v)
+	require.Equal(t, field, v.Field)
+	require.ErrorIs(t, err, shardq.ErrInvalid)
+}
