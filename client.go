@@ -150,10 +150,9 @@ func (c *Client) Start(ctx context.Context) error {
 
 // run runs one delivery with the worker of its kind.
 func (c *Client) run(ctx context.Context, t *consumer.Task) error {
-	kind := t.Headers[taskmeta.Kind]
-	work, ok := c.cfg.Workers.kinds[kind]
+	work, ok := c.cfg.Workers.kinds[t.Kind]
 	if !ok {
-		return &UnknownKindError{Kind: kind}
+		return &UnknownKindError{Kind: t.Kind}
 	}
 	maxAttempts := c.cfg.MaxAttempts
 	if n := taskmeta.Int(t.Headers, taskmeta.MaxAttempts); n > 0 {
@@ -304,14 +303,16 @@ func task(p InsertManyParams, field string) (producer.Task, InsertResult, error)
 	if opts.MaxAttempts < 0 {
 		return producer.Task{}, InsertResult{}, defaults.Invalid(field+".Opts.MaxAttempts", "%d is negative", opts.MaxAttempts)
 	}
-	headers := make(map[string]string, len(opts.Headers)+2)
+	var headers map[string]string
 	for k, v := range opts.Headers {
 		if strings.HasPrefix(k, taskmeta.Prefix) {
 			return producer.Task{}, InsertResult{}, defaults.Invalid(field+".Opts.Headers", "%q starts with %q, which is the library's", k, taskmeta.Prefix)
 		}
+		if headers == nil {
+			headers = make(map[string]string, len(opts.Headers)+1)
+		}
 		headers[k] = v
 	}
-	headers[taskmeta.Kind] = kind
 	if opts.MaxAttempts > 0 {
 		headers = taskmeta.WithInt(headers, taskmeta.MaxAttempts, opts.MaxAttempts)
 	}
@@ -320,7 +321,7 @@ func task(p InsertManyParams, field string) (producer.Task, InsertResult, error)
 		return producer.Task{}, InsertResult{}, &ValidationError{Field: field + ".Args", Reason: "cannot be encoded as JSON", Err: err}
 	}
 	return producer.Task{Queue: opts.Queue, Payload: payload, DueAt: opts.DueAt, Priority: opts.Priority,
-			Timeout: opts.Timeout, Key: opts.UniqueKey, Headers: headers},
+			Timeout: opts.Timeout, Key: opts.UniqueKey, Headers: headers, Kind: kind},
 		InsertResult{Kind: kind, Queue: opts.Queue, DueAt: opts.DueAt, Priority: opts.Priority}, nil
 }
 

@@ -164,6 +164,7 @@ func TestClientUnknownKindIsRetriedThenDeadLettered(t *testing.T) {
 	require.Len(t, letters, 1)
 	require.Equal(t, res.ID, letters[0].ID)
 	require.Contains(t, letters[0].LastError, `no worker is registered for kind "orphan"`)
+	require.Equal(t, "orphan", letters[0].Kind)
 }
 
 // A snoozed delivery does not count as an attempt; Cancel dead-letters at once, whatever
@@ -302,7 +303,7 @@ func TestClientValidation(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, c.Start(context.Background()), "an insert-only client starts")
 	ctx := context.Background()
-	_, err = c.Insert(ctx, emailArgs{}, &shardq.InsertOpts{Headers: map[string]string{"shardq-kind": "x"}})
+	_, err = c.Insert(ctx, emailArgs{}, &shardq.InsertOpts{Headers: map[string]string{"shardq-snoozes": "x"}})
 	requireInvalid(t, err, "params[0].Opts.Headers")
 	_, err = c.Insert(ctx, nil, nil)
 	requireInvalid(t, err, "params[0].Args")

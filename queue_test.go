@@ -17,7 +17,7 @@ func TestApplySchemaTwice(t *testing.T) {
 	s := cassandratest.SessionFor(t, ks)
 	require.NoError(t, shardq.ApplySchema(context.Background(), s))
 	require.NoError(t, shardq.ApplySchema(context.Background(), s))
-	require.Len(t, shardq.Schema(), 13)
+	require.Len(t, shardq.Schema(), 15)
 	var opts map[string]string
 	require.NoError(t, s.Query(`SELECT compaction FROM system_schema.tables WHERE keyspace_name = ? AND table_name = 'tasks'`, ks).Scan(&opts))
 	require.Contains(t, opts["class"], "LeveledCompactionStrategy")
@@ -31,7 +31,7 @@ func TestApplySchemaAddsLaterColumns(t *testing.T) {
 	ks := s.Query("").Keyspace()
 	ctx := context.Background()
 	require.NoError(t, shardq.ApplySchema(ctx, s))
-	later := [][2]string{{"queue_signals", "slots"}, {"tasks", "headers"}, {"dead_letters", "headers"}, {"queues", "paused"}, {"queues", "layouts"}}
+	later := [][2]string{{"queue_signals", "slots"}, {"tasks", "headers"}, {"dead_letters", "headers"}, {"queues", "paused"}, {"queues", "layouts"}, {"tasks", "task_kind"}, {"dead_letters", "task_kind"}}
 	for _, c := range later {
 		require.NoError(t, s.Query(`ALTER TABLE `+c[0]+` DROP `+c[1]).Exec())
 	}

@@ -124,6 +124,9 @@ type Task struct {
 	// Headers are the headers the task was scheduled with (producer.Task.Headers); nil
 	// when it has none. Changing them changes nothing stored.
 	Headers map[string]string
+	// Kind is the kind the task was scheduled with (producer.Task.Kind); empty when it
+	// has none.
+	Kind string
 
 	marker taskrow.Row // the timeout marker Ack deletes
 	source uuid.UUID   // the ID of the row it was taken from, whose time is its place in line

@@ -152,7 +152,7 @@ func (c *Consumer) DeadLetter(ctx context.Context, t *Task, cause error) error {
 	now := c.cfg.Clock.Now()
 	err := c.state.Store.DeadLetters().Write(ctx, deadletters.Letter{ID: shard.NewID(now), TaskID: t.ID, Queue: c.q.Name,
 		Payload: t.Payload, Priority: t.Priority, DueAt: t.DueAt, Timeout: t.Timeout, Attempt: t.Attempt,
-		Deliveries: t.Token, Error: msg, DiedAt: now, Headers: t.marker.Headers})
+		Deliveries: t.Token, Error: msg, DiedAt: now, Headers: t.marker.Headers, Kind: t.marker.Kind})
 	if err != nil {
 		return fmt.Errorf("consumer: %w", err)
 	}

@@ -187,7 +187,7 @@ func (c *Consumer) swap(ctx context.Context, pt *scanplan.Part, lk *locking.Lock
 		markers[i].Retrying = false
 		tasks[i] = &Task{ID: uuid.UUID(r.TaskID), Queue: c.q.Name, Payload: r.Payload, DueAt: r.DueAt,
 			Priority: int(r.Priority), Attempt: max(1, markers[i].Attempt-taskmeta.Int(r.Headers, taskmeta.Snoozes)), Deadline: deadline, Timeout: r.Timeout,
-			Token: markers[i].Token, Series: r.Series, Headers: maps.Clone(r.Headers), marker: markers[i],
+			Token: markers[i].Token, Series: r.Series, Headers: maps.Clone(r.Headers), Kind: r.Kind, marker: markers[i],
 			source: uuid.UUID(r.ID)}
 	}
 	// The index learns of the move before it happens: if the swap then fails, the entry

@@ -94,7 +94,7 @@ func (in *Inspector) countDead(ctx context.Context, q queueRead, now time.Time, 
 func deadInfo(l deadletters.Letter) shardqtype.TaskInfo {
 	return shardqtype.TaskInfo{ID: l.TaskID, Queue: l.Queue, State: shardqtype.TaskDead, DueAt: l.DueAt, Priority: l.Priority,
 		Attempt: l.Attempt, Token: l.Deliveries, Timeout: l.Timeout, LastError: l.Error, FinishedAt: l.DiedAt,
-		DeadLetterID: l.ID, Payload: l.Payload, Headers: l.Headers}
+		DeadLetterID: l.ID, Payload: l.Payload, Headers: l.Headers, Kind: l.Kind}
 }
 
 // checkID refuses an ID that no task or dead letter has: IDs are version 1 UUIDs.

@@ -97,7 +97,7 @@ func (in *Inspector) Peek(ctx context.Context, queue string, n int) (*Peeked, er
 		case !ok:
 			gone[i] = true
 		default:
-			r.task.Payload, r.task.Headers = row.Payload, row.Headers
+			r.task.Payload, r.task.Headers, r.task.Kind = row.Payload, row.Headers, row.Kind
 		}
 		return nil
 	})

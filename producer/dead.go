@@ -54,7 +54,7 @@ func (p *Producer) ReplayDeadLetter(ctx context.Context, queue string, id uuid.U
 	}
 	// A replay starts its attempts anew, so the deliveries its handlers snoozed are forgotten.
 	d.Headers = taskmeta.Without(d.Headers, taskmeta.Snoozes)
-	task := Task{Queue: queue, Payload: d.Payload, Priority: d.Priority, Timeout: d.Timeout, Headers: d.Headers}
+	task := Task{Queue: queue, Payload: d.Payload, Priority: d.Priority, Timeout: d.Timeout, Headers: d.Headers, Kind: d.Kind}
 	// The replay's token goes above every delivery the index has seen, not only the
 	// letter's: a copy the death could not delete (its marker's delete failed) may have
 	// been delivered and cancelled since, and an entry at or above the replay's token
@@ -97,7 +97,7 @@ func (p *Producer) ReplayDeadLetter(ctx context.Context, queue string, id uuid.U
 func replayRow(lay shard.Layout, d deadletters.Letter, t Task, token int64, now time.Time) taskrow.Row {
 	return taskrow.Row{Key: lay.Key(lay.Bucket(now), lay.ShardFor(d.TaskID)), Priority: int8(d.Priority),
 		ID: gocql.UUID(shard.NewID(now)), TaskID: gocql.UUID(d.TaskID), Payload: d.Payload, DueAt: now,
-		Timeout: d.Timeout, Token: token + 1, Keyed: t.Key != "", Headers: d.Headers}
+		Timeout: d.Timeout, Token: token + 1, Keyed: t.Key != "", Headers: d.Headers, Kind: d.Kind}
 }
 
 // PurgeDeadLetter deletes a dead letter for good; inspect's Task no longer finds its task.

@@ -38,6 +38,8 @@ const (
 	// MaxHeaderBytes bounds a task's Headers: the bytes of their keys and values, which
 	// count toward Config.MaxPayloadBytes too.
 	MaxHeaderBytes = 4 << 10
+	// MaxKindBytes bounds a task's Kind.
+	MaxKindBytes = 200
 )
 
 var (
@@ -104,6 +106,10 @@ type Task struct {
 	// Keys are not empty; keys and values are UTF-8, at most MaxHeaderBytes in all, and
 	// count toward Config.MaxPayloadBytes. A task without headers stores nothing for them.
 	Headers map[string]string
+	// Kind names the task's kind, which picks the worker of a shardq.Client that runs it
+	// (shardq.Args.Kind); kept with the task like its headers. UTF-8, at most MaxKindBytes.
+	// Defaults to none.
+	Kind string
 }
 
 // Producer schedules tasks. It is safe for concurrent use.
@@ -380,6 +386,9 @@ func (p *Producer) row(q shardqtype.QueueConfig, t Task, now time.Time, name str
 	if err != nil {
 		return taskrow.Row{}, err
 	}
+	if len(t.Kind) > MaxKindBytes || !utf8.ValidString(t.Kind) {
+		return taskrow.Row{}, defaults.Invalid(name+".Kind", "%q is not UTF-8 of at most %d bytes", t.Kind, MaxKindBytes)
+	}
 	if len(t.Payload)+headers > p.cfg.MaxPayloadBytes {
 		reason := fmt.Sprintf("%d bytes is over the %d allowed", len(t.Payload), p.cfg.MaxPayloadBytes)
 		if headers > 0 {
@@ -407,6 +416,7 @@ func (p *Producer) row(q shardqtype.QueueConfig, t Task, now time.Time, name str
 	return taskrow.Row{
 		Key: l.Key(l.Bucket(place), l.ShardFor(id)), Priority: int8(t.Priority), ID: gid, TaskID: gid,
 		Payload: t.Payload, DueAt: due, Timeout: timeout, Keyed: t.Key != "", Headers: t.Headers,
+		Kind: t.Kind,
 	}, nil
 }
 

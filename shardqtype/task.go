@@ -80,6 +80,9 @@ type TaskInfo struct {
 	// Headers are the task's headers (producer.Task.Headers), read along with its Payload;
 	// nil when it has none.
 	Headers map[string]string
+	// Kind is the task's kind (producer.Task.Kind, shardq.Args), read along with its
+	// Payload; empty when it has none.
+	Kind string
 }
 
 var (

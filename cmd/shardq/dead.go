@@ -91,7 +91,7 @@ func (a *app) printDead(queue string, letters []shardqtype.TaskInfo, more bool) 
 		for _, d := range letters {
 			err := a.emit(map[string]any{"id": d.DeadLetterID, "task_id": d.ID, "queue": d.Queue, "died_at": d.FinishedAt.UTC(),
 				"due_at": d.DueAt.UTC(), "priority": d.Priority, "attempt": d.Attempt, "deliveries": d.Token,
-				"timeout_ms": ms(d.Timeout), "error": d.LastError, "headers": d.Headers, "payload": d.Payload})
+				"timeout_ms": ms(d.Timeout), "error": d.LastError, "headers": d.Headers, "kind": d.Kind, "payload": d.Payload})
 			if err != nil {
 				return err
 			}
@@ -103,9 +103,10 @@ func (a *app) printDead(queue string, letters []shardqtype.TaskInfo, more bool) 
 		return err
 	}
 	w := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "DIED\tID\tTASK\tATTEMPTS\tERROR\tPAYLOAD")
+	fmt.Fprintln(w, "DIED\tID\tTASK\tKIND\tATTEMPTS\tERROR\tPAYLOAD")
 	for _, d := range letters {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\n", utc(d.FinishedAt), d.DeadLetterID, d.ID, d.Attempt, oneLine(d.LastError), preview(d.Payload))
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", utc(d.FinishedAt), d.DeadLetterID, d.ID, orDash(oneLine(d.Kind)), d.Attempt,
+			oneLine(d.LastError), preview(d.Payload))
 	}
 	if err := w.Flush(); err != nil {
 		return err
@@ -240,4 +241,12 @@ func countDead(ctx context.Context, s *gocql.Session, queue string) (int, error)
 		return 0, err
 	}
 	return in.CountDeadLetters(ctx, queue)
+}
+
+// orDash stands in "-" for an empty table cell, so the columns stay apart.
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }

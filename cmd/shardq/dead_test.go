@@ -47,8 +47,8 @@ func TestDeadCommands(t *testing.T) {
 
 	lines := strings.Split(strings.TrimSpace(c.ok("dead", "list", "emails")), "\n")
 	require.Len(t, lines, 6)
-	require.Regexp(t, `^DIED\s+ID\s+TASK\s+ATTEMPTS\s+ERROR\s+PAYLOAD$`, lines[0])
-	require.Regexp(t, `^\S+Z\s+\S+\s+\S+\s+1\s+smtp: 550 mailbox unavailable\s+"task \d"$`, lines[1])
+	require.Regexp(t, `^DIED\s+ID\s+TASK\s+KIND\s+ATTEMPTS\s+ERROR\s+PAYLOAD$`, lines[0])
+	require.Regexp(t, `^\S+Z\s+\S+\s+\S+\s+-\s+1\s+smtp: 550 mailbox unavailable\s+"task \d"$`, lines[1])
 
 	page := strings.Split(strings.TrimSpace(c.ok("dead", "list", "emails", "-n", "2")), "\n")
 	require.Len(t, page, 4)

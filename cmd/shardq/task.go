@@ -132,6 +132,9 @@ func (a *app) printTask(t *shardqtype.TaskInfo) error {
 	if t.Key != "" {
 		fmt.Fprintf(w, "key\t%s\n", t.Key)
 	}
+	if t.Kind != "" {
+		fmt.Fprintf(w, "kind\t%s\n", oneLine(t.Kind))
+	}
 	fmt.Fprintf(w, "state\t%s\n", t.State)
 	switch t.State {
 	case shardqtype.TaskScheduled, shardqtype.TaskRetrying:
@@ -162,6 +165,9 @@ func taskJSON(t *shardqtype.TaskInfo) map[string]any {
 	m := map[string]any{"id": t.ID, "queue": t.Queue, "state": t.State.String(), "attempt": t.Attempt, "deliveries": t.Token}
 	if t.Key != "" {
 		m["key"] = t.Key
+	}
+	if t.Kind != "" {
+		m["kind"] = t.Kind
 	}
 	for name, at := range map[string]time.Time{"due_at": t.DueAt, "deadline": t.Deadline, "finished_at": t.FinishedAt} {
 		if !at.IsZero() {

@@ -41,28 +41,33 @@ type Letter struct {
 	Error      string
 	DiedAt     time.Time
 	Headers    map[string]string // the task's; nil when it had none
+	Kind       string            // the task's; empty when it had none
 }
 
 const (
 	columns = `dead_id, task_id, payload, priority, due_at, timeout_ms, attempt, deliveries, error, died_at`
-	// insert writes no headers cell, insertHeaders one: a letter without headers costs none.
-	insert        = `INSERT INTO dead_letters (queue, day, ` + columns + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
-	insertHeaders = `INSERT INTO dead_letters (queue, day, ` + columns + `, headers) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
-	page          = `SELECT ` + columns + `, headers FROM dead_letters WHERE queue = ? AND day = ? LIMIT ?`
-	before        = `SELECT ` + columns + `, headers FROM dead_letters WHERE queue = ? AND day = ? AND dead_id < ? LIMIT ?`
-	one           = `SELECT ` + columns + `, headers FROM dead_letters WHERE queue = ? AND day = ? AND dead_id = ?`
+	// insert writes the headers and task_kind cells only when the letter has them, so a
+	// letter without costs none.
+	insert = `INSERT INTO dead_letters (queue, day, ` + columns
+	page   = `SELECT ` + columns + `, headers, task_kind FROM dead_letters WHERE queue = ? AND day = ? LIMIT ?`
+	before = `SELECT ` + columns + `, headers, task_kind FROM dead_letters WHERE queue = ? AND day = ? AND dead_id < ? LIMIT ?`
+	one    = `SELECT ` + columns + `, headers, task_kind FROM dead_letters WHERE queue = ? AND day = ? AND dead_id = ?`
 	ids           = `SELECT dead_id FROM dead_letters WHERE queue = ? AND day = ?`
 	remove        = `DELETE FROM dead_letters USING TIMESTAMP ? WHERE queue = ? AND day = ? AND dead_id = ?`
 )
 
 // Write stores l. It is stamped by the coordinator, as the ack that follows it is.
 func Write(ctx context.Context, session *gocql.Session, l Letter) error {
-	stmt, args := insert, []any{l.Queue, Day(shard.IDTime(l.ID)), gocql.UUID(l.ID), gocql.UUID(l.TaskID), l.Payload,
+	cols, vals := insert, `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?`
+	args := []any{l.Queue, Day(shard.IDTime(l.ID)), gocql.UUID(l.ID), gocql.UUID(l.TaskID), l.Payload,
 		int8(l.Priority), l.DueAt, l.Timeout.Milliseconds(), l.Attempt, l.Deliveries, l.Error, l.DiedAt}
 	if len(l.Headers) > 0 {
-		stmt, args = insertHeaders, append(args, l.Headers)
+		cols, vals, args = cols+`, headers`, vals+`, ?`, append(args, l.Headers)
 	}
-	err := cql.Query(session, stmt, args...).WithContext(ctx).DefaultTimestamp(false).Exec()
+	if l.Kind != "" {
+		cols, vals, args = cols+`, task_kind`, vals+`, ?`, append(args, l.Kind)
+	}
+	err := cql.Query(session, cols+vals+`)`, args...).WithContext(ctx).DefaultTimestamp(false).Exec()
 	if err != nil {
 		return fmt.Errorf("deadletters: writing dead letter of %s: %w", l.TaskID, err)
 	}
@@ -136,7 +141,7 @@ func scan(iter *gocql.Iter, queue string) ([]Letter, error) {
 	var id, taskID gocql.UUID
 	var prio int8
 	var timeoutMs int64
-	for iter.Scan(&id, &taskID, &l.Payload, &prio, &l.DueAt, &timeoutMs, &l.Attempt, &l.Deliveries, &l.Error, &l.DiedAt, &l.Headers) {
+	for iter.Scan(&id, &taskID, &l.Payload, &prio, &l.DueAt, &timeoutMs, &l.Attempt, &l.Deliveries, &l.Error, &l.DiedAt, &l.Headers, &l.Kind) {
 		l.ID, l.TaskID, l.Priority = uuid.UUID(id), uuid.UUID(taskID), int(prio)
 		l.Timeout = time.Duration(timeoutMs) * time.Millisecond
 		out = append(out, l)

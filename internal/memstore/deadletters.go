@@ -28,6 +28,7 @@ const (
 	colDeadError
 	colDeadDiedAt
 	colDeadHeaders
+	colDeadKind
 )
 
 type letters struct{ *client }
@@ -42,7 +43,7 @@ func letterOf(queue string, r *row, sec int64) deadletters.Letter {
 		Payload: readBlob(v(colDeadPayload)), Priority: int(int8Of(v(colDeadPriority))), DueAt: timeOf(v(colDeadDueAt)),
 		Timeout: time.Duration(int64Of(v(colDeadTimeout))) * time.Millisecond, Attempt: int(int32Of(v(colDeadAttempt))),
 		Deliveries: int64Of(v(colDeadDeliveries)), Error: stringOf(v(colDeadError)), DiedAt: timeOf(v(colDeadDiedAt)),
-		Headers: headersOf(v(colDeadHeaders))}
+		Headers: headersOf(v(colDeadHeaders)), Kind: stringOf(v(colDeadKind))}
 }
 
 func (d letters) Write(ctx context.Context, l deadletters.Letter) error {
@@ -56,6 +57,9 @@ func (d letters) Write(ctx context.Context, l deadletters.Letter) error {
 			{colDeadDeliveries, l.Deliveries}, {colDeadError, l.Error}, {colDeadDiedAt, timestamp(l.DiedAt)}}
 		if len(l.Headers) > 0 {
 			sets = append(sets, set{colDeadHeaders, maps.Clone(l.Headers)})
+		}
+		if l.Kind != "" {
+			sets = append(sets, set{colDeadKind, l.Kind})
 		}
 		s.apply(s.c.letters, pk, op{ck: letterCK(l.ID), key: []any{gocql.UUID(l.ID)}, insert: true, ttl: s.c.letters.defaultTTL,
 			sets: sets}, s.serverStamp()) // stamped by the coordinator, as the ack that follows it is

@@ -26,6 +26,7 @@ const (
 	colSeries
 	colRetrying
 	colHeaders
+	colTaskKind
 	colLockHolder
 	colLockToken
 	colFloorBucket
@@ -83,6 +84,9 @@ func insertOp(r taskrow.Row) (op, error) {
 	if len(r.Headers) > 0 {
 		sets = append(sets, set{colHeaders, maps.Clone(r.Headers)})
 	}
+	if r.Kind != "" {
+		sets = append(sets, set{colTaskKind, r.Kind})
+	}
 	return op{ck: rowCK(r), key: taskKey(kindTask, r.Priority, r.ID), insert: true, sets: sets}, nil
 }
 
@@ -110,6 +114,7 @@ func taskRow(key string, r *row, sec int64) taskrow.Row {
 		Series:   stringOf(r.value(colSeries, sec)),
 		Retrying: boolOf(r.value(colRetrying, sec)),
 		Headers:  headersOf(r.value(colHeaders, sec)),
+		Kind:     stringOf(r.value(colTaskKind, sec)),
 	}
 }
 

@@ -291,6 +291,7 @@ func (fi *Finder) Info(f Found) *shardqtype.TaskInfo {
 	r := f.Row
 	info.Priority, info.Attempt, info.Token, info.Payload, info.DueAt = int(r.Priority), r.Attempt, r.Token, r.Payload, r.DueAt
 	info.Headers = r.Headers
+	info.Kind = r.Kind
 	visible := shard.IDTime(uuid.UUID(r.ID))
 	info.Timeout, info.VisibleAt, info.PartitionKey = r.Timeout, visible, r.Key
 	switch {

@@ -1,6 +1,6 @@
-// Package taskmeta names the headers the library keeps with a task for itself (its kind,
-// its snoozes, its own attempt limit) beside the user's, under a prefix users cannot
-// write, and reads them back.
+// Package taskmeta names the headers the library keeps with a task for itself (its
+// snoozes, its own attempt limit) beside the user's, under a prefix users cannot write
+// through the client, and reads them back.
 package taskmeta
 
 import (
@@ -14,8 +14,6 @@ const (
 	// Prefix starts every header of the library's; producers through the client refuse
 	// user headers that start with it.
 	Prefix = "shardq-"
-	// Kind is the kind of a task inserted through the client: which worker runs it.
-	Kind = Prefix + "kind"
 	// Snoozes counts the deliveries a handler snoozed: they are not attempts.
 	Snoozes = Prefix + "snoozes"
 	// MaxAttempts is the task's own limit of attempts, when its insert set one.

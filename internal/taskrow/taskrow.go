@@ -31,6 +31,8 @@ type Row struct {
 	Retrying bool
 	// Headers are the task's metadata, kept with every copy of its row; nil when it has none.
 	Headers map[string]string
+	// Kind is the task's kind, kept with every copy of its row; empty when it has none.
+	Kind string
 }
 
 // HeaderBytes is what headers count toward a task's size: the bytes of their keys and
@@ -43,8 +45,8 @@ func HeaderBytes(h map[string]string) int {
 	return n
 }
 
-// Size is what r weighs in a batch or a read: its payload and headers.
-func (r Row) Size() int { return len(r.Payload) + HeaderBytes(r.Headers) }
+// Size is what r weighs in a batch or a read: its payload, headers and kind.
+func (r Row) Size() int { return len(r.Payload) + HeaderBytes(r.Headers) + len(r.Kind) }
 
 // LockID is the clustering id of a partition's lock row (kind 0, priority 0): a fixed,
 // valid version 1 UUID.
@@ -65,8 +67,9 @@ func (r Row) Insert(ts int64) (string, []any) {
 
 // InsertLWT returns the statement writing r inside a conditional batch, which carries
 // no timestamps of its own. Only a keyed row writes the keyed column, and only an
-// occurrence of a series the series column, only a retry the retrying column, and only a
-// task with headers the headers column, so other rows cost no cell for them.
+// occurrence of a series the series column, only a retry the retrying column, only a
+// task with headers the headers column, and only a task with a kind the task_kind column,
+// so other rows cost no cell for them.
 func (r Row) InsertLWT() (string, []any) {
 	args := []any{r.Key, r.Priority, r.ID, r.TaskID, r.Payload, r.DueAt, r.Timeout.Milliseconds(), r.Attempt, r.Token}
 	cols, vals := insertCols, insertVals
@@ -83,6 +86,10 @@ func (r Row) InsertLWT() (string, []any) {
 	if len(r.Headers) > 0 {
 		cols, vals = cols+`, headers`, vals+`, ?`
 		args = append(args, r.Headers)
+	}
+	if r.Kind != "" {
+		cols, vals = cols+`, task_kind`, vals+`, ?`
+		args = append(args, r.Kind)
 	}
 	return cols + vals + `)`, args
 }
@@ -108,7 +115,7 @@ func (r Row) DeleteAt(ts int64) (string, []any) {
 // SelectRange reads up to LIMIT rows of the given priorities (bind a []int8) whose IDs
 // lie in (floor, upper], highest priority first, then earliest. Bind the floor as an
 // exact ID or shard.MinID(t), and the upper bound as shard.MaxID(t).
-const SelectRange = `SELECT priority, id, task_id, payload, due_at, timeout_ms, attempt, deliveries, keyed, series, retrying, headers FROM tasks
+const SelectRange = `SELECT priority, id, task_id, payload, due_at, timeout_ms, attempt, deliveries, keyed, series, retrying, headers, task_kind FROM tasks
 	WHERE shard_key = ? AND kind = 1 AND priority IN ? AND id > ? AND id <= ? LIMIT ?`
 
 // SelectRangeIDs is SelectRange reading only priorities and IDs.
@@ -120,11 +127,11 @@ const SelectOne = `SELECT id FROM tasks WHERE shard_key = ? AND kind = 1 AND pri
 
 // SelectAnyPriority reads the row of an ID whatever its priority (bind a []int8 of every
 // priority), in SelectRange's columns.
-const SelectAnyPriority = `SELECT priority, id, task_id, payload, due_at, timeout_ms, attempt, deliveries, keyed, series, retrying, headers FROM tasks
+const SelectAnyPriority = `SELECT priority, id, task_id, payload, due_at, timeout_ms, attempt, deliveries, keyed, series, retrying, headers, task_kind FROM tasks
 	WHERE shard_key = ? AND kind = 1 AND priority IN ? AND id = ?`
 
 // SelectRow reads one whole row by primary key, in SelectRange's columns; bind KeyArgs.
-const SelectRow = `SELECT priority, id, task_id, payload, due_at, timeout_ms, attempt, deliveries, keyed, series, retrying, headers FROM tasks
+const SelectRow = `SELECT priority, id, task_id, payload, due_at, timeout_ms, attempt, deliveries, keyed, series, retrying, headers, task_kind FROM tasks
 	WHERE shard_key = ? AND kind = 1 AND priority = ? AND id = ?`
 
 // Scan reads the rows of a SelectRange query of partition key, stopping once the rows
@@ -134,7 +141,7 @@ func Scan(iter *gocql.Iter, key string, maxBytes int) (rows []Row, cut bool, err
 	var r Row
 	var timeoutMs int64
 	bytes := 0
-	for iter.Scan(&r.Priority, &r.ID, &r.TaskID, &r.Payload, &r.DueAt, &timeoutMs, &r.Attempt, &r.Token, &r.Keyed, &r.Series, &r.Retrying, &r.Headers) {
+	for iter.Scan(&r.Priority, &r.ID, &r.TaskID, &r.Payload, &r.DueAt, &timeoutMs, &r.Attempt, &r.Token, &r.Keyed, &r.Series, &r.Retrying, &r.Headers, &r.Kind) {
 		r.Key = key
 		r.Timeout = time.Duration(timeoutMs) * time.Millisecond
 		rows = append(rows, r)
