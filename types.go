@@ -33,6 +33,7 @@ type (
 	TaskInfo            = shardqtype.TaskInfo
 	TaskInFlightError   = shardqtype.TaskInFlightError
 	SnoozeError         = shardqtype.SnoozeError
+	Snoozed             = shardqtype.Snoozed
 	CancelError         = shardqtype.CancelError
 )
 

@@ -87,6 +87,15 @@ type DeadLettered struct {
 	Err     error
 }
 
+// Snoozed: a handler snoozed its task (shardq.Snooze), which runs again after Delay
+// with the same Attempt.
+type Snoozed struct {
+	Queue   string
+	TaskID  uuid.UUID
+	Attempt int
+	Delay   time.Duration
+}
+
 func (BatchAcquired) isEvent() {}
 func (LockContended) isEvent() {}
 func (Acked) isEvent()         {}
@@ -95,6 +104,7 @@ func (TaskStarted) isEvent()   {}
 func (TaskFinished) isEvent()  {}
 func (Retried) isEvent()       {}
 func (DeadLettered) isEvent()  {}
+func (Snoozed) isEvent()       {}
 
 // NopObserver discards events. It is every Config's default Observer.
 type NopObserver struct{}

@@ -869,12 +869,15 @@ func (w *Worker) snooze(t *consumer.Task, delay time.Duration) {
 	defer cancel()
 	q, err := w.consumer.Queue(ctx)
 	if err == nil {
-		err = w.consumer.Snooze(ctx, t, min(max(delay, 0), q.MaxTimeout()))
+		delay = min(max(delay, 0), q.MaxTimeout())
+		err = w.consumer.Snooze(ctx, t, delay)
 	}
 	if err != nil {
 		// The task comes back when its lease ends instead, as an attempt.
 		w.log.WarnContext(ctx, "snoozing a task", "queue", t.Queue, "task_id", t.ID, "error", err)
+		return
 	}
+	w.observe(ctx, shardqtype.Snoozed{Queue: t.Queue, TaskID: t.ID, Attempt: t.Attempt, Delay: delay})
 }
 
 func (w *Worker) deadLetter(t *consumer.Task, cause error) {
