@@ -13,7 +13,7 @@ import (
 // work, where a live queue's do.
 const headroom = 1.5
 
-// gcGrace is schema.cql's gc_grace_seconds, which a lap must exceed (README, Tuning).
+// gcGrace is schema.cql's gc_grace_seconds, which a lap must exceed (docs/operations.md, Tuning).
 const gcGrace = 600 * time.Second
 
 var errNoPoints = errors.New("no sweep points to choose from")

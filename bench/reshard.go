@@ -15,7 +15,7 @@ import (
 	"github.com/shardq/shardq/worker"
 )
 
-// reshard measures a layout change under steady load (issue 28): a producer in this
+// reshard measures a layout change under steady load: a producer in this
 // process schedules tasks due one second after their write at -reshard-rate a second,
 // on a queue with default settings, drained by one worker (burst-worker's handler
 // count); one window after the start the layout changes to -reshard-shards shards (and

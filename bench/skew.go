@@ -36,7 +36,7 @@ const (
 	roleSkewProducer = "skew-producer"
 	roleSkewWorker   = "skew-worker"
 
-	// The queue of issue 24; its layout comes from -bucket and -buckets.
+	// The skewed clocks' queue; its layout comes from -bucket and -buckets.
 	skewShards  = 8
 	skewTimeout = 5 * time.Second
 	// How long after the workers are ready the producers begin: time to connect.
@@ -70,7 +70,7 @@ type skewDelivery struct {
 	start, due time.Time // start by the real clock; due is DueAt, by the producer's clock
 }
 
-// skew reproduces issue 24: tasks scheduled by two producers, one whose clock trails by
+// skew measures skewed clocks: tasks scheduled by two producers, one whose clock trails by
 // -producer-skew and one on time, in one process or two, consumed by -workers worker
 // processes whose clocks lead by -worker-skew. With -skew-due now the tasks are due at
 // once and scheduled evenly over -skew-over; with ahead they are all scheduled at the

@@ -8,7 +8,7 @@ import (
 	"github.com/shardq/shardq/shardqtype"
 )
 
-// steady measures the queue under steady load (issue 27): rate × duration tasks, all
+// steady measures the queue under steady load: rate × duration tasks, all
 // scheduled up front on a queue with default settings, due evenly at rate a second from
 // a first due time, drained by one worker in this process (burst-worker's handler count,
 // every other setting at its default). It reports lateness (handler start minus due

@@ -332,7 +332,7 @@ func TestLateWritesFoundBySweep(t *testing.T) {
 	}
 }
 
-// Finding 2 of issue 24: a trailing producer's write made more than MaxClockSkew after a
+// A trailing producer's write made more than MaxClockSkew after a
 // sweep. An idle consumer with a worker's look-ahead (30 s: a full scan once per 15 s),
 // polled every 250 ms, reads a 10 s bucket, its floors MaxClockSkew behind its clock; a
 // producer whose clock trails by 4 s writes a task into that bucket, below the floors.

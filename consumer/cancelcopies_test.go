@@ -20,8 +20,8 @@ import (
 	"github.com/shardq/shardq/shardqtype"
 )
 
-// A cancelled task's copies that its cancel could not see (README, "Cancel and
-// Reschedule") must never run it: the simulator found three ways they did
+// A cancelled task's copies that its cancel could not see (docs/design.md, "Task lifecycle
+// mechanics") must never run it: the simulator found three ways they did
 // (seeds 10002570, 10020210 and 10004943 on 224f908).
 
 // pendingRow schedules one task in a one-shard queue and returns it and its pending row.

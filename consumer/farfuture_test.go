@@ -13,7 +13,7 @@ import (
 	"github.com/shardq/shardq/shardqtype"
 )
 
-// TestDueAfter2262 is issue 9's regression: time.UnixNano overflows after 2262-04-11, and
+// TestDueAfter2262: time.UnixNano overflows after 2262-04-11, and
 // task IDs and buckets were computed from it, so a task due later got the ID and bucket of
 // a time 2^64 ns (about 584 years) earlier. One due exactly 2^64 ns from now was visible
 // at once; the one due in 2300 landed in 1715. Each must come due at its own time.

@@ -585,7 +585,7 @@ func (e *env) unfinishedLeaseMove(id uuid.UUID, retry bool, d time.Duration) tim
 }
 
 // TestCancelAfterUnfinishedLeaseMove cancels a task whose holder died in the middle of
-// moving its lease (issue 24, finding 4): with AfterLease while the first lease runs, and
+// moving its lease: with AfterLease while the first lease runs, and
 // plainly once it ran out. The cancel succeeds, and then the task must never be
 // delivered: neither by the old marker nor by the new one.
 func TestCancelAfterUnfinishedLeaseMove(t *testing.T) {
@@ -853,7 +853,7 @@ func TestDeadLettersPageReplayPurge(t *testing.T) {
 // then the holder extends its lease (deleting that marker) and the take's swap does not
 // apply. The entry names the take's dropped marker, and the holder's new marker is the
 // task: when it comes due (its holder died), it is delivered, not dropped as outranked by
-// a lease that never took effect (found by review of ca32b16).
+// a lease that never took effect.
 func TestOutrankedOnlyByALeaseThatTookEffect(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 1, BucketCount: 60, BucketDuration: time.Second})

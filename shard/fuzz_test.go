@@ -35,7 +35,7 @@ func FuzzKey(f *testing.F) {
 	})
 }
 
-// FuzzID checks, across the whole range of due times accepted (issue 9: t.UnixNano
+// FuzzID checks, across the whole range of due times accepted (t.UnixNano
 // overflows after 2262), that IDs keep their time to 100 ns, stay version 1, carry the
 // time gocql's bounds give, order as their times do, and map to an in-range
 // concurrency shard; and that buckets hold their times.

@@ -95,7 +95,7 @@ func TestKeys(t *testing.T) {
 	require.False(t, shard.ValidQueueName(string(make([]byte, 64))))
 }
 
-// TestAfter2262 pins issue 9: t.UnixNano overflows after 2262-04-11, and IDs and buckets
+// TestAfter2262: t.UnixNano overflows after 2262-04-11, and IDs and buckets
 // must not, up to MaxIDTime.
 func TestAfter2262(t *testing.T) {
 	t.Parallel()

@@ -72,7 +72,7 @@ func TestLayoutWorkerProcess(t *testing.T) {
 // Due times are whole milliseconds, as stored: a row's ID keeps 100 ns, so a task due
 // between two 100 ns ticks may start a few ns before the time asked for.
 //
-// Issue 28: a queue's layout changes twice under load, 8 -> 16 -> 2 shards and 10 s ->
+// A queue's layout changes twice under load, 8 -> 16 -> 2 shards and 10 s ->
 // 1 s buckets, while a producer schedules 100,000 tasks (40,000 at replication factor 3)
 // due over two minutes (half written before the changes, half as they come due) plus
 // tasks due in the next lap and next week, and two worker processes run them. No task is

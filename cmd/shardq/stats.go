@@ -37,7 +37,7 @@ Cost: each pass reads every partition of the lap once, buckets x shards of them 
 for the default 120 x 8), with two requests each (its lock row's read floors, then its
 rows from those floors up to one lap ahead, in pages of 5,000), plus 31 requests for dead
 letters. Rows are counted as they stream in: memory stays small whatever the queue holds,
-and the time grows with the rows pending in the lap (see the README's Operating section
+and the time grows with the rows pending in the lap (see docs/operations.md
 for figures). Nothing is written and no lock is taken.
 
 --full reads each partition from its start instead of from the consumers' read floors,

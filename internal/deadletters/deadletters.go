@@ -52,8 +52,8 @@ const (
 	page   = `SELECT ` + columns + `, headers, task_kind FROM dead_letters WHERE queue = ? AND day = ? LIMIT ?`
 	before = `SELECT ` + columns + `, headers, task_kind FROM dead_letters WHERE queue = ? AND day = ? AND dead_id < ? LIMIT ?`
 	one    = `SELECT ` + columns + `, headers, task_kind FROM dead_letters WHERE queue = ? AND day = ? AND dead_id = ?`
-	ids           = `SELECT dead_id FROM dead_letters WHERE queue = ? AND day = ?`
-	remove        = `DELETE FROM dead_letters USING TIMESTAMP ? WHERE queue = ? AND day = ? AND dead_id = ?`
+	ids    = `SELECT dead_id FROM dead_letters WHERE queue = ? AND day = ?`
+	remove = `DELETE FROM dead_letters USING TIMESTAMP ? WHERE queue = ? AND day = ? AND dead_id = ?`
 )
 
 // Write stores l. It is stamped by the coordinator, as the ack that follows it is.

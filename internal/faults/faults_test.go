@@ -49,7 +49,7 @@ func TestNodeFrozen(t *testing.T) {
 	// A quarter into 40 s of tasks, a 15 s freeze has 15 s of them due within it; 10 s
 	// worth leaves room for a late start, and none would make the p99 below say nothing.
 	require.GreaterOrEqual(t, due, 10*rate, "tasks due during the freeze")
-	// This p99 was 0.7-2.2 s in the README's runs and 1.0-3.5 s in four runs on the 2-core
+	// This p99 was 0.7-2.2 s in the runs docs/operations.md reports and 1.0-3.5 s in four runs on the 2-core
 	// box loaded by other work (load average near 20), where the tasks due outside the
 	// freeze ran as late: its spikes sit where the freeze starts (requests the node holds
 	// wait out their timeout and are settled) and where it ends (the node answers its
@@ -137,7 +137,7 @@ const gcGrace = 10 * time.Second
 // again (returners: tasks of the first 1,000 started after the restart: none). A consumer
 // that read such a partition from below them would deliver them a second time. Repairing
 // a node that was down longer than max_hint_window within gc_grace_seconds prevents them
-// (README). No task may run twice: the test's gc_grace goes back to 600 s before node 3
+// (docs/operations.md, Running on a cluster). No task may run twice: the test's gc_grace goes back to 600 s before node 3
 // returns (see there why).
 func TestNodeRestarted(t *testing.T) {
 	c := newCluster(t)

@@ -754,7 +754,7 @@ func (r *recorder) report(fault string) report {
 // unfinishedSwap reports whether cur, the run of task id after prev, can have come from
 // a timeout marker a killed worker wrote for a swap it did not live to make: a crash
 // between the two writes of a lease delivers the task once more at the marker's deadline
-// (README, How it works). Such a marker leases the same attempt as the one a live worker
+// (docs/design.md, The protocol). Such a marker leases the same attempt as the one a live worker
 // took the task under next, so the two runs' leases overlap, their attempts are adjacent,
 // and the live one's ack still finds its own marker (no LeaseLost names the task); the
 // worker was killed after the task came due and before cur started. A run that took a

@@ -1,6 +1,6 @@
 // Package memstore is an in-memory store.Store with the semantics of the Cassandra
 // implementation (internal/store) where shardq's correctness depends on them, for the
-// deterministic simulator (issue 26): every statement the Cassandra implementation sends
+// deterministic simulator: every statement the Cassandra implementation sends
 // is mirrored here, on cells with write timestamps and TTLs, row markers, tombstones
 // purged after gc_grace_seconds, the tombstone failure threshold, paged range reads, and
 // conditional writes stamped by ballots of the servers' clock. Each request the Cassandra

@@ -200,7 +200,7 @@ func (o *oracle) scheduled(p *proc, began time.Time, tasks []producer.Task, ids 
 	var dup *producer.DuplicateError
 	if errors.As(err, &dup) {
 		// A holder whose end was not recorded in the index (its ack's record failed) is not
-		// found, and its claim is honoured for KeyClaimGrace (README, Keys).
+		// found, and its claim is honoured for KeyClaimGrace (docs/design.md, Task lifecycle mechanics).
 		if t := o.tasks[dup.ExistingID]; t != nil && len(t.replays) == 0 && (t.endedBefore(began) || t.cancelledBefore(began)) &&
 			began.After(t.claimed.Add(producer.KeyClaimGrace+tolerance)) {
 			o.refusals = append(o.refusals, refusal{key: dup.Key, at: began, ended: t.ended, holder: t})
@@ -332,8 +332,8 @@ func (o *oracle) delivered(p *proc, ct *consumer.Task) *delivery {
 	}
 	t.deliveries = append(t.deliveries, d)
 	if d.attempt > maxAttempts {
-		// A copy of a task that died: its dead-lettering left the marker (README, Dead
-		// letters: a duplicate, never a loss).
+		// A copy of a task that died: its dead-lettering left the marker (README,
+		// Guarantees: a duplicate, never a loss).
 		t.unsettled = true
 	}
 	return d
@@ -556,7 +556,7 @@ func crashedBy(p *proc, at time.Time) bool {
 // after the call that wrote it returned, if later), when nothing the README allows to delay
 // it happened near: "Idle workers read the queue's small wake-up signal every
 // SignalInterval (250 ms), so a task scheduled in any process starts within about that
-// long" (README, Workers), and a fetch follows one that found tasks no sooner than
+// long" (docs/recipe.md, Workers), and a fetch follows one that found tasks no sooner than
 // BatchDelay (200 ms) later. The rest of the bound is the work between reading a touched
 // signal and starting the handler, which the README does not bound: the touch's Coalesce
 // (20 ms), and the signal read, the take (lock, read, markers, the batch that deletes the
@@ -577,7 +577,7 @@ const lateness = worker.DefaultSignalInterval + worker.DefaultBatchDelay + signa
 // a crash from a lock's TTL before (a dead holder's lock lasts its LockTTL; a dead
 // worker's tasks wait for another),
 // or any worker running as many handlers as its Concurrency (the task may be leased by it
-// and wait in its queue, as the README's Prefetch says), or no worker alive throughout;
+// and wait in its queue, as worker.Config.Prefetch says), or no worker alive throughout;
 // and tasks whose due time a call may have changed without telling (an unknown outcome,
 // a cancel, a replay), or whose writer died before its call returned.
 func (o *oracle) checkLateness(w *world, end time.Time) []string {
@@ -608,7 +608,7 @@ func (o *oracle) checkLateness(w *world, end time.Time) []string {
 		}
 		first := slices.MinFunc(append(slices.Clone(t.deliveries), &delivery{at: end}), func(a, b *delivery) int { return a.at.Compare(b.at) })
 		// A first delivery of a later attempt follows a lease whose handler never started:
-		// its holder crashed, or it ran out waiting for a handler (README, Workers).
+		// its holder crashed, or it ran out waiting for a handler (docs/recipe.md, Workers).
 		if !first.at.After(by.Add(tolerance)) || first.attempt > 1 || !o.workersReady(workers, due, by) {
 			continue
 		}
@@ -664,7 +664,7 @@ func (o *oracle) workersReady(workers []*proc, from, to time.Time) bool {
 	return live
 }
 
-// checkSeries checks the promises of the README's "Recurring series" for the run's series,
+// checkSeries checks the promises of docs/recipe.md's "Recurring series" for the run's series,
 // if it kept one. Duplicates of one occurrence (one task) are checkDeliveries'.
 func (o *oracle) checkSeries(w *world, end time.Time) []string {
 	sl := o.series

@@ -602,7 +602,7 @@ func uuidBits(id uuid.UUID) uint64 {
 // monthLater is the run's epilogue: the key claims of the run proper, which last
 // taskindex.Keep (30 days) past their tasks' due times, run out while nothing runs, and a
 // producer comes back now and then as they do. First it schedules a keyed task and moves
-// it past the month (a Reschedule renews the key's claim, README, Keys), and reuses
+// it past the month (a Reschedule renews the key's claim, docs/design.md, Task lifecycle mechanics), and reuses
 // another key within its first claim's span (a task cancelled before it was due, then one
 // due at another time, cancelled too). Then, once per key, at a moment drawn over the span
 // in which that key's claims end, it schedules a task with the key, due now, and cancels
@@ -732,7 +732,7 @@ func (w *world) driveUntil(done <-chan struct{}) {
 }
 
 // quietWrite, after the run: a write of due-now tasks times out having applied while an
-// idle worker holds floors for their partition (issue 24, F1: such a write touched no
+// idle worker holds floors for their partition (such a write once touched no
 // wake-up signal, so the worker passed the partition by until its bucket came round
 // again). Every task of the write must still start within the lateness bound; and again
 // for a write that applied but whose touch failed.
