@@ -79,3 +79,41 @@ func ExampleRequireScheduled() {
 	// scheduled: welcome
 	// reminder:42 at priority 3
 }
+
+type welcome struct {
+	To string `json:"to"`
+}
+
+func (welcome) Kind() string { return "welcome" }
+
+// ExampleNewClient tests code that inserts tasks and the workers that run them on a
+// store held in memory: no cluster, and a clock the test moves.
+func ExampleNewClient() {
+	t := &testing.T{} // in a test function: its t
+	welcomed := make(chan string, 1)
+	workers := shardq.NewWorkers()
+	shardq.AddWorkerFunc(workers, func(ctx context.Context, task *shardq.Task[welcome]) error {
+		welcomed <- task.Args.To
+		return nil
+	})
+	c := shardqtest.NewClient(t, shardq.Config{Workers: workers, Queues: map[string]shardq.Queue{shardq.DefaultQueue: {}}})
+	ctx := context.Background()
+	if err := c.Start(ctx); err != nil {
+		panic(err)
+	}
+	defer c.Stop(ctx)
+
+	// The code under test: sign-up welcomes at once, and again in a day.
+	if _, err := c.Insert(ctx, welcome{To: "alice"}, nil); err != nil {
+		panic(err)
+	}
+	if _, err := c.Insert(ctx, welcome{To: "alice, a day on"}, &shardq.InsertOpts{DueAt: c.Clock.Now().Add(24 * time.Hour)}); err != nil {
+		panic(err)
+	}
+	fmt.Println("welcome", <-welcomed) // the second is a day away
+	c.Clock.Advance(24 * time.Hour)
+	fmt.Println("welcome", <-welcomed)
+	// Output:
+	// welcome alice
+	// welcome alice, a day on
+}
