@@ -37,12 +37,17 @@ type env struct {
 // after the clock jumped reaches every partition within a few calls.
 func newEnv(t *testing.T, start time.Time) *env {
 	t.Helper()
+	return newQueueEnv(t, start, shardqtype.QueueConfig{ShardCount: 2, BucketCount: 4, BucketDuration: time.Second, DefaultTimeout: time.Second})
+}
+
+// newQueueEnv is newEnv with a queue of settings cfg, named here.
+func newQueueEnv(t *testing.T, start time.Time, cfg shardqtype.QueueConfig) *env {
+	t.Helper()
 	ks := cassandratest.Keyspace(t)
 	s := cassandratest.SessionFor(t, ks)
 	cassandratest.ApplySchema(t, s)
-	q, err := shardq.CreateQueue(context.Background(), s, shardqtype.QueueConfig{
-		Name:       "q" + strings.ReplaceAll(uuid.NewString()[:8], "-", ""),
-		ShardCount: 2, BucketCount: 4, BucketDuration: time.Second, DefaultTimeout: time.Second})
+	cfg.Name = "q" + strings.ReplaceAll(uuid.NewString()[:8], "-", "")
+	q, err := shardq.CreateQueue(context.Background(), s, cfg)
 	require.NoError(t, err)
 	clock := testclock.New(start)
 	c, err := series.New(s, series.Config{Clock: clock})
@@ -408,4 +413,61 @@ func TestKeeperLeavesEndedOccurrenceUnrecorded(t *testing.T) {
 	require.NotEqual(t, in.NextID, again.NextID, "the series was not moved on")
 	require.Equal(t, start.Add(2*time.Minute), again.NextAt.UTC())
 	require.Equal(t, start.Add(2*time.Minute), e.next("e").DueAt.UTC(), "the occurrence that ran ran again")
+}
+
+// A queue's layout changed from 120 x 10 s to 60 x 1 s, a one-minute lap. A series
+// created under the new layout whose creator died right after the series' LWT, before
+// writing its occurrence, is kept 150 s after the occurrence's time, over two laps of the
+// new layout but under half a lap of the first, while a consumer polls every second: the
+// occurrence is written where the consumer reads it, runs with its time kept, and the
+// series goes on.
+func TestKeeperRepairsOccurrenceAfterLayoutShortensLap(t *testing.T) {
+	t.Parallel()
+	e := newQueueEnv(t, time.Now(), shardqtype.QueueConfig{ShardCount: 2, BucketCount: 120, BucketDuration: 10 * time.Second,
+		DefaultTimeout: time.Second})
+	ctx := context.Background()
+	ch, err := shardq.ChangeLayout(ctx, e.s, e.q.Name, shardqtype.LayoutConfig{BucketCount: 60, BucketDuration: time.Second})
+	require.NoError(t, err)
+	e.clock.Add(ch.From.Sub(e.clock.Now()) + time.Minute)
+	start := e.clock.Now().UTC().Truncate(time.Second).Add(10 * time.Second)
+	c, err := consumer.New(e.s, consumer.Config{Queue: e.q.Name, Clock: e.clock})
+	require.NoError(t, err)
+	// poll calls the consumer once a second for d, and returns the first task it took.
+	poll := func(d time.Duration) *consumer.Task {
+		t.Helper()
+		for end := e.clock.Now().Add(d); e.clock.Now().Before(end); e.clock.Add(time.Second) {
+			got, err := c.AcquireTasks(ctx, 10)
+			require.NoError(t, err)
+			if len(got) > 0 {
+				require.Len(t, got, 1, "two occurrences of a series were due at once")
+				require.NoError(t, c.AckTasks(ctx, got...))
+				return got[0]
+			}
+		}
+		return nil
+	}
+
+	in, err := e.c.Create(ctx, series.Series{Queue: e.q.Name, Name: "c", Every: time.Minute, Start: start})
+	require.NoError(t, err)
+	// As if Create had died between the series' LWT and the occurrence's write: the series
+	// names an occurrence that is nowhere.
+	require.NoError(t, e.p.Cancel(ctx, in.NextID, producer.CancelOptions{}))
+	lost := taskid.New(in.NextAt, e.q.Name)
+	require.NoError(t, e.s.Query(`UPDATE series SET task_id = ?, written = null WHERE queue = ? AND name = ?`,
+		gocql.UUID(lost), e.q.Name, "c").Exec())
+	require.Nil(t, poll(in.NextAt.Sub(e.clock.Now())+150*time.Second))
+
+	require.NoError(t, e.c.Keep(ctx, e.q.Name))
+	// Two laps of the new layout: a row the consumer reads comes at once, one written late
+	// within the lap at the next sweep.
+	got := poll(2 * time.Minute)
+	require.NotNil(t, got, "the repaired occurrence never ran")
+	require.Equal(t, start, got.DueAt.UTC(), "the repaired occurrence keeps its time")
+	next, err := e.c.Get(ctx, e.q.Name, "c")
+	require.NoError(t, err)
+	require.Equal(t, int64(2), next.Occurrences, "the series went on")
+	got = poll(2 * time.Minute)
+	require.NotNil(t, got, "the next occurrence never ran")
+	require.Equal(t, next.NextID, got.ID)
+	require.Equal(t, next.NextAt.UTC(), got.DueAt.UTC())
 }
