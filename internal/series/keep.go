@@ -79,21 +79,23 @@ func (e *Env) keep(ctx context.Context, q shardqtype.QueueConfig, name string, s
 		if err != nil {
 			return err
 		}
+		l, err := e.occurrenceLayout(ctx, q, st)
+		if err != nil {
+			return fmt.Errorf("series: keeping occurrence %d of %s: %w", st.Seq, st.Name, err)
+		}
 		if s != Gone {
 			// Written, and maybe run to its end by a consumer that then failed to move the
 			// series: a new place would run it again. Its writer may have died or failed
 			// before its touch, which a row written late needs to be found: touched again.
 			if s == Waiting {
-				l, err := e.occurrenceLayout(ctx, q, st)
-				if err != nil {
-					return fmt.Errorf("series: recording occurrence %d of %s: %w", st.Seq, st.Name, err)
-				}
 				e.announce(ctx, q, l, st)
 			}
 			return e.markWritten(ctx, st)
 		}
-		if now.After(shard.IDTime(st.TaskID).Add(q.Layout().Window() / 2)) {
-			return e.replace(ctx, q, st)
+		// By the lap of the ring its place is in, not the queue's first one: after a
+		// change to a shorter lap, that ring's consumers pass the place sooner.
+		if now.After(shard.IDTime(st.TaskID).Add(l.Window() / 2)) {
+			return e.replace(ctx, q, st, l)
 		}
 		e.Log.WarnContext(ctx, "writing an occurrence of a series its scheduler did not write",
 			"queue", q.Name, "series", name, "task_id", st.TaskID)
@@ -109,23 +111,19 @@ func (e *Env) keep(ctx context.Context, q shardqtype.QueueConfig, name string, s
 	return e.Advance(ctx, q, name, st.TaskID, s == Taken)
 }
 
-// replace gives st's unwritten occurrence, whose place is over half a lap old, a new
-// place now: a row written there would lie in a bucket consumers have passed, found only
-// by a sweep within the lap, and past the lap never. Its old place is deleted first,
-// stamped past the occurrence's own write, so a write of it still on its way adds
-// nothing; the occurrence keeps its number and time.
-func (e *Env) replace(ctx context.Context, q shardqtype.QueueConfig, old State) error {
+// replace gives st's unwritten occurrence, whose place in the ring of layout l is over
+// half l's lap old, a new place now: a row written there would lie in a bucket consumers
+// have passed, found only by a sweep within the lap, and past the lap never. Its old place
+// is deleted first, stamped past the occurrence's own write, so a write of it still on
+// its way adds nothing; the occurrence keeps its number and time.
+func (e *Env) replace(ctx context.Context, q shardqtype.QueueConfig, old State, l shard.Layout) error {
 	e.Log.WarnContext(ctx, "writing an occurrence of a series its scheduler did not write, at a new place: its own is too old",
 		"queue", q.Name, "series", old.Name, "task_id", old.TaskID)
-	l, err := e.occurrenceLayout(ctx, q, old)
-	if err != nil {
-		return fmt.Errorf("series: deleting the old place of occurrence %d of %s: %w", old.Seq, old.Name, err)
-	}
 	del := store.Mutation{Op: store.Delete, Row: occurrenceRow(l, old), Stamp: e.Cluster.DeleteStamp()}
 	if err := e.Tasks.Write(ctx, []store.Mutation{del}); err != nil {
 		return fmt.Errorf("series: deleting the old place of occurrence %d of %s: %w", old.Seq, old.Name, err)
 	}
-	_, err = e.Change(ctx, q, old.Name, func(st *State, now time.Time) (bool, error) {
+	_, err := e.Change(ctx, q, old.Name, func(st *State, now time.Time) (bool, error) {
 		if !st.Pending() || st.TaskID != old.TaskID {
 			return false, nil
 		}
