@@ -471,3 +471,21 @@ func TestKeeperRepairsOccurrenceAfterLayoutShortensLap(t *testing.T) {
 	require.Equal(t, next.NextID, got.ID)
 	require.Equal(t, next.NextAt.UTC(), got.DueAt.UTC())
 }
+
+// After a queue's layout changed from a 4 s lap to a 30-minute one, the index entry of an
+// occurrence that ran outlives half the new lap: a keeper that finds the occurrence
+// unrecorded before then must find that it ran, not write it again at a new place.
+func TestRanOccurrenceRecordedForHalfTheLongestLap(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, time.Now())
+	ctx := context.Background()
+	ch, err := shardq.ChangeLayout(ctx, e.s, e.q.Name, shardqtype.LayoutConfig{BucketCount: 30, BucketDuration: time.Minute})
+	require.NoError(t, err)
+	e.clock.Add(ch.From.Sub(e.clock.Now()) + time.Minute)
+	_, err = e.c.Create(ctx, series.Series{Queue: e.q.Name, Name: "r", Every: time.Minute})
+	require.NoError(t, err)
+	ran := e.next("r")
+	var ttl int
+	require.NoError(t, e.s.Query(`SELECT TTL(state) FROM task_index WHERE task_id = ? ALLOW FILTERING`, gocql.UUID(ran.ID)).Scan(&ttl))
+	require.Greater(t, time.Duration(ttl)*time.Second, 15*time.Minute, "the entry of the occurrence that ran outlives half the new lap")
+}
