@@ -52,8 +52,11 @@ func (c *Consumer) finishEntry(t *Task, state taskindex.State, cause string) tas
 		w.Replace, w.Delete = false, true
 	case t.Series != "":
 		// A keeper that finds the occurrence unrecorded writes it again at a new place once
-		// its own is half a lap old: by then the entry must still say it ran.
-		w.TTL = max(c.q.CompletedRetention, taskindex.Finished, c.q.Layout().Window()/2+series.StalledAfter)
+		// its own is half its ring's lap old: by then the entry must still say it ran. That
+		// ring is the live layout the occurrence's ID puts it in (layouts.History.Fixed),
+		// which a keeper whose history differs (a layout drained since) may take for another
+		// live one; the longest live lap covers each, and the first layout may be none of them.
+		w.TTL = max(c.q.CompletedRetention, taskindex.Finished, c.state.LongestLap(c.q)/2+series.StalledAfter)
 	default:
 		w.TTL = max(c.q.CompletedRetention, taskindex.Finished)
 	}

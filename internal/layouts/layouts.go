@@ -111,6 +111,15 @@ func (h History) Live() []shard.Layout {
 	return out
 }
 
+// LongestLap returns the longest lap (shard.Layout.Window) of the live generations.
+func (h History) LongestLap() time.Duration {
+	var lap time.Duration
+	for _, l := range h.Live() {
+		lap = max(lap, l.Window())
+	}
+	return lap
+}
+
 // Sealed returns when nothing more can be written into generation g: when the next
 // generation took effect, plus bound, the longest a writer may act on a history it read
 // before that change; zero time and false for the newest generation.

@@ -36,6 +36,7 @@ func TestHistory(t *testing.T) {
 	require.Equal(t, second, h.Place(e1.Add(-time.Hour), e1), "a row already visible goes by the writer's now")
 	require.Equal(t, third, h.Place(e2, e1), "a row due later goes by its time")
 	require.Equal(t, []shard.Layout{second, third}, h.Live())
+	require.Equal(t, time.Minute, h.LongestLap(), "of the live generations only")
 	sealed, ok := h.Sealed(1, 5*time.Second)
 	require.True(t, ok)
 	require.True(t, sealed.Equal(e2.Add(5*time.Second)))

@@ -181,6 +181,19 @@ func (s *State) Fixed(ctx context.Context, q shardqtype.QueueConfig, t time.Time
 	return h.Fixed(t), nil
 }
 
+// LongestLap returns the longest lap of queue q's live layouts
+// (layouts.History.LongestLap), by the history last read; q's first layout's when none
+// was read.
+func (s *State) LongestLap(q shardqtype.QueueConfig) time.Duration {
+	s.pausedMu.Lock()
+	last, ok := s.paused[q.Name]
+	s.pausedMu.Unlock()
+	if !ok {
+		return q.Layout().Window()
+	}
+	return last.layouts.LongestLap()
+}
+
 // LayoutOf returns the layout of queue q whose ring holds partition key, by the history
 // last read; q's first layout when the key names no generation it knows.
 func (s *State) LayoutOf(q shardqtype.QueueConfig, key string) shard.Layout {
