@@ -14,6 +14,7 @@ import (
 	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/inspect"
 	"github.com/shardq/shardq/internal/cassandratest"
+	"github.com/shardq/shardq/internal/layouts"
 	iseries "github.com/shardq/shardq/internal/series"
 	"github.com/shardq/shardq/internal/taskid"
 	"github.com/shardq/shardq/internal/testclock"
@@ -488,4 +489,36 @@ func TestRanOccurrenceRecordedForHalfTheLongestLap(t *testing.T) {
 	var ttl int
 	require.NoError(t, e.s.Query(`SELECT TTL(state) FROM task_index WHERE task_id = ? ALLOW FILTERING`, gocql.UUID(ran.ID)).Scan(&ttl))
 	require.Greater(t, time.Duration(ttl)*time.Second, 15*time.Minute, "the entry of the occurrence that ran outlives half the new lap")
+}
+
+// An occurrence due just before a layout change took effect, whose creator died right
+// after the series' LWT, is kept once the old layout is sealed (written into no more,
+// and so marked drained, read no more, once a read finds it empty): the keeper writes it
+// into the layout in force, not at its place in the old one, where it would be lost if
+// the old one were marked drained meanwhile.
+func TestKeeperWritesOccurrenceOfSealedLayoutIntoTheLayoutInForce(t *testing.T) {
+	t.Parallel()
+	e := newQueueEnv(t, time.Now(), shardqtype.QueueConfig{ShardCount: 2, BucketCount: 120, BucketDuration: 10 * time.Second,
+		DefaultTimeout: time.Second})
+	ctx := context.Background()
+	ch, err := shardq.ChangeLayout(ctx, e.s, e.q.Name, shardqtype.LayoutConfig{BucketCount: 60, BucketDuration: time.Second})
+	require.NoError(t, err)
+	e.clock.Add(ch.From.Sub(e.clock.Now()) - 20*time.Second)
+	start := ch.From.Add(-5 * time.Second).UTC()
+	in, err := e.c.Create(ctx, series.Series{Queue: e.q.Name, Name: "s", Every: time.Minute, Start: start})
+	require.NoError(t, err)
+	require.NoError(t, e.p.Cancel(ctx, in.NextID, producer.CancelOptions{}))
+	lost := taskid.New(in.NextAt, e.q.Name)
+	require.NoError(t, e.s.Query(`UPDATE series SET task_id = ?, written = null WHERE queue = ? AND name = ?`,
+		gocql.UUID(lost), e.q.Name, "s").Exec())
+
+	e.clock.Add(ch.From.Sub(e.clock.Now()) + layouts.SealAfter + 10*time.Second)
+	require.NoError(t, e.c.Keep(ctx, e.q.Name))
+	kept, err := e.c.Get(ctx, e.q.Name, "s")
+	require.NoError(t, err)
+	task, err := e.insp.Task(ctx, kept.NextID)
+	require.NoError(t, err)
+	require.Equal(t, shardqtype.TaskScheduled, task.State)
+	require.True(t, strings.HasPrefix(task.PartitionKey, e.q.Name+"~1:"), "written into the layout in force: %s", task.PartitionKey)
+	require.True(t, start.Equal(e.next("s").DueAt), "the occurrence keeps its time")
 }
