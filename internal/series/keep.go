@@ -92,9 +92,15 @@ func (e *Env) keep(ctx context.Context, q shardqtype.QueueConfig, name string, s
 			}
 			return e.markWritten(ctx, st)
 		}
+		cur, err := e.layoutAt(ctx, q, now)
+		if err != nil {
+			return fmt.Errorf("series: keeping occurrence %d of %s: %w", st.Seq, st.Name, err)
+		}
 		// By the lap of the ring its place is in, not the queue's first one: after a
-		// change to a shorter lap, that ring's consumers pass the place sooner.
-		if now.After(shard.IDTime(st.TaskID).Add(l.Window() / 2)) {
+		// change to a shorter lap, that ring's consumers pass the place sooner. And a
+		// layout a later one replaced takes no new rows (layouts.History.Place): a row
+		// written into it late can land after a read found it empty and marked it drained.
+		if l.Generation < cur.Generation || now.After(shard.IDTime(st.TaskID).Add(l.Window()/2)) {
 			return e.replace(ctx, q, st, l)
 		}
 		e.Log.WarnContext(ctx, "writing an occurrence of a series its scheduler did not write",
@@ -112,12 +118,13 @@ func (e *Env) keep(ctx context.Context, q shardqtype.QueueConfig, name string, s
 }
 
 // replace gives st's unwritten occurrence, whose place in the ring of layout l is over
-// half l's lap old, a new place now: a row written there would lie in a bucket consumers
-// have passed, found only by a sweep within the lap, and past the lap never. Its old place
-// is deleted first, stamped past the occurrence's own write, so a write of it still on
-// its way adds nothing; the occurrence keeps its number and time.
+// half l's lap old or in a layout no longer in force, a new place now: a row written there
+// would lie in a bucket consumers have passed, found only by a sweep within the lap, and
+// past the lap never, or in a ring they may read no more. Its old place is deleted first,
+// stamped past the occurrence's own write, so a write of it still on its way adds
+// nothing; the occurrence keeps its number and time.
 func (e *Env) replace(ctx context.Context, q shardqtype.QueueConfig, old State, l shard.Layout) error {
-	e.Log.WarnContext(ctx, "writing an occurrence of a series its scheduler did not write, at a new place: its own is too old",
+	e.Log.WarnContext(ctx, "writing an occurrence of a series its scheduler did not write, at a new place: its own is too old or in a replaced layout",
 		"queue", q.Name, "series", old.Name, "task_id", old.TaskID)
 	del := store.Mutation{Op: store.Delete, Row: occurrenceRow(l, old), Stamp: e.Cluster.DeleteStamp()}
 	if err := e.Tasks.Write(ctx, []store.Mutation{del}); err != nil {

@@ -136,10 +136,15 @@ type Env struct {
 
 // occurrenceLayout returns the layout st's occurrence is written under.
 func (e *Env) occurrenceLayout(ctx context.Context, q shardqtype.QueueConfig, st State) (shard.Layout, error) {
+	return e.layoutAt(ctx, q, shard.IDTime(st.TaskID))
+}
+
+// layoutAt returns the layout of an occurrence of q whose ID has time t (Env.Layout).
+func (e *Env) layoutAt(ctx context.Context, q shardqtype.QueueConfig, t time.Time) (shard.Layout, error) {
 	if e.Layout == nil {
 		return q.Layout(), nil
 	}
-	return e.Layout(ctx, q, shard.IDTime(st.TaskID))
+	return e.Layout(ctx, q, t)
 }
 
 // Load reads a series; serial reads settle any change in flight first.
