@@ -1,6 +1,7 @@
 package shardq
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,7 +18,9 @@ import (
 
 	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/internal/defaults"
+	"github.com/shardq/shardq/internal/slots"
 	"github.com/shardq/shardq/internal/taskmeta"
+	"github.com/shardq/shardq/internal/workerloop"
 	"github.com/shardq/shardq/producer"
 	"github.com/shardq/shardq/shard"
 	"github.com/shardq/shardq/worker"
@@ -36,7 +39,23 @@ type Queue struct {
 	// Concurrency is how many of the queue's tasks run at once in this client.
 	// Defaults to DefaultConcurrency.
 	Concurrency int
+	// Weight orders the queue among the client's others when Config.Concurrency makes
+	// them share handlers: its share of freed handlers (QueueWeighted), or its rank, the
+	// highest first (QueueStrict). Defaults to 1.
+	Weight int
 }
+
+// QueueOrder is how queues that share a client's handlers (Config.Concurrency) take turns.
+type QueueOrder int
+
+const (
+	// QueueWeighted gives each queue with tasks due a share of the handlers that free up,
+	// in proportion to its Weight: every queue with tasks due makes progress.
+	QueueWeighted QueueOrder = iota
+	// QueueStrict gives the handlers that free up to the queue of the highest Weight with
+	// tasks due: a queue waits for as long as one above it has tasks due.
+	QueueStrict
+)
 
 // Config configures a Client.
 type Config struct {
@@ -46,6 +65,14 @@ type Config struct {
 	Queues map[string]Queue
 	// Workers run the tasks of each kind. Required when Queues names a queue.
 	Workers *Workers
+	// Concurrency, when set, bounds the handlers running at once across all the client's
+	// queues, which QueueOrder shares among them; its queues then lease no task ahead of a
+	// free handler. Defaults to 0: each queue is bound by its own Concurrency alone, leases
+	// ahead of its handlers as worker.Config.Prefetch says, and waits for no other.
+	Concurrency int
+	// QueueOrder is how queues take turns at the handlers Concurrency bounds.
+	// Defaults to QueueWeighted.
+	QueueOrder QueueOrder
 	// MaxAttempts is how many attempts a task gets before it is dead-lettered, unless its
 	// insert says otherwise. Defaults to DefaultMaxAttempts.
 	MaxAttempts int
@@ -72,7 +99,7 @@ type Client struct {
 
 	mu      sync.Mutex
 	started bool
-	workers map[string]*worker.Worker // by queue, once started
+	workers map[string]*workerloop.Worker // by queue, once started
 }
 
 // NewClient returns a Client reading and writing through session, whose keyspace holds
@@ -91,6 +118,15 @@ func NewClient(session *gocql.Session, cfg Config) (*Client, error) {
 		if cfg.Queues[name].Concurrency < 0 {
 			return nil, defaults.Invalid(fmt.Sprintf("Config.Queues[%q].Concurrency", name), "%d is negative", cfg.Queues[name].Concurrency)
 		}
+		if cfg.Queues[name].Weight < 0 {
+			return nil, defaults.Invalid(fmt.Sprintf("Config.Queues[%q].Weight", name), "%d is negative", cfg.Queues[name].Weight)
+		}
+	}
+	if cfg.Concurrency < 0 {
+		return nil, defaults.Invalid("Config.Concurrency", "%d is negative", cfg.Concurrency)
+	}
+	if cfg.QueueOrder != QueueWeighted && cfg.QueueOrder != QueueStrict {
+		return nil, defaults.Invalid("Config.QueueOrder", "%d is neither QueueWeighted nor QueueStrict", cfg.QueueOrder)
 	}
 	if err := defaults.NonNegative(&cfg.MaxAttempts, worker.DefaultMaxAttempts, "Config.MaxAttempts"); err != nil {
 		return nil, err
@@ -126,11 +162,20 @@ func (c *Client) Start(ctx context.Context) error {
 			return err
 		}
 	}
-	workers := make(map[string]*worker.Worker, len(names))
+	var pool *slots.Pool
+	if c.cfg.Concurrency > 0 {
+		queues := make(map[string]slots.Queue, len(names))
+		for _, name := range names {
+			q := c.cfg.Queues[name]
+			queues[name] = slots.Queue{Weight: q.Weight, Cap: cmp.Or(q.Concurrency, DefaultConcurrency)}
+		}
+		pool = slots.New(c.cfg.Concurrency, map[QueueOrder]slots.Order{QueueWeighted: slots.Weighted, QueueStrict: slots.Strict}[c.cfg.QueueOrder], queues)
+	}
+	workers := make(map[string]*workerloop.Worker, len(names))
 	for _, name := range names {
-		w, err := worker.New(c.session, worker.Config{Queue: name, Handler: worker.HandlerFunc(c.run),
+		w, err := workerloop.New(c.session, workerloop.Config{Queue: name, Handler: worker.HandlerFunc(c.run),
 			Concurrency: c.cfg.Queues[name].Concurrency, MaxAttempts: c.cfg.MaxAttempts, Backoff: c.cfg.Backoff,
-			Observer: c.cfg.Observer, Logger: c.cfg.Logger, Clock: c.cfg.Clock})
+			Observer: c.cfg.Observer, Logger: c.cfg.Logger, Clock: c.cfg.Clock, Pool: pool})
 		if err != nil {
 			return err
 		}
@@ -177,6 +222,10 @@ func (c *Client) Stop(ctx context.Context) error {
 	for _, w := range workers {
 		wg.Go(func() {
 			if err := w.Stop(ctx); err != nil {
+				var se *workerloop.StopError
+				if errors.As(err, &se) {
+					err = &worker.StopError{Running: se.Running, Err: se.Err}
+				}
 				mu.Lock()
 				errs = append(errs, err)
 				mu.Unlock()

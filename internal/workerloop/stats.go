@@ -1,4 +1,4 @@
-package worker
+package workerloop
 
 import (
 	"sync/atomic"
@@ -6,6 +6,7 @@ import (
 	"github.com/shardq/shardq/shardqtype"
 )
 
+// stats counts what a worker did; Stats is a snapshot of it.
 type stats struct {
 	acquired, started, succeeded, failed, panicked, retried        atomic.Uint64
 	deadLettered, acked, leaseLost, lockContended, released, polls atomic.Uint64
