@@ -327,3 +327,65 @@ func requireInvalid(t *testing.T, err error, field string) {
 	require.Equal(t, field, v.Field)
 	require.ErrorIs(t, err, shardq.ErrInvalid)
 }
+
+type rankArgs struct {
+	N int `json:"n"`
+}
+
+func (rankArgs) Kind() string { return "rank" }
+
+// Three queues sharing two handlers in strict order: the lower queues wait only while a
+// higher one has tasks due, and every task runs.
+func TestClientStrictQueueOrder(t *testing.T) {
+	t.Parallel()
+	s := cassandratest.SchemaSession(t)
+	ctx := context.Background()
+	const perQueue = 30
+	queues := []string{"high", "mid", "low"}
+	var mu sync.Mutex
+	started := map[string]int{}
+	var atFirst []map[string]int // started counts when each queue's first task started
+	all := make(chan struct{})
+	workers := shardq.NewWorkers()
+	shardq.AddWorkerFunc(workers, func(_ context.Context, task *shardq.Task[rankArgs]) error {
+		mu.Lock()
+		if started[task.Queue] == 0 {
+			atFirst = append(atFirst, map[string]int{"queue": len(atFirst), queues[0]: started[queues[0]],
+				queues[1]: started[queues[1]], queues[2]: started[queues[2]]})
+			atFirst[len(atFirst)-1][task.Queue] = -1
+		}
+		started[task.Queue]++
+		if started["high"]+started["mid"]+started["low"] == 3*perQueue {
+			close(all)
+		}
+		mu.Unlock()
+		time.Sleep(5 * time.Millisecond) // the work
+		return nil
+	})
+	c, err := shardq.NewClient(s, shardq.Config{Workers: workers, Concurrency: 2, QueueOrder: shardq.QueueStrict,
+		Queues: map[string]shardq.Queue{"high": {Weight: 3}, "mid": {Weight: 2}, "low": {Weight: 1}}})
+	require.NoError(t, err)
+	for _, q := range queues {
+		_, err := shardq.CreateQueue(ctx, s, shardq.QueueConfig{Name: q})
+		require.NoError(t, err)
+		params := make([]shardq.InsertManyParams, perQueue)
+		for i := range params {
+			params[i] = shardq.InsertManyParams{Args: rankArgs{N: i}, Opts: &shardq.InsertOpts{Queue: q}}
+		}
+		_, err = c.InsertMany(ctx, params)
+		require.NoError(t, err)
+	}
+	startClient(t, c)
+	receive(t, all, "every task")
+
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, atFirst, 3)
+	// When mid's first task started, high had at most the two shared handlers' worth left.
+	mid, low := atFirst[1], atFirst[2]
+	require.Equal(t, -1, mid["mid"], "mid started second: %v", atFirst)
+	require.GreaterOrEqual(t, mid["high"], perQueue-2, "%v", atFirst)
+	require.Equal(t, -1, low["low"], "low started last: %v", atFirst)
+	require.Equal(t, perQueue, low["high"], "%v", atFirst)
+	require.GreaterOrEqual(t, low["mid"], perQueue-2, "%v", atFirst)
+}
