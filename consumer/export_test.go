@@ -18,10 +18,10 @@ func SetAfterAck(c *Consumer, f func(error) error) { c.afterAck = f }
 func SetFailRead(c *Consumer, f func(key string) error) { c.failRead = f }
 
 // SetCrash makes c stop, as if its process died, at the steps for which f returns true:
-// "swap" (after writing markers and index entries, before the swap), "relocate" (after
-// writing a lease move's index entry and new marker, before deleting the old marker) and
-// "finish" (after an ack or dead letter, before recording it in the index). f may block,
-// to pause c at a step while a test acts.
+// "swap" (after writing markers and index entries, before the swap), "swapped" (once the
+// swap applied), "relocate" (after writing a lease move's index entry and new marker,
+// before deleting the old marker) and "finish" (after an ack or dead letter, before
+// recording it in the index). f may block, to pause c at a step while a test acts.
 func SetCrash(c *Consumer, f func(step string) bool) { c.crash = f }
 
 // SetFailLookup makes c's index reads of the tasks of rows delivered before (which it
