@@ -163,6 +163,8 @@ type shared struct {
 	q       shardqtype.QueueConfig
 	locker  *locking.Locker
 	signals *signal.Toucher
+	// seen holds the signal cells known touched in their lap (see writeMarkers).
+	seen    *seenCells
 	series  *series.Env
 	leasing store.Leasing
 	// moves writes the index entries of takes: those of takes running at once go in one
@@ -211,7 +213,7 @@ func New(session *gocql.Session, cfg Config) (*Consumer, error) {
 		_, err := index.Write(ctx, ws, cfg.PartitionsInFlight)
 		return err
 	}, 2*MaxAcquire, math.MaxInt)
-	return &Consumer{shared: shared{cfg: cfg, log: cfg.Logger, state: st, cluster: cluster, signals: signals, leasing: st.Store.Leasing(), moves: moves,
+	return &Consumer{shared: shared{cfg: cfg, log: cfg.Logger, state: st, cluster: cluster, signals: signals, seen: &seenCells{}, leasing: st.Store.Leasing(), moves: moves,
 		series: &series.Env{Store: st.Store.Series(), Tasks: st.Store.Tasks(), Clock: cfg.Clock, Cluster: cluster, Log: cfg.Logger, Signals: signals, Bus: st.Bus, Layout: st.Fixed}}}, nil
 }
 
@@ -471,6 +473,11 @@ func (c *Consumer) touchedCells(ctx context.Context, parts []scanplan.Part) scan
 	for cell, v := range cells {
 		out[scanplan.Cell{Bucket: cell.Bucket, Shard: cell.Shard}] = uuid.UUID(v)
 	}
+	seen := make(map[signal.Cell]time.Time, len(cells))
+	for cell := range cells {
+		seen[cell] = c.layout.BucketStart(cell.Bucket + 1)
+	}
+	c.seen.add(c.cfg.Clock.Now(), seen)
 	return out
 }
 

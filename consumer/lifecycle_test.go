@@ -171,57 +171,67 @@ func TestOrphanMarkerOfCrashedTakeDropped(t *testing.T) {
 }
 
 // TestLeaseOfTakerDeadAfterSwapComesBackToEarlierReader: a consumer that dies once its
-// swap applied leaves its task in flight, with a timeout marker in a partition nothing
-// else was written into. A consumer that read that partition earlier in the same bucket
-// delivers the task again once the lease's timeout has passed, never before, and not a
-// lap later when the ring comes back to it.
+// swap applied leaves its task in flight, with a timeout marker in the partition of its
+// deadline, which its round of takes had not touched the signal cell of yet. A consumer
+// that read that partition earlier in the same bucket delivers the task again once the
+// lease's timeout has passed, never before, and not a lap later when the ring comes back
+// to it: whether nothing else was written into that partition ("untouched", its cell
+// showed no touch) or a task due later was ("touched").
 func TestLeaseOfTakerDeadAfterSwapComesBackToEarlierReader(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 1, BucketCount: 20, BucketDuration: time.Minute})
-	ctx := context.Background()
-	// Due in the first bucket, taken 5 s into the second: the marker lies in the second
-	// bucket's partition, whose signal cell nothing else touches.
-	id := e.schedule(producer.Task{Payload: []byte("x"), DueAt: base.Add(59 * time.Second)})[0]
-	e.clock.Add(65 * time.Second)
-	reader, dying := e.consumer(), e.consumer()
+	for _, touched := range []bool{false, true} {
+		t.Run(map[bool]string{false: "untouched", true: "touched"}[touched], func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, shardqtype.QueueConfig{ShardCount: 1, BucketCount: 20, BucketDuration: time.Minute})
+			ctx := context.Background()
+			// Due in the first bucket, taken 5 s into the second: the marker lies in the
+			// second bucket's partition.
+			id := e.schedule(producer.Task{Payload: []byte("x"), DueAt: base.Add(59 * time.Second)})[0]
+			if touched {
+				e.schedule(producer.Task{Payload: []byte("later"), DueAt: base.Add(110 * time.Second)})
+			}
+			e.clock.Add(65 * time.Second)
+			reader, dying := e.consumer(), e.consumer()
 
-	// The reader polls while the dying consumer holds the task's partition: it reads the
-	// marker's partition before the marker is written, and cannot take the task.
-	paused, resume := make(chan struct{}), make(chan struct{})
-	consumer.SetBeforeSwap(dying, func() {
-		close(paused)
-		<-resume
-	})
-	consumer.SetCrash(dying, func(step string) bool { return step == "swapped" })
-	taken := make(chan struct{})
-	go func() {
-		defer close(taken)
-		_, _ = dying.AcquireTasks(ctx, 1)
-	}()
-	<-paused
-	require.Empty(t, e.acquire(reader, 10), "the dying consumer holds the partition")
-	close(resume)
-	<-taken
-	info := e.state(id)
-	require.Equal(t, shardqtype.TaskInFlight, info.State, "the swap applied")
-	deadline := info.Deadline
-	require.True(t, deadline.Equal(e.clock.Now().Add(e.q.DefaultTimeout)))
+			// The reader polls while the dying consumer holds the task's partition: it reads
+			// the marker's partition before the marker is written, and cannot take the task.
+			paused, resume := make(chan struct{}), make(chan struct{})
+			consumer.SetBeforeSwap(dying, func() {
+				close(paused)
+				<-resume
+			})
+			consumer.SetCrash(dying, func(step string) bool { return step == "swapped" })
+			taken := make(chan struct{})
+			go func() {
+				defer close(taken)
+				_, _ = dying.AcquireTasks(ctx, 1)
+			}()
+			<-paused
+			require.Empty(t, e.acquire(reader, 10), "the dying consumer holds the partition")
+			close(resume)
+			<-taken
+			info := e.state(id)
+			require.Equal(t, shardqtype.TaskInFlight, info.State, "the swap applied")
+			deadline := info.Deadline
+			require.True(t, deadline.Equal(e.clock.Now().Add(e.q.DefaultTimeout)))
 
-	// Not before its deadline, then within a few polls after it: well under a lap.
-	for e.clock.Now().Before(deadline) {
-		require.Empty(t, e.acquire(reader, 10), "delivered before its lease ended")
-		e.clock.Add(500 * time.Millisecond)
+			// Not before its deadline, then within a few polls after it: well under a lap.
+			for e.clock.Now().Before(deadline) {
+				require.Empty(t, e.acquire(reader, 10), "delivered before its lease ended")
+				e.clock.Add(500 * time.Millisecond)
+			}
+			var got []*consumer.Task
+			for range 10 {
+				if got = e.acquire(reader, 10); len(got) > 0 {
+					break
+				}
+				e.clock.Add(500 * time.Millisecond)
+			}
+			require.Equal(t, []uuid.UUID{id}, ids(got), "not delivered again within 5 s of its deadline (%v)", deadline)
+			require.Equal(t, 2, got[0].Attempt)
+			require.NoError(t, reader.AckTasks(ctx, got...))
+		})
 	}
-	var got []*consumer.Task
-	for range 10 {
-		if got = e.acquire(reader, 10); len(got) > 0 {
-			break
-		}
-		e.clock.Add(500 * time.Millisecond)
-	}
-	require.Equal(t, []uuid.UUID{id}, ids(got), "not delivered again within 5 s of its deadline (%v)", deadline)
-	require.Equal(t, 2, got[0].Attempt)
-	require.NoError(t, reader.AckTasks(ctx, got...))
 }
 
 // TestAckedTaskNotFoundWithoutRetention: by default an acked task is forgotten.

@@ -104,6 +104,9 @@ func (ts *Touches) Add(l shard.Layout, id, taskID uuid.UUID) {
 		Needed: l.BucketStart(b + int64(l.BucketCount))})
 }
 
+// List returns the entries gathered, to write them without a Toucher (Writer.Touch).
+func (ts *Touches) List() []Touch { return ts.list }
+
 // Touch is an entry to touch: Earliest is the earliest visible time among the rows just
 // written into it, which the entry records (as a timeuuid that also makes every touch
 // unique), and Until the end of its bucket, which the cell outlives by a day. Needed is
