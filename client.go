@@ -18,8 +18,10 @@ import (
 
 	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/internal/defaults"
+	"github.com/shardq/shardq/internal/sessionstate"
 	"github.com/shardq/shardq/internal/slots"
 	"github.com/shardq/shardq/internal/taskmeta"
+	"github.com/shardq/shardq/internal/wakewatch"
 	"github.com/shardq/shardq/internal/workerloop"
 	"github.com/shardq/shardq/producer"
 	"github.com/shardq/shardq/shard"
@@ -97,9 +99,11 @@ type Client struct {
 	session  *gocql.Session
 	producer *producer.Producer
 
-	mu      sync.Mutex
-	started bool
-	workers map[string]*workerloop.Worker // by queue, once started
+	mu        sync.Mutex
+	started   bool
+	workers   map[string]*workerloop.Worker // by queue, once started
+	stopWatch context.CancelFunc            // ends the watch of the queues' signals
+	watched   chan struct{}                 // closed when the watch has ended
 }
 
 // NewClient returns a Client reading and writing through session, whose keyspace holds
@@ -175,7 +179,7 @@ func (c *Client) Start(ctx context.Context) error {
 	for _, name := range names {
 		w, err := workerloop.New(c.session, workerloop.Config{Queue: name, Handler: worker.HandlerFunc(c.run),
 			Concurrency: c.cfg.Queues[name].Concurrency, MaxAttempts: c.cfg.MaxAttempts, Backoff: c.cfg.Backoff,
-			Observer: c.cfg.Observer, Logger: c.cfg.Logger, Clock: c.cfg.Clock, Pool: pool})
+			Observer: c.cfg.Observer, Logger: c.cfg.Logger, Clock: c.cfg.Clock, Pool: pool, SharedSignals: true})
 		if err != nil {
 			return err
 		}
@@ -190,6 +194,22 @@ func (c *Client) Start(ctx context.Context) error {
 		}
 	}
 	c.started, c.workers = true, workers
+	if len(names) > 0 {
+		st := sessionstate.For(c.session, c.cfg.Logger)
+		watchCtx, stop := context.WithCancel(ctx)
+		c.stopWatch, c.watched = stop, make(chan struct{})
+		var clock Clock = st.Cluster
+		if c.cfg.Clock != nil {
+			clock = c.cfg.Clock
+		}
+		watch := wakewatch.New(st, wakewatch.Config{Queues: names, Interval: worker.DefaultSignalInterval,
+			Ahead: worker.DefaultMaxIdleInterval, MaxClockSkew: consumer.DefaultMaxClockSkew,
+			Clock: clock, Logger: c.cfg.Logger})
+		go func() {
+			defer close(c.watched)
+			watch.Run(watchCtx)
+		}()
+	}
 	return nil
 }
 
@@ -214,8 +234,12 @@ func (c *Client) run(ctx context.Context, t *consumer.Task) error {
 // that was not started does nothing.
 func (c *Client) Stop(ctx context.Context) error {
 	c.mu.Lock()
-	workers := c.workers
+	workers, stopWatch, watched := c.workers, c.stopWatch, c.watched
 	c.mu.Unlock()
+	if stopWatch != nil {
+		stopWatch()
+		<-watched
+	}
 	errs := make([]error, 0, len(workers))
 	var mu sync.Mutex
 	var wg sync.WaitGroup

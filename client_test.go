@@ -3,16 +3,21 @@ package shardq_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/inspect"
 	"github.com/shardq/shardq/internal/cassandratest"
+	"github.com/shardq/shardq/worker"
 )
 
 type emailArgs struct {
@@ -388,4 +393,66 @@ func TestClientStrictQueueOrder(t *testing.T) {
 	require.Equal(t, -1, low["low"], "low started last: %v", atFirst)
 	require.Equal(t, perQueue, low["high"], "%v", atFirst)
 	require.GreaterOrEqual(t, low["mid"], perQueue-2, "%v", atFirst)
+}
+
+// signalReads counts the reads of wake-up signals a session sends: of several queues at
+// once (the client's), and of one (a consumer's, or a worker's of its own).
+type signalReads struct{ many, one atomic.Int64 }
+
+func (r *signalReads) ObserveQuery(_ context.Context, q gocql.ObservedQuery) {
+	switch {
+	case !strings.Contains(q.Statement, "shards FROM queue_signals"):
+	case strings.Contains(q.Statement, "queue IN"):
+		r.many.Add(1)
+	default:
+		r.one.Add(1)
+	}
+}
+
+// An idle client reads the wake-up signals of all its queues in one request per interval,
+// and a task another process schedules for now wakes it through them, long before its
+// next poll.
+func TestClientReadsSignalsOnceForAllQueues(t *testing.T) {
+	t.Parallel()
+	ks := cassandratest.SchemaKeyspace(t)
+	reads := &signalReads{}
+	s := cassandratest.SessionFor(t, ks, func(c *gocql.ClusterConfig) { c.QueryObserver = reads })
+	ctx := context.Background()
+	queues := map[string]shardq.Queue{}
+	for i := range 5 {
+		name := fmt.Sprintf("q%d", i)
+		queues[name] = shardq.Queue{}
+		_, err := shardq.CreateQueue(ctx, s, shardq.QueueConfig{Name: name})
+		require.NoError(t, err)
+	}
+	ran := make(chan time.Time, 1)
+	workers := shardq.NewWorkers()
+	shardq.AddWorkerFunc(workers, func(context.Context, *shardq.Task[emailArgs]) error {
+		ran <- time.Now()
+		return nil
+	})
+	c, err := shardq.NewClient(s, shardq.Config{Workers: workers, Queues: queues})
+	require.NoError(t, err)
+	startClient(t, c)
+
+	// Idle for a while: each worker polls once at start, then waits up to 10 s.
+	time.Sleep(2 * time.Second)
+	many, one := reads.many.Load(), reads.one.Load()
+	window := 4 * time.Second
+	time.Sleep(window)
+	many, one = reads.many.Load()-many, reads.one.Load()-one
+	intervals := int64(window / worker.DefaultSignalInterval)
+	require.InDelta(t, intervals, many, 3, "one read per interval for all five queues")
+	// Each queue's consumer reads its cells at its own polls, every 8-10 s when idle:
+	// reading them every interval would be 5 x 16.
+	require.LessOrEqual(t, one, int64(5*2*2), "no queue's worker reads its signals every interval")
+
+	// Another process (another session: another in-process bus) schedules a task for now.
+	other, err := shardq.NewClient(cassandratest.SessionFor(t, ks), shardq.Config{})
+	require.NoError(t, err)
+	inserted := time.Now()
+	_, err = other.Insert(ctx, emailArgs{To: "dave"}, &shardq.InsertOpts{Queue: "q3"})
+	require.NoError(t, err)
+	at := receive(t, ran, "the task")
+	require.Less(t, at.Sub(inserted), 3*time.Second, "woken by the signal, not the 10 s poll")
 }

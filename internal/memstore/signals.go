@@ -3,6 +3,7 @@ package memstore
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"time"
 
@@ -72,6 +73,20 @@ func (g signals) Cells(ctx context.Context, queue string, from, to int64) (map[s
 		for _, e := range r.entries {
 			cells[signal.Cell{Queue: queue, Bucket: r.bucket, Shard: int(e.k)}] = e.v.(gocql.UUID)
 		}
+	}
+	return cells, nil
+}
+
+// CellsOf reads each ring's cells as Cells does: the gate sees a request per ring, where
+// a node is sent one IN read for all of them.
+func (g signals) CellsOf(ctx context.Context, rings []string, from, to int64) (map[signal.Cell]gocql.UUID, error) {
+	cells := map[signal.Cell]gocql.UUID{}
+	for _, ring := range rings {
+		got, err := g.Cells(ctx, ring, from, to)
+		if err != nil {
+			return nil, err
+		}
+		maps.Copy(cells, got)
 	}
 	return cells, nil
 }

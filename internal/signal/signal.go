@@ -123,6 +123,9 @@ type Touch struct {
 const (
 	touchStmt = `UPDATE queue_signals USING TTL ? SET shards = shards + ?, slots = slots + ? WHERE queue = ? AND bucket = ?`
 	readStmt  = `SELECT bucket, shards FROM queue_signals WHERE queue = ? AND bucket >= ? AND bucket <= ?`
+	// readRingsStmt reads the cells of several rings whose buckets are numbered alike
+	// (their layouts' buckets are as long) in one request.
+	readRingsStmt = `SELECT queue, bucket, shards FROM queue_signals WHERE queue IN ? AND bucket >= ? AND bucket <= ?`
 	// Write times of a map come in the order of its keys.
 	readSlotsStmt = `SELECT bucket, slots, writetime(slots) FROM queue_signals WHERE queue = ? AND bucket >= ? AND bucket <= ?`
 )
@@ -374,6 +377,26 @@ func Cells(ctx context.Context, session *gocql.Session, queue string, from, to i
 	}
 	if err := iter.Close(); err != nil {
 		return nil, fmt.Errorf("signal: reading %s: %w", queue, err)
+	}
+	return cells, nil
+}
+
+// CellsOf reads the cells of buckets from..to of each of rings, whose layouts' buckets
+// are equally long, in one request.
+func CellsOf(ctx context.Context, session *gocql.Session, rings []string, from, to int64) (map[Cell]gocql.UUID, error) {
+	cells := map[Cell]gocql.UUID{}
+	iter := cql.Query(session, readRingsStmt, rings, from, to).WithContext(ctx).Iter()
+	var ring string
+	var bucket int64
+	var shards map[int]gocql.UUID
+	for iter.Scan(&ring, &bucket, &shards) {
+		for s, v := range shards {
+			cells[Cell{Queue: ring, Bucket: bucket, Shard: s}] = v
+		}
+		shards = nil
+	}
+	if err := iter.Close(); err != nil {
+		return nil, fmt.Errorf("signal: reading %v: %w", rings, err)
 	}
 	return cells, nil
 }

@@ -84,6 +84,10 @@ func (s signals) Cells(ctx context.Context, queue string, from, to int64) (map[s
 	return signal.Cells(ctx, s.session, queue, from, to)
 }
 
+func (s signals) CellsOf(ctx context.Context, rings []string, from, to int64) (map[signal.Cell]gocql.UUID, error) {
+	return signal.CellsOf(ctx, s.session, rings, from, to)
+}
+
 func (s signals) LastTouches(ctx context.Context, queue string, from, to int64) (map[signal.Cell]signal.Slots, map[signal.Entry]time.Time, error) {
 	return signal.LastTouches(ctx, s.session, queue, from, to)
 }

@@ -200,6 +200,9 @@ type Signals interface {
 	Touch(ctx context.Context, cells []signal.Touch) error
 	// Cells reads the cells of queue's buckets from..to.
 	Cells(ctx context.Context, queue string, from, to int64) (map[signal.Cell]gocql.UUID, error)
+	// CellsOf reads the cells of buckets from..to of rings whose buckets are equally
+	// long, in one request.
+	CellsOf(ctx context.Context, rings []string, from, to int64) (map[signal.Cell]gocql.UUID, error)
 	// LastTouches reads the slots of those cells and when each was last touched.
 	LastTouches(ctx context.Context, queue string, from, to int64) (map[signal.Cell]signal.Slots, map[signal.Entry]time.Time, error)
 }

@@ -77,6 +77,20 @@ func (b *Bus) Wake(queue string, due time.Time) {
 		b.woken = map[string]uint64{}
 	}
 	b.woken[queue]++
+	b.wake(queue, due)
+}
+
+// Signalled tells queue's subscribers that a process's signal touch, read from the store,
+// announced a row visible at due. Unlike Wake it leaves Woken as it is: the touch is
+// already there for the consumer to read.
+func (b *Bus) Signalled(queue string, due time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.wake(queue, due)
+}
+
+// wake signals queue's subscribers for due. b.mu is held.
+func (b *Bus) wake(queue string, due time.Time) {
 	for s := range b.subs[queue] {
 		s.mu.Lock()
 		if s.earliest.IsZero() || due.Before(s.earliest) {

@@ -92,6 +92,10 @@ type Config struct {
 	// leases holds one of its slots too, until its handler is done, and the worker leases
 	// no task ahead of a free handler, so that a slot it holds is one a handler uses.
 	Pool *slots.Pool
+	// SharedSignals says the client reads the queue's wake-up signals for all its queues
+	// at once (internal/wakewatch) and passes them on through the bus, so the worker reads
+	// none of its own.
+	SharedSignals bool
 }
 
 // DefaultBackoff waits 2^(attempt-1) seconds, at most an hour, with ±10% jitter. The
@@ -526,13 +530,17 @@ func (w *Worker) wait(ctx context.Context, sub *wakeup.Sub, wake, notBefore, loo
 	wake = later(wake, notBefore)
 	timer := time.NewTimer(time.Until(wake))
 	defer timer.Stop()
-	tick := time.NewTicker(w.cfg.SignalInterval)
-	defer tick.Stop()
+	var ticks <-chan time.Time
+	if !w.cfg.SharedSignals {
+		tick := time.NewTicker(w.cfg.SignalInterval)
+		defer tick.Stop()
+		ticks = tick.C
+	}
 	for {
 		select {
 		case <-timer.C:
 			return true
-		case <-tick.C:
+		case <-ticks:
 			select {
 			case <-timer.C:
 				// Both came due at once: the wake-up, without a read of the signals. (The
