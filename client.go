@@ -246,10 +246,6 @@ func (c *Client) Stop(ctx context.Context) error {
 	for _, w := range workers {
 		wg.Go(func() {
 			if err := w.Stop(ctx); err != nil {
-				var se *workerloop.StopError
-				if errors.As(err, &se) {
-					err = &worker.StopError{Running: se.Running, Err: se.Err}
-				}
 				mu.Lock()
 				errs = append(errs, err)
 				mu.Unlock()

@@ -6,8 +6,6 @@ package worker
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"time"
 
@@ -118,37 +116,16 @@ type Config struct {
 // DefaultBackoff exceeds from attempt 12).
 func DefaultBackoff(attempt int) time.Duration { return workerloop.DefaultBackoff(attempt) }
 
-// Stats counts what a worker did since it was made.
-type Stats struct {
-	Acquired      uint64 // tasks leased
-	Started       uint64 // handlers started
-	Succeeded     uint64
-	Failed        uint64 // handler errors and panics
-	Panicked      uint64
-	Retried       uint64
-	DeadLettered  uint64
-	Acked         uint64
-	LeaseLost     uint64
-	LockContended uint64
-	Released      uint64 // leased but never started, given back at stop
-	Expired       uint64 // leased but not started: the lease ran out while it waited
-	Polls         uint64 // AcquireTasks calls
-	Running       int64  // handlers running now
-}
+// Stats counts what a worker did since it was made: tasks leased, started, succeeded,
+// failed, panicked, retried, dead-lettered, acked; leases lost; locks contended; tasks
+// given back at stop (Released) or dropped because their lease ran out before a handler
+// was free (Expired); AcquireTasks calls (Polls); handlers running now.
+type Stats = workerloop.Stats
 
 // StopError is returned by Stop (and RunUntil) when its context ends before the worker
 // has stopped. The handlers still running then have had their contexts cancelled; their
 // tasks come back after their timeout. It matches the context's error with errors.Is.
-type StopError struct {
-	Running int   // handlers still running when Stop returned
-	Err     error // the context's error
-}
-
-func (e *StopError) Error() string {
-	return fmt.Sprintf("worker: stop: %d handlers still running: %v", e.Running, e.Err)
-}
-
-func (e *StopError) Unwrap() error { return e.Err }
+type StopError = workerloop.StopError
 
 // Worker runs a Handler on a queue's tasks.
 type Worker struct {
@@ -170,7 +147,7 @@ func New(session *gocql.Session, cfg Config) (*Worker, error) {
 }
 
 // Stats returns a snapshot of the worker's counters.
-func (w *Worker) Stats() Stats { return Stats(w.w.Stats()) }
+func (w *Worker) Stats() Stats { return w.w.Stats() }
 
 // Start begins leasing and handling tasks in the background, until Stop. Cancelling ctx
 // stops the worker hard: handlers' contexts end and nothing more is acked. Start returns
@@ -184,7 +161,7 @@ func (w *Worker) Start(ctx context.Context) error { return w.w.Start(ctx) }
 // finished goes on being acked in the background (a later Stop waits for it). Stop
 // returns an error if the worker was not started. It may be called more than once, and
 // from several goroutines, also while Start runs; each call waits.
-func (w *Worker) Stop(ctx context.Context) error { return stopError(w.w.Stop(ctx)) }
+func (w *Worker) Stop(ctx context.Context) error { return w.w.Stop(ctx) }
 
 // RunUntil works until shortly before deadline, for processes that a scheduler starts
 // every so often. It stops leasing tasks when the average handling time so far, doubled,
@@ -194,14 +171,5 @@ func (w *Worker) Stop(ctx context.Context) error { return stopError(w.w.Stop(ctx
 // when handlers that ignore their context were still running at the deadline, and an
 // error if the worker was started before. No tasks are prefetched in this mode.
 func (w *Worker) RunUntil(ctx context.Context, deadline time.Time) error {
-	return stopError(w.w.RunUntil(ctx, deadline))
-}
-
-// stopError is err with the engine's *StopError made this package's.
-func stopError(err error) error {
-	var se *workerloop.StopError
-	if errors.As(err, &se) {
-		return &StopError{Running: se.Running, Err: se.Err}
-	}
-	return err
+	return w.w.RunUntil(ctx, deadline)
 }

@@ -109,7 +109,7 @@ func DefaultBackoff(attempt int) time.Duration {
 	return time.Duration(float64(d) * (0.9 + 0.2*random.Float64()))
 }
 
-// Stats counts what a worker did since it was made.
+// Stats counts what a worker did since it was made (worker.Stats).
 type Stats struct {
 	Acquired      uint64 // tasks leased
 	Started       uint64 // handlers started
@@ -127,9 +127,7 @@ type Stats struct {
 	Running       int64  // handlers running now
 }
 
-// StopError is returned by Stop (and RunUntil) when its context ends before the worker
-// has stopped. The handlers still running then have had their contexts cancelled; their
-// tasks come back after their timeout. It matches the context's error with errors.Is.
+// StopError says how many handlers still ran when Stop's context ended (worker.StopError).
 type StopError struct {
 	Running int   // handlers still running when Stop returned
 	Err     error // the context's error
