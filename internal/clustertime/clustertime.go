@@ -43,6 +43,15 @@ type Coordinator interface {
 // Host is the clock this host keeps; tests give a skewed one.
 type Host interface{ Now() time.Time }
 
+// Stepping is a Host whose wall clock may be stepped (by NTP, or a VM resumed) apart from
+// a clock that only runs: Elapsed is the time run since an instant Now returned. The
+// system's clock needs no such method: the times time.Now returns carry a monotonic
+// reading, which their Sub uses.
+type Stepping interface {
+	Host
+	Elapsed(since time.Time) time.Duration
+}
+
 type systemClock struct{}
 
 func (systemClock) Now() time.Time { return time.Now() }
@@ -56,7 +65,11 @@ type Clock struct {
 	measured chan struct{} // closed once it ended
 
 	mu        sync.Mutex
-	offset    time.Duration // cluster minus host
+	offset    time.Duration // cluster minus host, at the last measure
+	// anchor is the host's time of the last measure and cluster the cluster's time then:
+	// the cluster's time is told from them and the time run since, so a step of the host's
+	// wall clock between two measures moves nothing.
+	anchor, cluster time.Time
 	attempted time.Time     // host time of the last measure, done or failed; zero before
 	failed    bool          // the last measure failed
 	known     bool          // a measure succeeded
@@ -81,12 +94,12 @@ func New(coord Coordinator, host Host, log *slog.Logger) *Clock {
 func (c *Clock) Now() time.Time {
 	now := c.host.Now()
 	c.mu.Lock()
-	off := c.offset
+	anchor, cluster, known := c.anchor, c.cluster, c.known
 	every := Refresh
 	if c.failed {
 		every = RetryFailed
 	}
-	stale := !c.measuring && !c.attempted.IsZero() && now.Sub(c.attempted) >= every
+	stale := !c.measuring && !c.attempted.IsZero() && c.elapsed(now, c.attempted) >= every
 	if stale {
 		c.measuring = true
 	}
@@ -94,7 +107,18 @@ func (c *Clock) Now() time.Time {
 	if stale {
 		go c.measureInBackground()
 	}
-	return now.Add(off)
+	if !known {
+		return now
+	}
+	return cluster.Add(c.elapsed(now, anchor))
+}
+
+// elapsed is the time run from since to now, two times the host's clock returned.
+func (c *Clock) elapsed(now, since time.Time) time.Duration {
+	if s, ok := c.host.(Stepping); ok {
+		return s.Elapsed(since) - s.Elapsed(now)
+	}
+	return now.Sub(since)
 }
 
 // Ready measures the offset the first time it is called, and waits for that measure, so
@@ -137,6 +161,7 @@ func (c *Clock) measureInBackground() {
 // taken from the sample with the shortest round trip.
 func (c *Clock) Measure(ctx context.Context) (time.Duration, error) {
 	best, bestRTT := time.Duration(0), time.Duration(-1)
+	var anchor, cluster time.Time
 	var err error
 	for range samples {
 		sent := c.host.Now()
@@ -145,8 +170,9 @@ func (c *Clock) Measure(ctx context.Context) (time.Duration, error) {
 			break
 		}
 		got := c.host.Now()
-		if rtt := got.Sub(sent); bestRTT < 0 || rtt < bestRTT {
+		if rtt := c.elapsed(got, sent); bestRTT < 0 || rtt < bestRTT {
 			best, bestRTT = at.Sub(sent.Add(rtt/2)), rtt
+			anchor, cluster = sent.Add(rtt/2), at
 		}
 	}
 	c.mu.Lock()
@@ -155,7 +181,7 @@ func (c *Clock) Measure(ctx context.Context) (time.Duration, error) {
 	if bestRTT < 0 {
 		return 0, fmt.Errorf("clustertime: reading a coordinator's clock: %w", err)
 	}
-	c.offset, c.known = best, true
+	c.offset, c.anchor, c.cluster, c.known = best, anchor, cluster, true
 	if best.Abs() > WriteLag/2 {
 		c.log.WarnContext(ctx, "this host's clock is off the cluster's; shardq corrects its times, but fix the host's time sync",
 			"offset", best)

@@ -3,6 +3,7 @@ package clustertime_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -76,4 +77,65 @@ func TestFailedMeasureRetriedSoon(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	require.InDelta(t, float64(-5*time.Second), float64(c.Offset()), float64(100*time.Millisecond))
+}
+
+// steppedHost is a host whose wall clock is stepped forward by step once run reaches
+// stepAt, while the time run goes on evenly.
+type steppedHost struct {
+	mu                sync.Mutex
+	base              time.Time
+	run, step, stepAt time.Duration
+}
+
+func (h *steppedHost) Now() time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.run >= h.stepAt {
+		return h.base.Add(h.run + h.step)
+	}
+	return h.base.Add(h.run)
+}
+
+func (h *steppedHost) Elapsed(since time.Time) time.Duration {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	at := since.Sub(h.base)
+	if at >= h.stepAt+h.step {
+		at -= h.step
+	}
+	return h.run - at
+}
+
+func (h *steppedHost) advance(d time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.run += d
+}
+
+// clusterOf is a coordinator whose clock is the host's time run, ahead by lead.
+type clusterOf struct {
+	h    *steppedHost
+	lead time.Duration
+}
+
+func (c clusterOf) Now(context.Context) (time.Time, error) {
+	c.h.mu.Lock()
+	defer c.h.mu.Unlock()
+	return c.h.base.Add(c.h.run + c.lead), nil
+}
+
+// A step of the host's wall clock between two measures (NTP stepping it 4 s, a VM
+// resumed) leaves the cluster's time as it runs: it is told from the last measure and the
+// time run since, not from the wall clock.
+func TestHostClockStepMovesNothing(t *testing.T) {
+	t.Parallel()
+	h := &steppedHost{base: time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC), step: 4 * time.Second, stepAt: 5 * time.Second}
+	c := clustertime.New(clusterOf{h: h, lead: time.Second}, h, nil)
+	c.Ready(context.Background())
+	require.Equal(t, time.Second, c.Offset())
+	require.Equal(t, h.base.Add(time.Second), c.Now())
+
+	h.advance(10 * time.Second) // past the step
+	require.Equal(t, h.base.Add(14*time.Second), h.Now(), "the host's wall clock stepped")
+	require.Equal(t, h.base.Add(11*time.Second), c.Now(), "the cluster's time did not")
 }
