@@ -345,7 +345,7 @@ func TestClientStrictQueueOrder(t *testing.T) {
 	t.Parallel()
 	s := cassandratest.SchemaSession(t)
 	ctx := context.Background()
-	const perQueue = 30
+	const perQueue = 12
 	queues := []string{"high", "mid", "low"}
 	var mu sync.Mutex
 	started := map[string]int{}
