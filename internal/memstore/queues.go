@@ -2,6 +2,7 @@ package memstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -137,6 +138,23 @@ func (q queues) Status(ctx context.Context, name string, serial bool) (store.Que
 		return store.QueueStatus{}, fmt.Errorf("%w: queue %q", store.ErrNotFound, name)
 	}
 	return *st, nil
+}
+
+// StatusesOf reads each queue's status as Status does: the gate sees a request per
+// queue, where a node is sent one IN read for all of them.
+func (q queues) StatusesOf(ctx context.Context, names []string) (map[string]store.QueueStatus, error) {
+	out := map[string]store.QueueStatus{}
+	for _, name := range names {
+		st, err := q.Status(ctx, name, false)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+		case err != nil:
+			return nil, err
+		default:
+			out[name] = st
+		}
+	}
+	return out, nil
 }
 
 func (q queues) Statuses(ctx context.Context) (map[string]store.QueueStatus, error) {

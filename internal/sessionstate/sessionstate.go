@@ -208,6 +208,51 @@ func (s *State) LayoutOf(q shardqtype.QueueConfig, key string) shard.Layout {
 	return last.layouts.Gens[g].Layout
 }
 
+// Refresh reads the status of the queues named in one request when one of them was read
+// half shardqtype.SettingsRefresh ago or longer, so that a part working many queues (a
+// client's watch of their signals) keeps every one fresh, for Paused and Layouts, at the
+// price of one read. A queue it cannot read is left to those calls' own reads.
+func (s *State) Refresh(ctx context.Context, names []string) error {
+	s.pausedMu.Lock()
+	stale := false
+	for _, name := range names {
+		if last, ok := s.paused[name]; !ok || time.Since(last.at) >= shardqtype.SettingsRefresh/2 {
+			stale = true
+			break
+		}
+	}
+	s.pausedMu.Unlock()
+	if !stale {
+		return nil
+	}
+	sent := time.Now()
+	sts, err := s.Store.Queues().StatusesOf(ctx, names)
+	if err != nil {
+		return fmt.Errorf("shardq: reading the state of queues %v: %w", names, err)
+	}
+	for name, st := range sts {
+		q, err := s.Queue(ctx, name)
+		if err != nil {
+			continue
+		}
+		h, err := layouts.Decode(q.Layout(), st.Layouts)
+		if err != nil {
+			continue
+		}
+		s.keep(name, pauseRead{paused: st.Paused, layouts: h, at: sent})
+	}
+	return nil
+}
+
+// keep caches read as queue name's status, unless a read sent later is cached already.
+func (s *State) keep(name string, read pauseRead) {
+	s.pausedMu.Lock()
+	defer s.pausedMu.Unlock()
+	if cur, ok := s.paused[name]; !ok || cur.at.Before(read.at) {
+		s.paused[name] = read
+	}
+}
+
 // status reads queue name's status at most shardqtype.SettingsRefresh ago.
 func (s *State) status(ctx context.Context, name string) (pauseRead, error) {
 	s.pausedMu.Lock()
@@ -233,10 +278,6 @@ func (s *State) status(ctx context.Context, name string) (pauseRead, error) {
 		return pauseRead{}, err
 	}
 	read := pauseRead{paused: st.Paused, layouts: h, at: sent}
-	s.pausedMu.Lock()
-	if cur, ok := s.paused[name]; !ok || cur.at.Before(sent) {
-		s.paused[name] = read
-	}
-	s.pausedMu.Unlock()
+	s.keep(name, read)
 	return read, nil
 }

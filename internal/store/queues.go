@@ -78,7 +78,15 @@ func (s queues) Status(ctx context.Context, name string, serial bool) (QueueStat
 }
 
 func (s queues) Statuses(ctx context.Context) (map[string]QueueStatus, error) {
-	iter := cql.Query(s.session, `SELECT name, created_at, paused, layouts FROM queues`).WithContext(ctx).Iter()
+	return scanStatuses(cql.Query(s.session, `SELECT name, created_at, paused, layouts FROM queues`).WithContext(ctx).Iter())
+}
+
+func (s queues) StatusesOf(ctx context.Context, names []string) (map[string]QueueStatus, error) {
+	return scanStatuses(cql.Query(s.session, `SELECT name, created_at, paused, layouts FROM queues WHERE name IN ?`, names).WithContext(ctx).Iter())
+}
+
+// scanStatuses reads the rows of a query of statuses, by name.
+func scanStatuses(iter *gocql.Iter) (map[string]QueueStatus, error) {
 	out := map[string]QueueStatus{}
 	var name, layouts string
 	var at time.Time

@@ -151,6 +151,9 @@ type Queues interface {
 	Status(ctx context.Context, name string, serial bool) (QueueStatus, error)
 	// Statuses reads every queue's status, by name.
 	Statuses(ctx context.Context) (map[string]QueueStatus, error)
+	// StatusesOf reads the status of the queues named, in one request; a queue that does
+	// not exist is left out.
+	StatusesOf(ctx context.Context, names []string) (map[string]QueueStatus, error)
 	// SetPaused pauses or resumes queue name, and reports false when there is no such
 	// queue. It is conditional, and never retried.
 	SetPaused(ctx context.Context, name string, paused bool) (bool, error)

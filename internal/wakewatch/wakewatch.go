@@ -73,6 +73,9 @@ func (w *Watch) read(ctx context.Context, now, since time.Time) bool {
 	groups := map[time.Duration][]shard.Layout{} // by bucket length
 	queueOf := map[string]string{}               // ring -> queue
 	ok := true
+	if err := w.state.Refresh(ctx, w.cfg.Queues); err != nil && ctx.Err() == nil {
+		w.cfg.Logger.WarnContext(ctx, "reading the queues' state", "error", err)
+	}
 	for _, q := range w.cfg.Queues {
 		h, err := w.state.Layouts(ctx, q)
 		if err != nil {
