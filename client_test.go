@@ -456,3 +456,40 @@ func TestClientReadsSignalsOnceForAllQueues(t *testing.T) {
 	at := receive(t, ran, "the task")
 	require.Less(t, at.Sub(inserted), 3*time.Second, "woken by the signal, not the 10 s poll")
 }
+
+// Another process schedules X for now, then Y due later in the same bucket and shard,
+// between two reads of the client's signals: the shard's signal entry keeps the time of
+// the last touch only (Y's), and X must not wait for it, nor for the next idle poll.
+func TestClientWakesForATaskDueNowBehindALaterOne(t *testing.T) {
+	t.Parallel()
+	ks := cassandratest.SchemaKeyspace(t)
+	s := cassandratest.SessionFor(t, ks)
+	ctx := context.Background()
+	_, err := shardq.CreateQueue(ctx, s, shardq.QueueConfig{Name: "q", ShardCount: 1})
+	require.NoError(t, err)
+	ran := make(chan string, 4)
+	inserted := make(chan time.Time, 1)
+	workers := shardq.NewWorkers()
+	shardq.AddWorkerFunc(workers, func(_ context.Context, task *shardq.Task[emailArgs]) error {
+		ran <- task.Args.To
+		return nil
+	})
+	// Start just before a bucket begins: the first poll is then, the next 8-10 s later.
+	const bucket = shardq.DefaultBucketDuration
+	time.Sleep(time.Until(time.Now().Truncate(bucket).Add(bucket - 500*time.Millisecond)))
+	c, err := shardq.NewClient(s, shardq.Config{Workers: workers, Queues: map[string]shardq.Queue{"q": {}}})
+	require.NoError(t, err)
+	startClient(t, c)
+	time.Sleep(time.Until(time.Now().Truncate(bucket).Add(bucket + 200*time.Millisecond)))
+
+	other, err := shardq.NewClient(cassandratest.SessionFor(t, ks), shardq.Config{})
+	require.NoError(t, err)
+	at := time.Now()
+	_, err = other.Insert(ctx, emailArgs{To: "x"}, &shardq.InsertOpts{Queue: "q"})
+	require.NoError(t, err)
+	_, err = other.Insert(ctx, emailArgs{To: "y"}, &shardq.InsertOpts{Queue: "q", DueAt: at.Truncate(bucket).Add(bucket - 100*time.Millisecond)})
+	require.NoError(t, err)
+	inserted <- at
+	require.Equal(t, "x", receive(t, ran, "the task due now"))
+	require.Less(t, time.Since(<-inserted), 3*time.Second, "woken by the signal, not the next poll or the later task's time")
+}

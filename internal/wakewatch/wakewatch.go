@@ -109,12 +109,11 @@ func (w *Watch) read(ctx context.Context, now, since time.Time) bool {
 			continue
 		}
 		for c, v := range cells {
-			at := shard.IDTime(uuid.UUID(v))
-			if w.seen[c] != v && !at.Before(since) {
-				q := queueOf[c.Queue]
-				if due, found := woken[q]; !found || at.Before(due) {
-					woken[q] = at
-				}
+			// An entry keeps the earliest row time of its last touch only: a row due sooner,
+			// touched just before, may hide behind it. So a change wakes the queue now, as a
+			// worker's own read of its signals does.
+			if w.seen[c] != v && !shard.IDTime(uuid.UUID(v)).Before(since) {
+				woken[queueOf[c.Queue]] = now
 			}
 			w.seen[c] = v
 		}
