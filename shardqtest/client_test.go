@@ -2,6 +2,7 @@ package shardqtest_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -70,4 +71,63 @@ func receive[T any](t *testing.T, ch <-chan T) T {
 		t.Fatal("nothing received within 30 s")
 		panic("unreachable")
 	}
+}
+
+type slowArgs struct{}
+
+func (slowArgs) Kind() string { return "slow" }
+
+type fastArgs struct{}
+
+func (fastArgs) Kind() string { return "fast" }
+
+// Queues sharing a client's Concurrency lease no task ahead of their own handlers: a
+// queue with one busy handler holds one slot, and another queue's task starts at once on
+// the slots left.
+func TestNewClientPooledQueueLeasesNoMoreThanItsHandlers(t *testing.T) {
+	t.Parallel()
+	release, fastRan := make(chan struct{}), make(chan struct{}, 1)
+	workers := shardq.NewWorkers()
+	shardq.AddWorkerFunc(workers, func(ctx context.Context, _ *shardq.Task[slowArgs]) error {
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return nil
+	})
+	shardq.AddWorkerFunc(workers, func(context.Context, *shardq.Task[fastArgs]) error {
+		fastRan <- struct{}{}
+		return nil
+	})
+	var slowLeased atomic.Int64
+	slowStarted := make(chan struct{}, 6)
+	c := shardqtest.NewClient(t, shardq.Config{Workers: workers, Concurrency: 3,
+		Queues: map[string]shardq.Queue{"slow": {Concurrency: 1}, "fast": {Concurrency: 2}},
+		Observer: shardq.ObserverFunc(func(_ context.Context, e shardq.Event) {
+			switch e := e.(type) {
+			case shardq.BatchAcquired:
+				if e.Queue == "slow" {
+					slowLeased.Add(int64(e.Size))
+				}
+			case shardq.TaskStarted:
+				if e.Queue == "slow" {
+					slowStarted <- struct{}{}
+				}
+			}
+		})})
+	ctx := context.Background()
+	require.NoError(t, c.Start(ctx))
+	defer close(release)
+	params := make([]shardq.InsertManyParams, 6)
+	for i := range params {
+		params[i] = shardq.InsertManyParams{Args: slowArgs{}, Opts: &shardq.InsertOpts{Queue: "slow"}}
+	}
+	_, err := c.InsertMany(ctx, params)
+	require.NoError(t, err)
+	receive(t, slowStarted)
+
+	_, err = c.Insert(ctx, fastArgs{}, &shardq.InsertOpts{Queue: "fast"})
+	require.NoError(t, err)
+	receive(t, fastRan)
+	require.Equal(t, int64(1), slowLeased.Load(), "slow leased tasks ahead of its one busy handler")
 }

@@ -245,8 +245,10 @@ func (w *Worker) start(ctx context.Context, deadline time.Time) error {
 	if w.cfg.Prefetch == 0 {
 		slots = w.cfg.Concurrency + MaxPrefetch
 	}
-	if !w.deadline.IsZero() {
-		slots = w.cfg.Concurrency // nothing waits in line when a deadline rules
+	if !w.deadline.IsZero() || w.cfg.Pool != nil {
+		// Nothing waits in line when a deadline rules, or for a pool's slot: a slot held is
+		// one a handler uses.
+		slots = w.cfg.Concurrency
 	}
 	w.tokens = make(chan struct{}, slots)
 	for range slots {
@@ -555,9 +557,12 @@ func (w *Worker) wait(ctx context.Context, sub *wakeup.Sub, wake, notBefore, loo
 				return true
 			}
 		case <-sub.C:
-			if due := sub.Take(); !due.IsZero() && due.Before(wake) {
-				wake = later(due, notBefore)
-				timer.Reset(time.Until(wake))
+			// The bus tells due times by the worker's clock; its timers run on this host's.
+			if due := sub.Take(); !due.IsZero() {
+				if at := time.Now().Add(due.Sub(w.cfg.Clock.Now())); at.Before(wake) {
+					wake = later(at, notBefore)
+					timer.Reset(time.Until(wake))
+				}
 			}
 		case <-w.stopFetch:
 			return false
