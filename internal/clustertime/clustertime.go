@@ -64,15 +64,18 @@ type Clock struct {
 	started  atomic.Bool   // Ready's first measure began
 	measured chan struct{} // closed once it ended
 
-	mu        sync.Mutex
-	offset    time.Duration // cluster minus host, at the last measure
+	mu     sync.Mutex
+	offset time.Duration // cluster minus host, at the last measure
 	// anchor is the host's time of the last measure and cluster the cluster's time then:
 	// the cluster's time is told from them and the time run since, so a step of the host's
 	// wall clock between two measures moves nothing.
 	anchor, cluster time.Time
-	attempted time.Time     // host time of the last measure, done or failed; zero before
-	failed    bool          // the last measure failed
-	known     bool          // a measure succeeded
+	attempted       time.Time // host time of the last measure, done or failed; zero before
+	failed          bool      // the last measure failed
+	known           bool      // a measure succeeded
+	// disagree is set when the wall clock and the time elapsed parted since the last
+	// measure, until the next one succeeds.
+	disagree  bool
 	measuring bool
 }
 
@@ -88,18 +91,34 @@ func New(coord Coordinator, host Host, log *slog.Logger) *Clock {
 	return &Clock{coord: coord, host: host, log: log, measured: make(chan struct{})}
 }
 
-// Now returns the host's time corrected by the last measured offset, and measures again
-// in the background once that is older than Refresh. Until Ready's first measure it is
-// the host's own time.
+// Now returns the cluster's time measured last, run on by the time elapsed since, and
+// measures again in the background once that measure is older than Refresh. Until Ready's
+// first measure it is the host's own time.
+//
+// When the host's wall clock and the time elapsed disagree by more than WriteLag/2 since
+// the measure, the wall clock was stepped (NTP, a VM's guest agent) or the host slept
+// (the monotonic clock stops then): only a measure tells which, so one starts at once,
+// and until it ends Now is the earlier of the two readings, never early, and writes are
+// stamped as unmeasured.
 func (c *Clock) Now() time.Time {
 	now := c.host.Now()
 	c.mu.Lock()
-	anchor, cluster, known := c.anchor, c.cluster, c.known
+	at := now
 	every := Refresh
 	if c.failed {
 		every = RetryFailed
 	}
-	stale := !c.measuring && !c.attempted.IsZero() && c.elapsed(now, c.attempted) >= every
+	stale := !c.attempted.IsZero() && c.elapsed(now, c.attempted) >= every
+	if c.known {
+		at = c.cluster.Add(c.elapsed(now, c.anchor))
+		if wall := now.Add(c.offset); wall.Sub(at).Abs() > WriteLag/2 {
+			c.disagree, stale = true, !c.attempted.IsZero()
+			if wall.Before(at) {
+				at = wall
+			}
+		}
+	}
+	stale = stale && !c.measuring
 	if stale {
 		c.measuring = true
 	}
@@ -107,10 +126,7 @@ func (c *Clock) Now() time.Time {
 	if stale {
 		go c.measureInBackground()
 	}
-	if !known {
-		return now
-	}
-	return cluster.Add(c.elapsed(now, anchor))
+	return at
 }
 
 // elapsed is the time run from since to now, two times the host's clock returned.
@@ -181,7 +197,7 @@ func (c *Clock) Measure(ctx context.Context) (time.Duration, error) {
 	if bestRTT < 0 {
 		return 0, fmt.Errorf("clustertime: reading a coordinator's clock: %w", err)
 	}
-	c.offset, c.anchor, c.cluster, c.known = best, anchor, cluster, true
+	c.offset, c.anchor, c.cluster, c.known, c.disagree = best, anchor, cluster, true, false
 	if best.Abs() > WriteLag/2 {
 		c.log.WarnContext(ctx, "this host's clock is off the cluster's; shardq corrects its times, but fix the host's time sync",
 			"offset", best)
@@ -204,7 +220,7 @@ func (c *Clock) Stamp(now time.Time) int64 {
 func (c *Clock) unknown() time.Duration {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.known {
+	if c.known && !c.disagree {
 		return 0
 	}
 	return Unmeasured

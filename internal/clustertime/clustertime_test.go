@@ -139,3 +139,59 @@ func TestHostClockStepMovesNothing(t *testing.T) {
 	require.Equal(t, h.base.Add(14*time.Second), h.Now(), "the host's wall clock stepped")
 	require.Equal(t, h.base.Add(11*time.Second), c.Now(), "the cluster's time did not")
 }
+
+// suspendingHost is a host across a suspend (a laptop asleep, a VM saved and restored):
+// its wall clock is right again on resume, while the time elapsed (the monotonic clock)
+// did not run while it slept.
+type suspendingHost struct {
+	mu        sync.Mutex
+	base      time.Time
+	run       time.Duration // time elapsed, sleeps excluded
+	slept     time.Duration
+	runAtTime map[time.Time]time.Duration // the time elapsed at each instant Now returned
+}
+
+func (h *suspendingHost) Now() time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	t := h.base.Add(h.run + h.slept)
+	h.runAtTime[t] = h.run
+	return t
+}
+
+func (h *suspendingHost) Elapsed(since time.Time) time.Duration {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.run - h.runAtTime[since]
+}
+
+// trueTime is a coordinator whose clock ran while the host slept.
+type trueTime struct{ h *suspendingHost }
+
+func (c trueTime) Now(context.Context) (time.Time, error) {
+	c.h.mu.Lock()
+	defer c.h.mu.Unlock()
+	return c.h.base.Add(c.h.run + c.h.slept), nil
+}
+
+// After the host slept ten minutes, the time elapsed says little time passed and the wall
+// clock says ten minutes did: the cluster's time is the earlier until a measure, started
+// at once, tells, and writes are stamped as unmeasured meanwhile.
+func TestHostSleepMeasuresAgainAtOnce(t *testing.T) {
+	t.Parallel()
+	h := &suspendingHost{base: time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC), runAtTime: map[time.Time]time.Duration{}}
+	c := clustertime.New(trueTime{h}, h, nil)
+	c.Ready(context.Background())
+	truth, _ := trueTime{h}.Now(context.Background())
+	require.Equal(t, truth, c.Now())
+
+	h.mu.Lock()
+	h.slept += 10 * time.Minute
+	h.run += time.Second
+	h.mu.Unlock()
+	truth, _ = trueTime{h}.Now(context.Background())
+	require.False(t, c.Now().After(truth), "never early")
+	require.Eventually(t, func() bool { return c.Now().Equal(truth) }, 10*time.Second, time.Millisecond,
+		"measured again at once, not a minute of running later")
+	require.Equal(t, truth.Add(-clustertime.WriteLag).UnixMicro(), c.Stamp(truth), "measured: stamped without the unmeasured margin")
+}
