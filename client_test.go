@@ -2,6 +2,7 @@ package shardq_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/inspect"
 	"github.com/shardq/shardq/internal/cassandratest"
+	"github.com/shardq/shardq/series"
 	"github.com/shardq/shardq/worker"
 )
 
@@ -492,4 +494,30 @@ func TestClientWakesForATaskDueNowBehindALaterOne(t *testing.T) {
 	inserted <- at
 	require.Equal(t, "x", receive(t, ran, "the task due now"))
 	require.Less(t, time.Since(<-inserted), 3*time.Second, "woken by the signal, not the next poll or the later task's time")
+}
+
+// A series whose occurrences have a kind is run by the client's worker of that kind.
+func TestClientRunsSeriesOfAKind(t *testing.T) {
+	t.Parallel()
+	s := cassandratest.SchemaSession(t)
+	ctx := context.Background()
+	got := make(chan *shardq.Task[emailArgs], 1)
+	workers := shardq.NewWorkers()
+	shardq.AddWorkerFunc(workers, func(_ context.Context, task *shardq.Task[emailArgs]) error {
+		got <- task
+		return nil
+	})
+	c, err := shardq.NewClient(s, shardq.Config{Workers: workers, Queues: map[string]shardq.Queue{shardq.DefaultQueue: {}}})
+	require.NoError(t, err)
+	startClient(t, c)
+	sc, err := series.New(s, series.Config{})
+	require.NoError(t, err)
+	payload, err := json.Marshal(emailArgs{To: "weekly@example.com", Subject: "digest"})
+	require.NoError(t, err)
+	_, err = sc.Create(ctx, series.Series{Queue: shardq.DefaultQueue, Name: "digest", Every: time.Hour, Start: time.Now().Add(2 * time.Second).Truncate(time.Millisecond),
+		Kind: emailArgs{}.Kind(), Payload: payload})
+	require.NoError(t, err)
+	task := receive(t, got, "the first occurrence")
+	require.Equal(t, "weekly@example.com", task.Args.To)
+	require.Equal(t, "email", task.Kind)
 }

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gocql/gocql"
 	"github.com/google/uuid"
@@ -106,6 +107,9 @@ type Series struct {
 	Payload  []byte
 	Priority int
 	Timeout  time.Duration
+	// Kind is each occurrence's kind (producer.Task.Kind): the worker of a shardq.Client
+	// that runs it, with Payload as its args' JSON. Defaults to none.
+	Kind string
 	// Missed is the policy for missed occurrences. Defaults to Skip.
 	Missed Missed
 	// Advance says when the next occurrence is scheduled. Defaults to OnAck.
@@ -403,6 +407,8 @@ func (c *Client) check(ctx context.Context, s Series) (shardqtype.QueueConfig, i
 	case len(s.Payload) > producer.DefaultMaxPayloadBytes:
 		return shardqtype.QueueConfig{}, iseries.Spec{}, &shardqtype.ValidationError{Field: "Series.Payload",
 			Reason: fmt.Sprintf("%d bytes is over the %d allowed", len(s.Payload), producer.DefaultMaxPayloadBytes), Err: producer.ErrPayloadTooLarge}
+	case len(s.Kind) > producer.MaxKindBytes || !utf8.ValidString(s.Kind):
+		return shardqtype.QueueConfig{}, iseries.Spec{}, defaults.Invalid("Series.Kind", "%q is not UTF-8 of at most %d bytes", s.Kind, producer.MaxKindBytes)
 	case s.Missed != Skip && s.Missed != CatchUp:
 		return shardqtype.QueueConfig{}, iseries.Spec{}, defaults.Invalid("Series.Missed", "%d is neither Skip nor CatchUp", s.Missed)
 	case s.Advance != OnAck && s.Advance != OnTake:
@@ -423,7 +429,7 @@ func (c *Client) check(ctx context.Context, s Series) (shardqtype.QueueConfig, i
 	}
 	spec := iseries.Spec{Every: s.Every, Cron: s.Cron, TimeZone: s.TimeZone, Start: utc(s.Start), End: utc(s.End),
 		Count: s.Count, Payload: s.Payload, Priority: s.Priority, Timeout: s.Timeout, CatchUp: s.Missed == CatchUp,
-		OnTake: s.Advance == OnTake}
+		OnTake: s.Advance == OnTake, Kind: s.Kind}
 	if _, err := spec.Schedule(); err != nil {
 		var fe interface{ Field() string }
 		if errors.As(err, &fe) {
@@ -444,7 +450,8 @@ func utc(t time.Time) time.Time {
 func info(st iseries.State) *Info {
 	s := st.Spec
 	in := &Info{Series: Series{Queue: st.Queue, Name: st.Name, Every: s.Every, Cron: s.Cron, TimeZone: s.TimeZone,
-		Start: s.Start, End: s.End, Count: s.Count, Payload: s.Payload, Priority: s.Priority, Timeout: s.Timeout},
+		Start: s.Start, End: s.End, Count: s.Count, Payload: s.Payload, Priority: s.Priority, Timeout: s.Timeout,
+		Kind: s.Kind},
 		Paused: st.Paused, Ended: st.Done, Occurrences: st.Seq, CreatedAt: st.CreatedAt}
 	if s.CatchUp {
 		in.Missed = CatchUp

@@ -304,7 +304,7 @@ func (e *Env) Write(ctx context.Context, q shardqtype.QueueConfig, st State) err
 		return fmt.Errorf("series: writing occurrence %d of %s: %w", st.Seq, st.Name, err)
 	}
 	r := occurrenceRow(l, st)
-	r.Payload, r.DueAt, r.Timeout, r.Series = st.Spec.Payload, st.Nominal, timeout, st.Name
+	r.Payload, r.DueAt, r.Timeout, r.Series, r.Kind = st.Spec.Payload, st.Nominal, timeout, st.Name, st.Spec.Kind
 	err = e.Tasks.Write(ctx, []store.Mutation{{Op: store.Insert, Row: r, Stamp: st.Stamp}})
 	// Announced whatever the outcome: a write that failed may have applied, and a row
 	// written later than its place with no touch lies below consumers' floors for a lap.

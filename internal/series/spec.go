@@ -26,6 +26,7 @@ type Spec struct {
 	Timeout  time.Duration `json:"timeout,omitempty"`
 	CatchUp  bool          `json:"catch_up,omitempty"`
 	OnTake   bool          `json:"on_take,omitempty"`
+	Kind     string        `json:"kind,omitempty"`
 }
 
 // MinEvery is the shortest interval of a series.
