@@ -86,10 +86,12 @@ func TestSeedDecidesTheWorld(t *testing.T) {
 	}
 }
 
-// TestSeedReplays runs seeds twice: nearly every run of a seed admits the same requests
-// in the same order (the trace), so the replay command shows the failure it reports. Not
-// every one: which of two channels ready at once a select takes is Go's choice, and the
-// replay command runs a seed again until it fails.
+// TestSeedReplays runs seeds twice: most runs of a seed admit the same requests in the
+// same order (the trace), so the replay command shows the failure it reports. Not every
+// one: which of two channels ready at once a select takes is Go's choice, and the replay
+// command runs a seed again until it fails. Under the race detector, which perturbs the
+// order goroutines reach their selects in, 12 to 16 of these 20 replayed exactly on one
+// machine (20 of 20 without it); half is the floor that keeps the replay command useful.
 func TestSeedReplays(t *testing.T) {
 	same := 0
 	const n = 20
@@ -103,7 +105,7 @@ func TestSeedReplays(t *testing.T) {
 		}
 	}
 	t.Logf("%d of %d seeds replayed exactly", same, n)
-	require.GreaterOrEqual(t, same, n*3/4, "seeds whose two runs admitted the same requests in the same order")
+	require.GreaterOrEqual(t, same, n/2, "seeds whose two runs admitted the same requests in the same order")
 }
 
 // Seeds that broke a promise with a fix reverted (each the first failing seed of a run of
