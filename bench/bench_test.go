@@ -32,7 +32,7 @@ func TestWorkloadsSmall(t *testing.T) {
 	dir := t.TempDir()
 	o := options{
 		hosts: strings.Join(cassandratest.Hosts(t), ","), keyspace: cassandratest.Keyspace(t),
-		workloads: "all", jsonPath: filepath.Join(dir, "out.jsonl"), chartPath: filepath.Join(dir, "sweep.png"),
+		workloads: "all", via: viaWorker, jsonPath: filepath.Join(dir, "out.jsonl"), chartPath: filepath.Join(dir, "sweep.png"),
 		shards: 4, buckets: 60, bucket: time.Second, timeout: 30 * time.Second, consumers: 4, batch: 50,
 		burstTasks: 600, burstWorkerTasks: 2000, burstWorkerHandlers: 64,
 		steadyRate: 200, steadyDuration: 2 * time.Second,
@@ -93,6 +93,61 @@ func TestWorkloadsSmall(t *testing.T) {
 	require.True(t, strings.HasPrefix(string(png), "\x89PNG"), "the chart is a PNG")
 }
 
+// TestViaClientSmall runs the workloads that go through a client at a tiny size, and
+// checks each writes its JSON line with the same fields as through a worker, and no task
+// lost or duplicated.
+func TestViaClientSmall(t *testing.T) {
+	dir := t.TempDir()
+	o := options{
+		hosts: strings.Join(cassandratest.Hosts(t), ","), keyspace: cassandratest.Keyspace(t),
+		workloads: "burst-worker,trickle", via: viaClient, jsonPath: filepath.Join(dir, "out.jsonl"),
+		burstWorkerTasks: 2000, burstWorkerHandlers: 64, trickleRate: 20, trickleDuration: 2 * time.Second,
+		cassandraPIDFile: "/nonexistent", rf: 1,
+	}
+	t.Setenv(cqlcluster.HostsEnv, "") // o.hosts says where the cluster is
+	require.NoError(t, run(context.Background(), o))
+
+	raw, err := os.ReadFile(o.jsonPath)
+	require.NoError(t, err)
+	byWorkload := map[string]map[string]any{}
+	for line := range strings.Lines(string(raw)) {
+		var r map[string]any
+		require.NoError(t, json.Unmarshal([]byte(line), &r))
+		require.Equal(t, viaClient, r["via"])
+		byWorkload[r["workload"].(string)] = r
+	}
+	for w, fields := range map[string][]string{
+		"burst-worker": {"tasks", "handlers", "drain_tasks_per_s", "requests_per_task", "schedule_tasks_per_s", "lost", "duplicates", "left"},
+		"trickle":      {"rate_reached", "tasks", "lateness_p50_ms", "lateness_p99_ms", "lost", "duplicates", "left", "producer_cpu_s", "worker_cpu_s"},
+	} {
+		require.Contains(t, byWorkload, w)
+		for _, field := range fields {
+			require.Contains(t, byWorkload[w], field, w)
+		}
+		if _, ok := byWorkload[w]["lost"]; ok {
+			require.Zero(t, byWorkload[w]["lost"], w)
+			require.Zero(t, byWorkload[w]["duplicates"], w)
+			require.Zero(t, byWorkload[w]["left"], w)
+		}
+	}
+	require.EqualValues(t, 40, byWorkload["trickle"]["tasks"])
+}
+
+// TestViaChecked: -via client is refused for a workload that does not run through a
+// client.
+func TestViaChecked(t *testing.T) {
+	require.ErrorContains(t, checkVia(options{via: viaClient}, []string{"trickle", "burst"}), `"burst"`)
+	require.ErrorContains(t, checkVia(options{via: "clients"}, []string{"trickle"}), "want worker or client")
+	require.NoError(t, checkVia(options{via: viaClient}, []string{"burst-worker", "trickle"}))
+}
+
+// TestArgsArePayload: a client's bench task carries the same bytes as a worker's.
+func TestArgsArePayload(t *testing.T) {
+	raw, err := json.Marshal(args)
+	require.NoError(t, err)
+	require.Equal(t, string(payload), string(raw))
+}
+
 // TestSkewSmall runs skew at a tiny size, its producers in two processes, and checks its
 // JSON line has the documented fields and counts every task scheduled. It asserts no loss
 // or lateness: skew exists to measure those.
@@ -100,7 +155,7 @@ func TestSkewSmall(t *testing.T) {
 	dir := t.TempDir()
 	o := options{
 		hosts: strings.Join(cassandratest.Hosts(t), ","), keyspace: cassandratest.Keyspace(t),
-		workloads: "skew", jsonPath: filepath.Join(dir, "out.jsonl"), rf: 1, buckets: 900, bucket: time.Second,
+		workloads: "skew", via: viaWorker, jsonPath: filepath.Join(dir, "out.jsonl"), rf: 1, buckets: 900, bucket: time.Second,
 		skewTasks: 100, skewOver: 2 * time.Second, skewDue: "now", skewBound: 30 * time.Second,
 		producerSkew: 4 * time.Second, producersIn: "two", skewAs: "clock", workerSkew: time.Second, workers: 2, concurrency: 4,
 	}

@@ -6,6 +6,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gocql/gocql"
+	"github.com/google/uuid"
+
+	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/shardqtype"
 	"github.com/shardq/shardq/worker"
@@ -13,34 +17,32 @@ import (
 
 // burstWorker schedules N tasks due at once on a queue with default settings, then
 // drains them with one worker (Concurrency H, every other setting at its default), and
-// measures the drain and, for a local node, the server's CPU seconds spent on it.
+// measures the drain and, for a local node, the server's CPU seconds spent on it. With
+// -via client the tasks are inserted by a client, which then drains them with its one
+// worker for the queue (Concurrency H).
 func (b *bench) burstWorker(ctx context.Context) error {
 	s, q, err := b.fresh(ctx, shardqtype.QueueConfig{Name: "burstworker"})
 	if err != nil {
 		return err
 	}
 	n := b.o.burstWorkerTasks
-	ids, schedTime, err := scheduleAll(ctx, s, q.Name, n, func(int) time.Time { return time.Time{} })
-	if err != nil {
-		return err
-	}
 	tr := newTracker(n)
-	var partitionErrors atomic.Int64
-	w, err := worker.New(s, worker.Config{Queue: q.Name, Concurrency: b.o.burstWorkerHandlers,
-		Observer: shardqtype.ObserverFunc(func(_ context.Context, e shardqtype.Event) {
-			if _, ok := e.(shardqtype.PartitionFailed); ok {
-				partitionErrors.Add(1)
-			}
-		}),
-		Handler: worker.HandlerFunc(func(_ context.Context, t *consumer.Task) error {
-			tr.deliver(t.ID) // lateness is burst's figure; a million of them is not needed here
-			return nil
-		})})
+	var partitionErrors, acked atomic.Int64 // acked counts as worker.Stats.Acked does
+	obs := shardqtype.ObserverFunc(func(_ context.Context, e shardqtype.Event) {
+		switch e := e.(type) {
+		case shardqtype.PartitionFailed:
+			partitionErrors.Add(1)
+		case shardqtype.Acked:
+			acked.Add(int64(e.Count))
+		}
+	})
+	// lateness is burst's figure; a million of them is not needed here
+	w, ids, schedTime, err := b.burstTasks(ctx, s, q.Name, n, obs, tr.deliver)
 	if err != nil {
 		return err
 	}
 	stop := make(chan struct{})
-	go progress("burst-worker drain", n, func() int { return int(w.Stats().Acked) }, stop)
+	go progress("burst-worker drain", n, func() int { return int(acked.Load()) }, stop)
 	pid := b.cassandraPIDs()
 	cpu0, cpuErr := cpuSeconds(pid)
 	req0, start := b.requests.Load(), time.Now() // every task is due by now
@@ -56,15 +58,15 @@ func (b *bench) burstWorker(ctx context.Context) error {
 	marks := []float64{0.1, 0.2, 0.8, 0.9}
 	var cpuAt []float64
 wait:
-	for acked := w.Stats().Acked; acked < uint64(n); acked = w.Stats().Acked {
-		for len(cpuAt) < len(marks) && float64(acked) >= marks[len(cpuAt)]*float64(n) {
+	for done := acked.Load(); done < int64(n); done = acked.Load() {
+		for len(cpuAt) < len(marks) && float64(done) >= marks[len(cpuAt)]*float64(n) {
 			c, _ := cpuSeconds(pid)
 			cpuAt = append(cpuAt, c)
 		}
 		select {
 		case <-poll.C:
 		case <-limit:
-			waitErr = fmt.Errorf("only %d of %d tasks acked within 30m", w.Stats().Acked, n)
+			waitErr = fmt.Errorf("only %d of %d tasks acked within 30m", acked.Load(), n)
 			break wait
 		}
 	}
@@ -81,7 +83,7 @@ wait:
 		return err
 	}
 	lost, dups := tr.lostAndDuplicates(ids, set.left)
-	r := result{"workload": "burst-worker", "tasks": n, "handlers": b.o.burstWorkerHandlers,
+	r := result{"workload": "burst-worker", "via": b.o.via, "tasks": n, "handlers": b.o.burstWorkerHandlers,
 		"schedule_tasks_per_s": float64(n) / schedTime.Seconds(),
 		"drain_tasks_per_s":    float64(n) / end.Sub(start).Seconds(),
 		"requests_per_task":    float64(reqs) / float64(n),
@@ -98,4 +100,31 @@ wait:
 	}
 	b.emit(r)
 	return nil
+}
+
+// burstTasks schedules burst-worker's n tasks, all due now, and returns them, how long
+// scheduling took, and what is to drain them (not started): a worker with H handlers, or
+// with -via client the client that inserted them, serving the queue with H. Either runs
+// deliver on each task and gives obs its events.
+func (b *bench) burstTasks(ctx context.Context, s *gocql.Session, queue string, n int, obs shardqtype.Observer,
+	deliver func(uuid.UUID)) (runner, []uuid.UUID, time.Duration, error) {
+	now := func(int) time.Time { return time.Time{} }
+	if b.o.via == viaClient {
+		c, err := newClient(s, []string{queue}, b.o.burstWorkerHandlers, obs, func(t *shardq.Task[benchArgs]) { deliver(t.ID) })
+		if err != nil {
+			return nil, nil, 0, err
+		}
+		ids, took, err := insertAll(ctx, c, queue, n, now)
+		return c, ids, took, err
+	}
+	ids, took, err := scheduleAll(ctx, s, queue, n, now)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	w, err := worker.New(s, worker.Config{Queue: queue, Concurrency: b.o.burstWorkerHandlers, Observer: obs,
+		Handler: worker.HandlerFunc(func(_ context.Context, t *consumer.Task) error {
+			deliver(t.ID)
+			return nil
+		})})
+	return w, ids, took, err
 }

@@ -29,6 +29,7 @@ type options struct {
 	workloads string
 	jsonPath  string
 	chartPath string
+	via       string
 
 	shards, buckets int
 	bucket, timeout time.Duration
@@ -92,6 +93,7 @@ func main() {
 	flag.StringVar(&o.workloads, "workload", "burst", "comma-separated workloads: burst, burst-worker, steady, spread, trickle, idle, soak, sweep, ceiling, skew, reshard, or all (all but skew and reshard, which waits out a layout change)")
 	flag.StringVar(&o.jsonPath, "json", "", "append JSON lines to this file (default: print them on stdout)")
 	flag.StringVar(&o.chartPath, "chart", "sweep.png", "PNG file for the sweep's chart")
+	flag.StringVar(&o.via, "via", viaWorker, "burst-worker, trickle: worker (producer.Producer and worker.Worker) or client (a shardq.Client inserts the tasks and runs them)")
 
 	// A lap (buckets × bucket) longer than the schema's gc_grace_seconds (600 s), so that
 	// tombstones can be purged before consumers come back to a partition.
@@ -171,6 +173,9 @@ func run(ctx context.Context, o options) error {
 	if o.workloads == "all" {
 		names = []string{"burst", "burst-worker", "steady", "ceiling", "spread", "trickle", "idle", "sweep", "soak"}
 	}
+	if err := checkVia(o, names); err != nil {
+		return err
+	}
 	b, err := newBench(o)
 	if err != nil {
 		return err
@@ -191,5 +196,23 @@ func run(ctx context.Context, o options) error {
 		}
 	}
 	b.ratios()
+	return nil
+}
+
+// checkVia rejects a -via that would not mean what it says: a workload run through a
+// worker while -via client was asked for.
+func checkVia(o options, names []string) error {
+	switch o.via {
+	case viaWorker:
+		return nil
+	case viaClient:
+	default:
+		return fmt.Errorf("-via %q: want %s or %s", o.via, viaWorker, viaClient)
+	}
+	for _, name := range names {
+		if n := strings.TrimSpace(name); n != "burst-worker" && n != "trickle" {
+			return fmt.Errorf("-via client: workload %q does not run through a client (burst-worker and trickle do)", n)
+		}
+	}
 	return nil
 }

@@ -327,7 +327,7 @@ func skewProducer(ctx context.Context) error {
 		}
 		clocks = append(clocks, d)
 	}
-	s, queue, err := childSession()
+	s, queue, err := childSession(nil)
 	if err != nil {
 		return err
 	}
@@ -388,7 +388,7 @@ func skewWorker(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s, queue, err := childSession()
+	s, queue, err := childSession(nil)
 	if err != nil {
 		return err
 	}

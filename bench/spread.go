@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"time"
-
-	"github.com/shardq/shardq/worker"
 )
 
 // spread starts workers, then schedules N tasks due uniformly over the next T, and
@@ -50,9 +48,15 @@ func (b *bench) spread(ctx context.Context) error {
 	return nil
 }
 
-// stopWorker stops a workload's worker, allowing it a minute, and then returns the error
-// the workload met while waiting for its tasks, if any.
-func stopWorker(ctx context.Context, w *worker.Worker, waitErr error) error {
+// runner is what runs a workload's tasks: a *worker.Worker, or a *shardq.Client.
+type runner interface {
+	Start(ctx context.Context) error
+	Stop(ctx context.Context) error
+}
+
+// stopWorker stops a workload's worker (or client), allowing it a minute, and then
+// returns the error the workload met while waiting for its tasks, if any.
+func stopWorker(ctx context.Context, w runner, waitErr error) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	if err := w.Stop(ctx); err != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -13,12 +14,14 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 
+	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/internal/cqlcluster"
 	"github.com/shardq/shardq/producer"
@@ -35,6 +38,7 @@ const (
 	queueEnv    = "SHARDQ_BENCH_QUEUE"
 	rateEnv     = "SHARDQ_BENCH_RATE"
 	durationEnv = "SHARDQ_BENCH_DURATION"
+	viaEnv      = "SHARDQ_BENCH_VIA"
 	profileEnv  = "SHARDQ_BENCH_PROFILE_DIR" // where a child writes <role>.pprof, if set
 
 	roleTrickleProducer = "trickle-producer"
@@ -49,7 +53,8 @@ const (
 // schedules tasks due now, one ScheduleTask call each, at R tasks/s for T, and lateness
 // is handler start (in the worker's process) minus due time. It reports the rate the
 // producer reached next to R, and the CPU seconds of the server and of each process over
-// one window (see cpuAt).
+// one window (see cpuAt). With -via client the producer inserts with an insert-only
+// client, one Insert call each, and the worker process is a client serving the queue.
 func (b *bench) trickle(ctx context.Context) error {
 	s, q, err := b.fresh(ctx, shardqtype.QueueConfig{Name: "trickle"})
 	if err != nil {
@@ -61,7 +66,7 @@ func (b *bench) trickle(ctx context.Context) error {
 	}
 	env := append(os.Environ(), hostsEnv+"="+strings.Join(b.hosts, ","), keyspaceEnv+"="+b.o.keyspace,
 		queueEnv+"="+q.Name, rateEnv+"="+strconv.Itoa(rate), durationEnv+"="+over.String(),
-		profileEnv+"="+b.o.profileDir)
+		profileEnv+"="+b.o.profileDir, viaEnv+"="+b.o.via)
 	n := int(float64(rate) * over.Seconds())
 	tr := newTracker(n)
 
@@ -179,7 +184,7 @@ wait:
 		fmt.Fprintf(os.Stderr, "trickle: %d of %d tasks did not run within %v\n", lost, len(ids), over+time.Minute)
 	}
 	p50, p99, mx := percentiles(tr.lateness)
-	r := result{"workload": "trickle", "rate": rate, "duration_s": over.Seconds(), "tasks": len(ids),
+	r := result{"workload": "trickle", "via": b.o.via, "rate": rate, "duration_s": over.Seconds(), "tasks": len(ids),
 		"lateness_p50_ms": p50, "lateness_p99_ms": p99, "lateness_max_ms": mx, "lost": lost, "duplicates": dups,
 		"left": len(set.left), "settle_s": set.took.Seconds(),
 		"cpu_window_s": cpu1.at.Sub(cpu0.at).Seconds(), "bench_cpu_s": cpu1.self - cpu0.self}
@@ -417,17 +422,22 @@ func profile(role string) (stop func(), err error) {
 	}, nil
 }
 
-// childSession connects to the keyspace and queue the parent named.
-func childSession() (*gocql.Session, string, error) {
+// childSession connects to the keyspace and queue the parent named. When sent is not
+// nil, it counts the session's requests.
+func childSession(sent *atomic.Int64) (*gocql.Session, string, error) {
 	c := cqlcluster.New(strings.Split(os.Getenv(hostsEnv), ",")...)
 	c.Keyspace = os.Getenv(keyspaceEnv)
+	if sent != nil {
+		count := counter{sent, &sync.Map{}}
+		c.QueryObserver, c.BatchObserver = count, count
+	}
 	s, err := c.CreateSession()
 	return s, os.Getenv(queueEnv), err
 }
 
 // trickleProducer connects, prints "ready" and, once begin is closed, schedules
-// rate×duration tasks due now, one ScheduleTask call per task, the i-th sent i/rate s
-// after it starts, as a service's requests would each schedule one; it prints each
+// rate×duration tasks due now, one call per task (trickleScheduler), the i-th sent i/rate
+// s after it starts, as a service's requests would each schedule one; it prints each
 // task's ID as soon as it is scheduled, then "done <µs>": how long scheduling took, from
 // the first call to the return of the last (the window of the rate it reached). It then
 // waits to be told to stop, so that its CPU time can be read at the end of the parent's
@@ -443,12 +453,12 @@ func trickleProducer(ctx context.Context, begin <-chan struct{}) error {
 	if err != nil {
 		return err
 	}
-	s, queue, err := childSession()
+	s, queue, err := childSession(nil)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
-	p, err := producer.New(s, producer.Config{})
+	schedule, err := trickleScheduler(s, queue)
 	if err != nil {
 		return err
 	}
@@ -464,7 +474,7 @@ func trickleProducer(ctx context.Context, begin <-chan struct{}) error {
 	start := time.Now()
 	err = paced(ctx, n, func(i int) time.Time { return start.Add(time.Duration(i) * time.Second / time.Duration(rate)) },
 		func(ctx context.Context, i int) error {
-			id, err := p.ScheduleTask(ctx, producer.Task{Queue: queue, Payload: payload, Priority: i % 10})
+			id, err := schedule(ctx, i)
 			if err != nil {
 				return err
 			}
@@ -483,6 +493,28 @@ func trickleProducer(ctx context.Context, begin <-chan struct{}) error {
 	}
 	<-ctx.Done()
 	return nil
+}
+
+// trickleScheduler returns what schedules the producer's i-th task: one ScheduleTask
+// call, or with -via client one Insert call of an insert-only client.
+func trickleScheduler(s *gocql.Session, queue string) (func(ctx context.Context, i int) (uuid.UUID, error), error) {
+	if os.Getenv(viaEnv) == viaClient {
+		c, err := shardq.NewClient(s, shardq.Config{})
+		if err != nil {
+			return nil, err
+		}
+		return func(ctx context.Context, i int) (uuid.UUID, error) {
+			res, err := c.Insert(ctx, args, &shardq.InsertOpts{Queue: queue, Priority: i % 10})
+			return res.ID, err
+		}, nil
+	}
+	p, err := producer.New(s, producer.Config{})
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context, i int) (uuid.UUID, error) {
+		return p.ScheduleTask(ctx, producer.Task{Queue: queue, Payload: payload, Priority: i % 10})
+	}, nil
 }
 
 // paced calls send(ctx, i) for each i in [0, n), at at(i) or, when that has passed, as
@@ -525,9 +557,13 @@ send:
 
 // trickleWorker runs a worker with Concurrency 16 and otherwise default settings until
 // told to stop, then stops it gracefully. It prints "ready" once the worker has polled,
-// then "<task ID> <lateness in µs>" as each handler starts.
+// then "<task ID> <lateness in µs>" as each handler starts. With -via client the worker
+// is a client's, serving the queue with Concurrency 16 (see trickleClient).
 func trickleWorker(ctx context.Context) error {
-	s, queue, err := childSession()
+	if os.Getenv(viaEnv) == viaClient {
+		return trickleClient(ctx)
+	}
+	s, queue, err := childSession(nil)
 	if err != nil {
 		return err
 	}
@@ -539,6 +575,36 @@ func trickleWorker(ctx context.Context) error {
 			return nil
 		})})
 	return err
+}
+
+// trickleClient is trickleWorker's process through a client. A client does not say when
+// it has polled; it prints "ready" once its requests tell (waitPolled).
+func trickleClient(ctx context.Context) error {
+	var sent atomic.Int64
+	s, queue, err := childSession(&sent)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	c, err := newClient(s, []string{queue}, trickleWorkerConcurrency, nil, func(t *shardq.Task[benchArgs]) {
+		late := time.Since(t.DueAt)
+		out.printf("%s %d\n", t.ID, late.Microseconds()) //nolint:errcheck // a parent gone also closes stdin
+	})
+	if err != nil {
+		return err
+	}
+	// Not ctx: cancelling Start's context stops the client hard.
+	if err := c.Start(context.WithoutCancel(ctx)); err != nil {
+		return err
+	}
+	polled := waitPolled(ctx, 1, sent.Load)
+	if polled == nil {
+		readyLine() //nolint:errcheck // a parent gone also closes stdin
+		<-ctx.Done()
+	}
+	stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return errors.Join(polled, c.Stop(stopCtx))
 }
 
 // serveWorker runs a worker with cfg until ctx ends, then stops it gracefully and
