@@ -38,7 +38,7 @@ func TestWorkloadsSmall(t *testing.T) {
 		steadyRate: 200, steadyDuration: 2 * time.Second,
 		spreadTasks: 300, spreadOver: 2 * time.Second, spreadHandlers: 16,
 		trickleRate: 20, trickleDuration: 2 * time.Second,
-		idleFor: 2 * time.Second, idleBuckets: 50, idleShards: 20, cassandraPIDFile: "/nonexistent", rf: 1,
+		idleFor: 2 * time.Second, idleQueues: 1, idleBuckets: 50, idleShards: 20, cassandraPIDFile: "/nonexistent", rf: 1,
 		soakTasks: 1500, soakRate: 1000,
 		sweepTasks: 300, sweepShards: "2", sweepBuckets: "1s", sweepConsumers: "2", sweepBatch: "20,50",
 		ceilingTasks: 600,
@@ -93,16 +93,16 @@ func TestWorkloadsSmall(t *testing.T) {
 	require.True(t, strings.HasPrefix(string(png), "\x89PNG"), "the chart is a PNG")
 }
 
-// TestViaClientSmall runs the workloads that go through a client at a tiny size, and
-// checks each writes its JSON line with the same fields as through a worker, and no task
-// lost or duplicated.
+// TestViaClientSmall runs the workloads that go through a client at a tiny size, the
+// idle client serving three queues, and checks each writes its JSON line with the same
+// fields as through a worker, and no task lost or duplicated.
 func TestViaClientSmall(t *testing.T) {
 	dir := t.TempDir()
 	o := options{
 		hosts: strings.Join(cassandratest.Hosts(t), ","), keyspace: cassandratest.Keyspace(t),
-		workloads: "burst-worker,trickle", via: viaClient, jsonPath: filepath.Join(dir, "out.jsonl"),
+		workloads: "burst-worker,trickle,idle", via: viaClient, jsonPath: filepath.Join(dir, "out.jsonl"),
 		burstWorkerTasks: 2000, burstWorkerHandlers: 64, trickleRate: 20, trickleDuration: 2 * time.Second,
-		cassandraPIDFile: "/nonexistent", rf: 1,
+		idleFor: 2 * time.Second, idleQueues: 3, idleBuckets: 50, idleShards: 20, cassandraPIDFile: "/nonexistent", rf: 1,
 	}
 	t.Setenv(cqlcluster.HostsEnv, "") // o.hosts says where the cluster is
 	require.NoError(t, run(context.Background(), o))
@@ -119,6 +119,7 @@ func TestViaClientSmall(t *testing.T) {
 	for w, fields := range map[string][]string{
 		"burst-worker": {"tasks", "handlers", "drain_tasks_per_s", "requests_per_task", "schedule_tasks_per_s", "lost", "duplicates", "left"},
 		"trickle":      {"rate_reached", "tasks", "lateness_p50_ms", "lateness_p99_ms", "lost", "duplicates", "left", "producer_cpu_s", "worker_cpu_s"},
+		"idle":         {"idle_requests_per_s", "queues", "delivered", "bench_cpu_s"},
 	} {
 		require.Contains(t, byWorkload, w)
 		for _, field := range fields {
@@ -130,15 +131,17 @@ func TestViaClientSmall(t *testing.T) {
 			require.Zero(t, byWorkload[w]["left"], w)
 		}
 	}
+	require.EqualValues(t, 3, byWorkload["idle"]["queues"])
 	require.EqualValues(t, 40, byWorkload["trickle"]["tasks"])
 }
 
 // TestViaChecked: -via client is refused for a workload that does not run through a
-// client.
+// client, and -idle-queues without it.
 func TestViaChecked(t *testing.T) {
-	require.ErrorContains(t, checkVia(options{via: viaClient}, []string{"trickle", "burst"}), `"burst"`)
-	require.ErrorContains(t, checkVia(options{via: "clients"}, []string{"trickle"}), "want worker or client")
-	require.NoError(t, checkVia(options{via: viaClient}, []string{"burst-worker", "trickle"}))
+	require.ErrorContains(t, checkVia(options{via: viaClient, idleQueues: 1}, []string{"idle", "burst"}), `"burst"`)
+	require.ErrorContains(t, checkVia(options{via: viaWorker, idleQueues: 50}, []string{"idle"}), "-via client")
+	require.ErrorContains(t, checkVia(options{via: "clients", idleQueues: 1}, []string{"idle"}), "want worker or client")
+	require.NoError(t, checkVia(options{via: viaClient, idleQueues: 50}, []string{"burst-worker", "trickle", "idle"}))
 }
 
 // TestArgsArePayload: a client's bench task carries the same bytes as a worker's.
@@ -155,7 +158,7 @@ func TestSkewSmall(t *testing.T) {
 	dir := t.TempDir()
 	o := options{
 		hosts: strings.Join(cassandratest.Hosts(t), ","), keyspace: cassandratest.Keyspace(t),
-		workloads: "skew", via: viaWorker, jsonPath: filepath.Join(dir, "out.jsonl"), rf: 1, buckets: 900, bucket: time.Second,
+		workloads: "skew", via: viaWorker, idleQueues: 1, jsonPath: filepath.Join(dir, "out.jsonl"), rf: 1, buckets: 900, bucket: time.Second,
 		skewTasks: 100, skewOver: 2 * time.Second, skewDue: "now", skewBound: 30 * time.Second,
 		producerSkew: 4 * time.Second, producersIn: "two", skewAs: "clock", workerSkew: time.Second, workers: 2, concurrency: 4,
 	}

@@ -6,41 +6,74 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/gocql/gocql"
 
+	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/shardqtype"
 	"github.com/shardq/shardq/worker"
 )
 
 // idle runs a worker with default settings on an empty queue and counts its CQL requests
-// and, for a local node, the server's CPU seconds over the window.
+// and, for a local node, the server's CPU seconds over the window. With -via client it
+// runs a client with default settings serving -idle-queues such queues instead.
 func (b *bench) idle(ctx context.Context) error {
 	cfg := shardqtype.QueueConfig{Name: "idle", BucketCount: b.o.idleBuckets, ShardCount: b.o.idleShards}
 	s, q, err := b.fresh(ctx, cfg)
 	if err != nil {
 		return err
 	}
+	queues := []string{q.Name}
+	for i := 1; i < b.o.idleQueues; i++ {
+		cfg.Name = fmt.Sprintf("idle-%d", i)
+		if _, err := shardq.CreateQueue(ctx, s, cfg); err != nil {
+			return err
+		}
+		queues = append(queues, cfg.Name)
+	}
 	if err := b.pendingRetries(ctx, s, q); err != nil {
 		return err
 	}
-	w, err := worker.New(s, worker.Config{Queue: q.Name, MaxIdleInterval: b.o.idleInterval,
-		Handler: worker.HandlerFunc(func(context.Context, *consumer.Task) error { return nil })})
-	if err != nil {
-		return err
+	var acked atomic.Uint64 // as worker.Stats.Acked counts
+	obs := shardqtype.ObserverFunc(func(_ context.Context, e shardqtype.Event) {
+		if e, ok := e.(shardqtype.Acked); ok {
+			acked.Add(uint64(e.Count))
+		}
+	})
+	// The first poll looks back a whole lap; measure the steady state after it.
+	var polls func() uint64
+	if b.o.via == viaClient {
+		c, err := newClient(s, queues, 0, obs, func(*shardq.Task[benchArgs]) {})
+		if err != nil {
+			return err
+		}
+		if err := c.Start(ctx); err != nil {
+			return err
+		}
+		defer c.Stop(ctx) //nolint:errcheck // stopping an idle client cannot lose work
+		if err := waitPolled(ctx, len(queues), b.requests.Load); err != nil {
+			return err
+		}
+	} else {
+		w, err := worker.New(s, worker.Config{Queue: q.Name, MaxIdleInterval: b.o.idleInterval, Observer: obs,
+			Handler: worker.HandlerFunc(func(context.Context, *consumer.Task) error { return nil })})
+		if err != nil {
+			return err
+		}
+		if err := w.Start(ctx); err != nil {
+			return err
+		}
+		defer w.Stop(ctx) //nolint:errcheck // stopping an idle worker cannot lose work
+		for w.Stats().Polls == 0 {
+			time.Sleep(50 * time.Millisecond)
+		}
+		polls = func() uint64 { return w.Stats().Polls }
 	}
-	if err := w.Start(ctx); err != nil {
-		return err
-	}
-	defer w.Stop(ctx) //nolint:errcheck // stopping an idle worker cannot lose work
-	// The first poll looks back a whole lap; measure the steady state after it. Setting
-	// up -pending leases its tasks and retries them, which leaves the leases' buckets
-	// touched until they pass: measure once they have.
-	for w.Stats().Polls == 0 {
-		time.Sleep(50 * time.Millisecond)
-	}
+	// Setting up -pending leases its tasks and retries them, which leaves the leases'
+	// buckets touched until they pass: measure once they have.
 	var settle time.Duration
 	if b.o.idlePending > 0 {
 		settle = q.DefaultTimeout + q.BucketDuration + consumer.DefaultMaxClockSkew
@@ -49,14 +82,17 @@ func (b *bench) idle(ctx context.Context) error {
 	}
 	pid := b.cassandraPIDs()
 	cpu0, cpuErr := cpuSeconds(pid)
-	req0, acked0, t0 := b.requests.Load(), w.Stats().Acked, time.Now()
+	req0, acked0, self0, t0 := b.requests.Load(), acked.Load(), selfCPU(), time.Now()
 	fmt.Fprintf(os.Stderr, "idle: counting requests for %v\n", b.o.idleFor)
 	time.Sleep(b.o.idleFor)
 	reqs, span := b.requests.Load()-req0, time.Since(t0)
-	r := result{"workload": "idle", "buckets": q.BucketCount, "bucket_s": q.BucketDuration.Seconds(), "shards": q.ShardCount,
-		"pending": b.o.idlePending, "settle_s": settle.Seconds(),
-		"window_s": span.Seconds(), "idle_requests_per_s": float64(reqs) / span.Seconds(), "polls": w.Stats().Polls,
-		"delivered": w.Stats().Acked - acked0}
+	r := result{"workload": "idle", "via": b.o.via, "queues": len(queues), "buckets": q.BucketCount,
+		"bucket_s": q.BucketDuration.Seconds(), "shards": q.ShardCount, "pending": b.o.idlePending, "settle_s": settle.Seconds(),
+		"window_s": span.Seconds(), "idle_requests_per_s": float64(reqs) / span.Seconds(),
+		"delivered": acked.Load() - acked0, "bench_cpu_s": selfCPU() - self0}
+	if polls != nil {
+		r["polls"] = polls()
+	}
 	if cpu1, err := cpuSeconds(pid); cpuErr == nil && err == nil {
 		r["server_cpu_s"] = cpu1 - cpu0
 	}

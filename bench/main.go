@@ -54,6 +54,7 @@ type options struct {
 	profileDir      string
 
 	idleFor          time.Duration
+	idleQueues       int
 	idleBuckets      int
 	idleShards       int
 	idleInterval     time.Duration
@@ -93,7 +94,7 @@ func main() {
 	flag.StringVar(&o.workloads, "workload", "burst", "comma-separated workloads: burst, burst-worker, steady, spread, trickle, idle, soak, sweep, ceiling, skew, reshard, or all (all but skew and reshard, which waits out a layout change)")
 	flag.StringVar(&o.jsonPath, "json", "", "append JSON lines to this file (default: print them on stdout)")
 	flag.StringVar(&o.chartPath, "chart", "sweep.png", "PNG file for the sweep's chart")
-	flag.StringVar(&o.via, "via", viaWorker, "burst-worker, trickle: worker (producer.Producer and worker.Worker) or client (a shardq.Client inserts the tasks and runs them)")
+	flag.StringVar(&o.via, "via", viaWorker, "burst-worker, trickle, idle: worker (producer.Producer and worker.Worker) or client (a shardq.Client inserts the tasks and runs them)")
 
 	// A lap (buckets × bucket) longer than the schema's gc_grace_seconds (600 s), so that
 	// tombstones can be purged before consumers come back to a partition.
@@ -122,6 +123,7 @@ func main() {
 	flag.StringVar(&o.profileDir, "profile-dir", "", "trickle: a directory where the producer and worker processes write CPU profiles (<role>.pprof)")
 
 	flag.DurationVar(&o.idleFor, "idle-for", 20*time.Second, "idle: how long to count requests")
+	flag.IntVar(&o.idleQueues, "idle-queues", 1, "idle: queues, each a default queue, that one client serves (-via client)")
 	flag.IntVar(&o.idleBuckets, "idle-buckets", shardqtype.DefaultBucketCount, "idle: queue time buckets")
 	flag.IntVar(&o.idleShards, "idle-shards", shardqtype.DefaultShardCount, "idle: queue concurrency shards")
 	flag.DurationVar(&o.idleInterval, "idle-interval", 0, "idle: worker MaxIdleInterval (0: the worker's default)")
@@ -199,20 +201,30 @@ func run(ctx context.Context, o options) error {
 	return nil
 }
 
-// checkVia rejects a -via that would not mean what it says: a workload run through a
-// worker while -via client was asked for.
+// checkVia rejects -via and -idle-queues where they would not mean what they say: a
+// workload run through a worker while -via client was asked for, or idle's settings a
+// client does not have.
 func checkVia(o options, names []string) error {
 	switch o.via {
 	case viaWorker:
+		if o.idleQueues != 1 {
+			return fmt.Errorf("-idle-queues %d: one worker serves one queue; add -via client", o.idleQueues)
+		}
 		return nil
 	case viaClient:
 	default:
 		return fmt.Errorf("-via %q: want %s or %s", o.via, viaWorker, viaClient)
 	}
 	for _, name := range names {
-		if n := strings.TrimSpace(name); n != "burst-worker" && n != "trickle" {
-			return fmt.Errorf("-via client: workload %q does not run through a client (burst-worker and trickle do)", n)
+		if n := strings.TrimSpace(name); n != "burst-worker" && n != "trickle" && n != "idle" {
+			return fmt.Errorf("-via client: workload %q does not run through a client (burst-worker, trickle and idle do)", n)
 		}
+	}
+	switch {
+	case o.idleQueues < 1:
+		return fmt.Errorf("-idle-queues %d: want at least 1", o.idleQueues)
+	case o.idleInterval != 0:
+		return fmt.Errorf("-idle-interval: a client's workers keep the default MaxIdleInterval")
 	}
 	return nil
 }
