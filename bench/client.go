@@ -71,11 +71,12 @@ func insertAll(ctx context.Context, c *shardq.Client, queue string, n int, due f
 }
 
 // waitPolled returns once the first polls of a client serving queues queues are over, as
-// its requests (sent, a running count) tell, or ctx ends (nil both): a client does not say
-// when its workers have polled, as a worker's Stats do. A worker's first poll reads its queue's whole lap,
-// about 3,000 requests in a second for a default queue; an idle worker then sends about
-// 4.5 a second (a signal read every 250 ms, a poll every 10 s). Over is a whole second
-// with fewer than idleQuiet requests per queue, after one with more.
+// its requests (sent, a running count) tell, or ctx ends (nil both): a client does not
+// say when its workers have polled, as a worker's Stats do. A worker's first poll reads
+// its queue's whole lap, about 3,000 requests in a second for a default queue; an idle
+// worker then sends about 4.5 a second (a signal read every 250 ms, a poll every 10 s).
+// Over is a whole second with fewer than idleQuiet requests per queue, after one with
+// more.
 func waitPolled(ctx context.Context, queues int, sent func() int64) error {
 	const idleQuiet = 20
 	limit := time.After(5 * time.Minute)
