@@ -18,7 +18,7 @@ import (
 )
 
 // idle runs a worker with default settings on an empty queue and counts its CQL requests
-// and, for a local node, the server's CPU seconds over the window. With -via client it
+// (by kind too) and, for a local node, the server's CPU seconds over the window. With -via client it
 // runs a client with default settings serving -idle-queues such queues instead.
 func (b *bench) idle(ctx context.Context) error {
 	cfg := shardqtype.QueueConfig{Name: "idle", BucketCount: b.o.idleBuckets, ShardCount: b.o.idleShards}
@@ -82,13 +82,13 @@ func (b *bench) idle(ctx context.Context) error {
 	}
 	pid := b.cassandraPIDs()
 	cpu0, cpuErr := cpuSeconds(pid)
-	req0, acked0, self0, t0 := b.requests.Load(), acked.Load(), selfCPU(), time.Now()
+	req0, kinds0, acked0, self0, t0 := b.requests.Load(), b.counter().snapshot(), acked.Load(), selfCPU(), time.Now()
 	fmt.Fprintf(os.Stderr, "idle: counting requests for %v\n", b.o.idleFor)
 	time.Sleep(b.o.idleFor)
-	reqs, span := b.requests.Load()-req0, time.Since(t0)
+	reqs, kinds, span := b.requests.Load()-req0, b.counter().since(kinds0), time.Since(t0)
 	r := result{"workload": "idle", "via": b.o.via, "queues": len(queues), "buckets": q.BucketCount,
 		"bucket_s": q.BucketDuration.Seconds(), "shards": q.ShardCount, "pending": b.o.idlePending, "settle_s": settle.Seconds(),
-		"window_s": span.Seconds(), "idle_requests_per_s": float64(reqs) / span.Seconds(),
+		"window_s": span.Seconds(), "idle_requests_per_s": float64(reqs) / span.Seconds(), "requests_by_kind": kinds,
 		"delivered": acked.Load() - acked0, "bench_cpu_s": selfCPU() - self0}
 	if polls != nil {
 		r["polls"] = polls()
