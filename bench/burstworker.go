@@ -36,7 +36,7 @@ func (b *bench) burstWorker(ctx context.Context) error {
 			acked.Add(int64(e.Count))
 		}
 	})
-	// lateness is burst's figure; a million of them is not needed here
+	// deliver, not record: lateness is burst's figure; a million of them is not needed here
 	w, ids, schedTime, err := b.burstTasks(ctx, s, q.Name, n, obs, tr.deliver)
 	if err != nil {
 		return err
