@@ -219,11 +219,7 @@ func (c *Client) run(ctx context.Context, t *consumer.Task) error {
 	if !ok {
 		return &UnknownKindError{Kind: t.Kind}
 	}
-	maxAttempts := c.cfg.MaxAttempts
-	if n := taskmeta.Int(t.Headers, taskmeta.MaxAttempts); n > 0 {
-		maxAttempts = n
-	}
-	return work(ctx, t, maxAttempts)
+	return work(ctx, t, taskmeta.MaxAttemptsOr(t.Headers, c.cfg.MaxAttempts))
 }
 
 // Stop stops taking tasks, gives back those taken but not started, lets running workers

@@ -22,14 +22,7 @@ import (
 // once). Its attempt count is kept, so the next delivery is Attempt+1. It returns
 // ErrLeaseLost if the lease is gone.
 func (c *Consumer) Retry(ctx context.Context, t *Task, delay time.Duration) error {
-	if err := c.checkOwn(ctx, t, "t"); err != nil {
-		return err
-	}
-	if delay < 0 || delay > c.q.MaxTimeout() {
-		return defaults.Invalid("delay", "%v is not in [0, %v]", delay, c.q.MaxTimeout())
-	}
-	_, err := c.relocate(ctx, t, c.cfg.Clock.Now().Add(delay), taskindex.Retrying, nil)
-	return err
+	return c.giveBack(ctx, t, delay, false)
 }
 
 // Snooze gives a task back to the queue to be delivered again after delay, as Retry
@@ -37,13 +30,22 @@ func (c *Consumer) Retry(ctx context.Context, t *Task, delay time.Duration) erro
 // t.Attempt again. The count of snoozes is kept with the task, among its headers. It
 // returns ErrLeaseLost if the lease is gone.
 func (c *Consumer) Snooze(ctx context.Context, t *Task, delay time.Duration) error {
+	return c.giveBack(ctx, t, delay, true)
+}
+
+// giveBack is Retry, or Snooze when snoozed: the marker moves to delay from now as a
+// retry's, counting one more snooze among its headers when snoozed.
+func (c *Consumer) giveBack(ctx context.Context, t *Task, delay time.Duration, snoozed bool) error {
 	if err := c.checkOwn(ctx, t, "t"); err != nil {
 		return err
 	}
 	if delay < 0 || delay > c.q.MaxTimeout() {
 		return defaults.Invalid("delay", "%v is not in [0, %v]", delay, c.q.MaxTimeout())
 	}
-	headers := taskmeta.WithInt(t.marker.Headers, taskmeta.Snoozes, taskmeta.Int(t.marker.Headers, taskmeta.Snoozes)+1)
+	var headers map[string]string
+	if snoozed {
+		headers = taskmeta.WithInt(t.marker.Headers, taskmeta.Snoozes, taskmeta.Int(t.marker.Headers, taskmeta.Snoozes)+1)
+	}
 	_, err := c.relocate(ctx, t, c.cfg.Clock.Now().Add(delay), taskindex.Retrying, headers)
 	return err
 }

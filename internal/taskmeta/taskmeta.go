@@ -29,6 +29,15 @@ func Int(h map[string]string, key string) int {
 	return n
 }
 
+// MaxAttemptsOr is the attempts a task with headers h gets: its own limit when its
+// insert set one, def otherwise.
+func MaxAttemptsOr(h map[string]string, def int) int {
+	if n := Int(h, MaxAttempts); n > 0 {
+		return n
+	}
+	return def
+}
+
 // WithInt returns a copy of h with key set to n.
 func WithInt(h map[string]string, key string, n int) map[string]string {
 	out := maps.Clone(h)

@@ -90,7 +90,7 @@ func (w *Watch) read(ctx context.Context, now, since time.Time) bool {
 			queueOf[l.Ring()] = q
 		}
 	}
-	woken := map[string]time.Time{}
+	woken := map[string]bool{}
 	fromOf := map[string]int64{} // ring -> the first bucket read
 	for _, d := range slices.Sorted(maps.Keys(groups)) {
 		ls := groups[d]
@@ -113,7 +113,7 @@ func (w *Watch) read(ctx context.Context, now, since time.Time) bool {
 			// touched just before, may hide behind it. So a change wakes the queue now, as a
 			// worker's own read of its signals does.
 			if w.seen[c] != v && !shard.IDTime(uuid.UUID(v)).Before(since) {
-				woken[queueOf[c.Queue]] = now
+				woken[queueOf[c.Queue]] = true
 			}
 			w.seen[c] = v
 		}
@@ -123,8 +123,8 @@ func (w *Watch) read(ctx context.Context, now, since time.Time) bool {
 			delete(w.seen, c)
 		}
 	}
-	for q, due := range woken {
-		w.state.Bus.Signalled(q, due)
+	for q := range woken {
+		w.state.Bus.Signalled(q, now)
 	}
 	return ok
 }

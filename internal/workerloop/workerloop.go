@@ -758,20 +758,11 @@ func (w *Worker) run(ctx context.Context, t *consumer.Task) {
 		// is neither acked nor retried; it comes back by its timeout, attempt + 1.
 	case errors.As(err, &snoozed):
 		w.snooze(&held, snoozed.Delay)
-	case errors.As(err, &cancelled), t.Attempt >= w.maxAttempts(t):
+	case errors.As(err, &cancelled), t.Attempt >= taskmeta.MaxAttemptsOr(t.Headers, w.cfg.MaxAttempts):
 		w.deadLetter(&held, err)
 	default:
 		w.retry(&held, err)
 	}
-}
-
-// maxAttempts is the task's own limit of attempts when its insert set one, the worker's
-// otherwise.
-func (w *Worker) maxAttempts(t *consumer.Task) int {
-	if n := taskmeta.Int(t.Headers, taskmeta.MaxAttempts); n > 0 {
-		return n
-	}
-	return w.cfg.MaxAttempts
 }
 
 // call runs the handler, turning a panic into an error that carries its stack.
