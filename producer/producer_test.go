@@ -28,9 +28,7 @@ func setup(t *testing.T) (*gocql.Session, shardqtype.QueueConfig) {
 
 func countRows(t *testing.T, s *gocql.Session) int {
 	t.Helper()
-	var n int
-	require.NoError(t, s.Query(`SELECT count(*) FROM tasks WHERE kind = 1 ALLOW FILTERING`).Scan(&n))
-	return n
+	return cassandratest.CountTaskRows(t, s)
 }
 
 func TestScheduleTasksPlacesRows(t *testing.T) {

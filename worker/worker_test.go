@@ -87,9 +87,7 @@ func stop(t *testing.T, w *worker.Worker) {
 // remaining counts task rows (pending or leased) left in the queue's partitions.
 func (e *env) remaining() int {
 	e.t.Helper()
-	var n int
-	require.NoError(e.t, e.s.Query(`SELECT count(*) FROM tasks WHERE kind = 1 ALLOW FILTERING`).Scan(&n))
-	return n
+	return cassandratest.CountTaskRows(e.t, e.s)
 }
 
 func TestConcurrencyLimit(t *testing.T) {
