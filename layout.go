@@ -42,7 +42,7 @@ func ChangeLayout(ctx context.Context, session *gocql.Session, name string, cfg 
 	if err != nil {
 		return LayoutChange{}, err
 	}
-	now, err := tables.Now(ctx)
+	now, _, err := tables.Now(ctx)
 	if err != nil {
 		return LayoutChange{}, fmt.Errorf("shardq: changing the layout of queue %q: %w", name, err)
 	}

@@ -35,9 +35,14 @@ const (
 	Unmeasured = 2 * time.Second
 )
 
-// Coordinator reads a coordinator's clock (store.Store does).
+// Forget is how long a node's clock reading counts after it was taken: a node that left
+// the ring, or stopped answering, stops holding the cluster's time back after this.
+const Forget = 10 * Refresh
+
+// Coordinator reads a coordinator's clock and names the node that answered, or ""
+// (store.Store does).
 type Coordinator interface {
-	Now(ctx context.Context) (time.Time, error)
+	Now(ctx context.Context) (at time.Time, node string, err error)
 }
 
 // Host is the clock this host keeps; tests give a skewed one.
@@ -70,9 +75,13 @@ type Clock struct {
 	// the cluster's time is told from them and the time run since, so a step of the host's
 	// wall clock between two measures moves nothing.
 	anchor, cluster time.Time
-	attempted       time.Time // host time of the last measure, done or failed; zero before
-	failed          bool      // the last measure failed
-	known           bool      // a measure succeeded
+	// spread is how far the latest node's clock was ahead of the earliest one's (the
+	// cluster's time) at the last measure.
+	spread    time.Duration
+	nodes     map[string]reading // the last reading of each node that answered a measure
+	attempted time.Time          // host time of the last measure, done or failed; zero before
+	failed    bool               // the last measure failed
+	known     bool               // a measure succeeded
 	// disagree is set when the wall clock and the time elapsed parted since the last
 	// measure, until the next one succeeds.
 	disagree  bool
@@ -88,7 +97,14 @@ func New(coord Coordinator, host Host, log *slog.Logger) *Clock {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Clock{coord: coord, host: host, log: log, measured: make(chan struct{})}
+	return &Clock{coord: coord, host: host, log: log, measured: make(chan struct{}), nodes: map[string]reading{}}
+}
+
+// reading is a node's clock as one sample read it: at is the node's time when the host's
+// clock read anchor (the middle of the sample's round trip), rtt the round trip.
+type reading struct {
+	anchor, at time.Time
+	rtt        time.Duration
 }
 
 // Now returns the cluster's time measured last, run on by the time elapsed since, and
@@ -173,36 +189,80 @@ func (c *Clock) measureInBackground() {
 	}
 }
 
-// Measure reads a coordinator's clock and records the offset of the host's from it,
-// taken from the sample with the shortest round trip.
+// Measure reads coordinators' clocks and takes the cluster's time from them. Each node
+// that answers keeps its last reading (the sample with the shortest round trip), for
+// Forget; the cluster's time is the earliest of those nodes' clocks, so a consumer
+// judging due times by it is early by no node's clock, and plain writes stamped behind it
+// lose to deletes any of them stamps. The spread up to the latest is added to deletes
+// (DeleteStamp), which must win over writes any node stamped, and reported when it
+// exceeds WriteLag/2. It returns the offset of the host's clock from the cluster's.
 func (c *Clock) Measure(ctx context.Context) (time.Duration, error) {
-	best, bestRTT := time.Duration(0), time.Duration(-1)
-	var anchor, cluster time.Time
+	got := map[string]reading{}
 	var err error
 	for range samples {
 		sent := c.host.Now()
 		var at time.Time
-		if at, err = c.coord.Now(ctx); err != nil {
+		var node string
+		if at, node, err = c.coord.Now(ctx); err != nil {
 			break
 		}
-		got := c.host.Now()
-		if rtt := c.elapsed(got, sent); bestRTT < 0 || rtt < bestRTT {
-			best, bestRTT = at.Sub(sent.Add(rtt/2)), rtt
-			anchor, cluster = sent.Add(rtt/2), at
+		rtt := c.elapsed(c.host.Now(), sent)
+		if r, ok := got[node]; !ok || rtt < r.rtt {
+			got[node] = reading{anchor: sent.Add(rtt / 2), at: at, rtt: rtt}
 		}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.measuring, c.attempted, c.failed = false, c.host.Now(), bestRTT < 0
-	if bestRTT < 0 {
+	c.measuring, c.attempted, c.failed = false, c.host.Now(), len(got) == 0
+	if len(got) == 0 {
 		return 0, fmt.Errorf("clustertime: reading a coordinator's clock: %w", err)
 	}
-	c.offset, c.anchor, c.cluster, c.known, c.disagree = best, anchor, cluster, true, false
-	if best.Abs() > WriteLag/2 {
-		c.log.WarnContext(ctx, "this host's clock is off the cluster's; shardq corrects its times, but fix the host's time sync",
-			"offset", best)
+	if c.disagree {
+		// The host's clock stepped or the host slept since: elapsed time no longer
+		// carries older readings forward.
+		clear(c.nodes)
 	}
-	return best, nil
+	var anchor time.Time
+	for node, r := range got {
+		c.nodes[node] = r
+		if anchor.IsZero() || c.elapsed(r.anchor, anchor) > 0 {
+			anchor = r.anchor
+		}
+	}
+	// Each node's clock carried to anchor by the time elapsed since its reading.
+	var earliest, latest time.Time
+	for node, r := range c.nodes {
+		since := c.elapsed(anchor, r.anchor)
+		if since > Forget {
+			delete(c.nodes, node)
+			continue
+		}
+		at := r.at.Add(since)
+		if earliest.IsZero() || at.Before(earliest) {
+			earliest = at
+		}
+		if latest.IsZero() || at.After(latest) {
+			latest = at
+		}
+	}
+	c.anchor, c.cluster, c.offset = anchor, earliest, earliest.Sub(anchor)
+	c.spread, c.known, c.disagree = latest.Sub(earliest), true, false
+	if c.offset.Abs() > WriteLag/2 {
+		c.log.WarnContext(ctx, "this host's clock is off the cluster's; shardq corrects its times, but fix the host's time sync",
+			"offset", c.offset)
+	}
+	if c.spread > WriteLag/2 {
+		c.log.WarnContext(ctx, "the cluster's nodes' clocks disagree; shardq takes the earliest for due times and stamps deletes past the latest, but fix the nodes' time sync",
+			"spread", c.spread, "nodes", len(c.nodes))
+	}
+	return c.offset, nil
+}
+
+// Spread returns how far the latest node's clock was measured ahead of the earliest's.
+func (c *Clock) Spread() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.spread
 }
 
 // Stamp is the write timestamp, in microseconds, of a plain write made at writer's time
@@ -227,10 +287,10 @@ func (c *Clock) unknown() time.Duration {
 }
 
 // DeleteStamp is the write timestamp, in microseconds, of a plain delete of a row that a
-// coordinator stamped (a dead letter): WriteLag past the cluster's time (and Unmeasured
-// more while no measure has succeeded), so the delete
+// coordinator stamped (a dead letter): WriteLag past the latest node's clock measured
+// (and Unmeasured more while no measure has succeeded), so the delete
 // wins over the write made before it whatever this host's clock, as Stamp's writes lose
 // to the coordinators' deletes.
 func (c *Clock) DeleteStamp() int64 {
-	return c.Now().Add(WriteLag + c.unknown()).UnixMicro()
+	return c.Now().Add(WriteLag + c.unknown() + c.Spread()).UnixMicro()
 }

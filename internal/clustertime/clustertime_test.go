@@ -3,6 +3,10 @@ package clustertime_test
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -27,10 +31,14 @@ func TestMeasuresOffsetAndStampsBehindCluster(t *testing.T) {
 	t.Parallel()
 	s := cassandratest.Session(t)
 	ctx := context.Background()
+	_, node, err := store.Cassandra(s).Now(ctx)
+	require.NoError(t, err)
+	require.NotEmpty(t, node, "a node's clock is read with its host ID")
 	for _, off := range []time.Duration{5 * time.Second, -5 * time.Second} {
 		c := clustertime.New(store.Cassandra(s), offsetHost(off), nil)
 		c.Ready(ctx)
 		require.InDelta(t, float64(-off), float64(c.Offset()), float64(100*time.Millisecond), "offset of a host %v off", off)
+		require.Less(t, c.Spread(), 100*time.Millisecond, "the test nodes share this host's clock")
 		require.WithinDuration(t, time.Now(), c.Now(), 100*time.Millisecond)
 
 		ahead := time.Now().Add(time.Hour)
@@ -51,9 +59,9 @@ type failFirst struct {
 
 var errTimedOut = errors.New("timed out")
 
-func (f *failFirst) Now(ctx context.Context) (time.Time, error) {
+func (f *failFirst) Now(ctx context.Context) (time.Time, string, error) {
 	if f.failed.CompareAndSwap(false, true) {
-		return time.Time{}, errTimedOut
+		return time.Time{}, "", errTimedOut
 	}
 	return f.Coordinator.Now(ctx)
 }
@@ -118,10 +126,10 @@ type clusterOf struct {
 	lead time.Duration
 }
 
-func (c clusterOf) Now(context.Context) (time.Time, error) {
+func (c clusterOf) Now(context.Context) (time.Time, string, error) {
 	c.h.mu.Lock()
 	defer c.h.mu.Unlock()
-	return c.h.base.Add(c.h.run + c.lead), nil
+	return c.h.base.Add(c.h.run + c.lead), "", nil
 }
 
 // A step of the host's wall clock between two measures (NTP stepping it 4 s, a VM
@@ -168,10 +176,10 @@ func (h *suspendingHost) Elapsed(since time.Time) time.Duration {
 // trueTime is a coordinator whose clock ran while the host slept.
 type trueTime struct{ h *suspendingHost }
 
-func (c trueTime) Now(context.Context) (time.Time, error) {
+func (c trueTime) Now(context.Context) (time.Time, string, error) {
 	c.h.mu.Lock()
 	defer c.h.mu.Unlock()
-	return c.h.base.Add(c.h.run + c.h.slept), nil
+	return c.h.base.Add(c.h.run + c.h.slept), "", nil
 }
 
 // After the host slept ten minutes, the time elapsed says little time passed and the wall
@@ -182,16 +190,88 @@ func TestHostSleepMeasuresAgainAtOnce(t *testing.T) {
 	h := &suspendingHost{base: time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC), runAtTime: map[time.Time]time.Duration{}}
 	c := clustertime.New(trueTime{h}, h, nil)
 	c.Ready(context.Background())
-	truth, _ := trueTime{h}.Now(context.Background())
+	truth, _, _ := trueTime{h}.Now(context.Background())
 	require.Equal(t, truth, c.Now())
 
 	h.mu.Lock()
 	h.slept += 10 * time.Minute
 	h.run += time.Second
 	h.mu.Unlock()
-	truth, _ = trueTime{h}.Now(context.Background())
+	truth, _, _ = trueTime{h}.Now(context.Background())
 	require.False(t, c.Now().After(truth), "never early")
 	require.Eventually(t, func() bool { return c.Now().Equal(truth) }, 10*time.Second, time.Millisecond,
 		"measured again at once, not a minute of running later")
 	require.Equal(t, truth.Add(-clustertime.WriteLag).UnixMicro(), c.Stamp(truth), "measured: stamped without the unmeasured margin")
+}
+
+// nodesOf is a cluster of nodes whose clocks lead the host's time run by their leads: each
+// read is answered by the next node in turn, as a round-robin policy sends them.
+type nodesOf struct {
+	h     *steppedHost
+	mu    sync.Mutex
+	leads map[string]time.Duration
+	turn  int
+}
+
+func (c *nodesOf) Now(context.Context) (time.Time, string, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	names := slices.Sorted(maps.Keys(c.leads))
+	node := names[c.turn%len(names)]
+	c.turn++
+	c.h.mu.Lock()
+	defer c.h.mu.Unlock()
+	return c.h.base.Add(c.h.run + c.leads[node]), node, nil
+}
+
+// warnings counts the warnings logged whose message holds about.
+type warnings struct {
+	slog.Handler
+	about string
+	n     atomic.Int64
+}
+
+func (w *warnings) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (w *warnings) Handle(_ context.Context, r slog.Record) error {
+	if strings.Contains(r.Message, w.about) {
+		w.n.Add(1)
+	}
+	return nil
+}
+
+// Nodes whose clocks disagree: the cluster's time is the earliest node's clock, so due
+// times are judged early by none; plain writes are stamped behind it, deletes past the
+// latest, and the disagreement is reported. A node that stops answering stops counting
+// after Forget.
+func TestNodesDisagreeEarliestCounts(t *testing.T) {
+	t.Parallel()
+	h := &steppedHost{base: time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC), stepAt: time.Duration(1 << 62)}
+	nodes := &nodesOf{h: h, leads: map[string]time.Duration{"a": 0, "b": -3 * time.Second, "c": 2 * time.Second}}
+	warned := &warnings{Handler: slog.DiscardHandler, about: "nodes' clocks disagree"}
+	c := clustertime.New(nodes, h, slog.New(warned))
+	c.Ready(context.Background())
+
+	require.Equal(t, -3*time.Second, c.Offset(), "the earliest node's clock")
+	require.Equal(t, 5*time.Second, c.Spread())
+	require.Equal(t, h.base.Add(-3*time.Second), c.Now())
+	require.Equal(t, h.base.Add(-3*time.Second-clustertime.WriteLag).UnixMicro(), c.Stamp(h.Now()),
+		"plain writes lose to deletes any node stamps")
+	require.Equal(t, h.base.Add(2*time.Second+clustertime.WriteLag).UnixMicro(), c.DeleteStamp(),
+		"deletes win over writes any node stamps")
+	require.Positive(t, warned.n.Load(), "the disagreement is reported")
+
+	nodes.mu.Lock()
+	delete(nodes.leads, "b")
+	nodes.mu.Unlock()
+	h.advance(clustertime.Refresh)
+	_, err := c.Measure(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, -3*time.Second, c.Offset(), "a node that did not answer still counts")
+
+	h.advance(clustertime.Forget)
+	_, err = c.Measure(context.Background())
+	require.NoError(t, err)
+	require.Zero(t, c.Offset(), "a node silent for Forget no longer counts")
+	require.Equal(t, 2*time.Second, c.Spread())
+	require.Equal(t, h.base.Add(clustertime.Refresh+clustertime.Forget), c.Now())
 }

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/gocql/gocql"
@@ -30,12 +31,21 @@ func (c cassandra) Signals() Signals         { return signals(c) }
 func (c cassandra) Series() Series           { return series(c) }
 func (c cassandra) Scans() Scans             { return scans(c) }
 
-func (c cassandra) Now(ctx context.Context) (time.Time, error) {
+func (c cassandra) Now(ctx context.Context) (time.Time, string, error) {
 	var id gocql.UUID
-	if err := cql.Query(c.session, `SELECT now() FROM system.local`).WithContext(ctx).Scan(&id); err != nil {
-		return time.Time{}, err
+	iter := cql.Query(c.session, `SELECT now() FROM system.local`).WithContext(ctx).Iter()
+	iter.Scan(&id)
+	if err := iter.Close(); err != nil {
+		return time.Time{}, "", err
 	}
-	return shard.IDTime(uuid.UUID(id)), nil
+	if id == (gocql.UUID{}) {
+		return time.Time{}, "", errors.New("reading a coordinator's clock: no row from system.local")
+	}
+	node := ""
+	if h := iter.Host(); h != nil {
+		node = h.HostID()
+	}
+	return shard.IDTime(uuid.UUID(id)), node, nil
 }
 
 // The task rows, task index, dead letters and signal cells keep their statement text and

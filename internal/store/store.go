@@ -38,9 +38,9 @@ type Store interface {
 	Signals() Signals
 	Series() Series
 	Scans() Scans
-	// Now reads a coordinator's clock: the time that stamps conditional writes and
-	// starts TTLs.
-	Now(ctx context.Context) (time.Time, error)
+	// Now reads a coordinator's clock (the time that stamps conditional writes and
+	// starts TTLs) and names the node that answered, or "" when it cannot tell.
+	Now(ctx context.Context) (at time.Time, node string, err error)
 }
 
 // Op is what a Mutation does.
