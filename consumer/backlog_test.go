@@ -228,13 +228,34 @@ func TestBacklogInOnePartition(t *testing.T) {
 	require.NoError(t, err)
 	chunks := make(chan []producer.Task)
 	var wg sync.WaitGroup
+	// A batch that timed out on a busy node may have applied: it is written again, and
+	// its tasks may then be delivered twice (as a producer's retry would make them).
+	var mu sync.Mutex
+	unsure := map[int]bool{}
 	for range 4 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for chunk := range chunks {
-				_, err := p.ScheduleTasks(ctx, chunk)
-				require.NoError(t, err)
+				for len(chunk) > 0 {
+					_, err := p.ScheduleTasks(ctx, chunk)
+					var partial *producer.PartialError
+					if !errors.As(err, &partial) {
+						require.NoError(t, err)
+						break
+					}
+					again := make([]producer.Task, 0, len(partial.Failed))
+					mu.Lock()
+					for _, i := range partial.Failed {
+						again = append(again, chunk[i])
+						var at int
+						_, err := fmt.Sscan(string(chunk[i].Payload), &at)
+						require.NoError(t, err)
+						unsure[at] = true
+					}
+					mu.Unlock()
+					chunk = again
+				}
 			}
 		}()
 	}
@@ -250,7 +271,9 @@ func TestBacklogInOnePartition(t *testing.T) {
 
 	var failed atomic.Int64
 	c, err := consumer.New(s, consumer.Config{Queue: q.Name, Observer: shardqtype.ObserverFunc(func(_ context.Context, ev shardqtype.Event) {
-		if f, ok := ev.(shardqtype.PartitionFailed); ok {
+		// A read past the tombstone failure threshold fails on the replica; a timeout on a
+		// node busy with other tests is tried again by the next call.
+		if f, ok := ev.(shardqtype.PartitionFailed); ok && !timedOut(f.Err) {
 			failed.Add(1)
 			t.Errorf("partition %s failed (%s): %v", f.PartitionKey, f.Op, f.Err)
 		}
@@ -261,16 +284,31 @@ func TestBacklogInOnePartition(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Minute)
 	for delivered < n && time.Now().Before(deadline) && failed.Load() == 0 {
 		got, err := c.AcquireTasks(ctx, consumer.MaxAcquire)
-		require.NoError(t, err)
-		for _, task := range got {
-			var i int
-			_, err := fmt.Sscan(string(task.Payload), &i)
-			require.NoError(t, err)
-			require.False(t, seen[i], "task %d delivered twice", i)
-			seen[i] = true
+		if timedOut(err) {
+			continue
 		}
-		delivered += len(got)
-		require.NoError(t, c.AckTasks(ctx, got...))
+		require.NoError(t, err)
+		idx := make([]int, len(got))
+		for k, task := range got {
+			i := &idx[k]
+			_, err := fmt.Sscan(string(task.Payload), i)
+			require.NoError(t, err)
+			if !seen[*i] {
+				delivered++
+			} else {
+				require.True(t, unsure[*i], "task %d delivered twice", *i)
+			}
+			seen[*i] = true
+		}
+		// An ack that timed out may not have applied: its tasks come back at their
+		// deadlines.
+		if err := c.AckTasks(ctx, got...); timedOut(err) {
+			for _, i := range idx {
+				unsure[i] = true
+			}
+		} else {
+			require.NoError(t, err)
+		}
 	}
 	require.Equal(t, n, delivered)
 	require.Equal(t, -1, slices.Index(seen, false))
@@ -581,4 +619,12 @@ func TestFinishedPartitionCheckedOnce(t *testing.T) {
 		}
 	}
 	t.Fatalf("the late row in %s was not delivered within a sweep", l.Key(b1, 0))
+}
+
+// timedOut reports whether err is a driver or replica timeout.
+func timedOut(err error) bool {
+	var rt *gocql.RequestErrReadTimeout
+	var wt *gocql.RequestErrWriteTimeout
+	return errors.Is(err, gocql.ErrTimeoutNoResponse) || errors.As(err, &rt) || errors.As(err, &wt) ||
+		errors.Is(err, context.DeadlineExceeded)
 }

@@ -481,7 +481,13 @@ func TestLeaseExtension(t *testing.T) {
 				err     error
 			}
 			runs := make(chan run, 4)
+			var takeFailed atomic.Bool
 			w := e.worker(worker.Config{ExtendLeases: extend, Concurrency: 1,
+				Observer: shardqtype.ObserverFunc(func(_ context.Context, ev shardqtype.Event) {
+					if f, ok := ev.(shardqtype.PartitionFailed); ok && f.Op == "take" {
+						takeFailed.Store(true)
+					}
+				}),
 				Backoff: func(int) time.Duration { return time.Minute }, // a failure would not come back soon
 				Handler: worker.HandlerFunc(func(ctx context.Context, task *consumer.Task) error {
 					select {
@@ -500,7 +506,11 @@ func TestLeaseExtension(t *testing.T) {
 			case <-time.After(20 * time.Second):
 				t.Fatal("the task never ran")
 			}
-			require.Equal(t, 1, first.attempt)
+			// A take whose swap timed out on a busy node may have applied without
+			// delivering: its lease then runs out unseen, and the first run is attempt 2.
+			if first.attempt != 1 {
+				require.True(t, takeFailed.Load(), "first run at attempt %d with no take failed", first.attempt)
+			}
 			if extend {
 				require.NoError(t, first.err)
 				require.Eventually(t, func() bool { return w.Stats().Acked == 1 }, 5*time.Second, 20*time.Millisecond)
@@ -510,7 +520,7 @@ func TestLeaseExtension(t *testing.T) {
 				require.ErrorIs(t, first.err, context.Canceled, "the context ends with the lease")
 				select {
 				case second := <-runs:
-					require.Equal(t, 2, second.attempt, "the expired lease is delivered again")
+					require.Equal(t, first.attempt+1, second.attempt, "the expired lease is delivered again")
 				case <-time.After(20 * time.Second): // a retry would have waited the minute's backoff
 					t.Fatal("the task did not come back when its lease ran out")
 				}
