@@ -18,12 +18,14 @@ each = for m in $(MODULES); do $(GO) -C $$m $(1) || exit 1; done
 .PHONY: test test-cluster sim demo bench lint cassandra-start cassandra-stop cassandra-status
 
 # Vet, every test with the race detector (the library's longest packages first,
-# scripts/packages), a short run of each fuzz target, then the simulator's seeds.
+# scripts/packages) but the simulator's, a short run of each fuzz target, then, with no
+# node left running, the simulator's tests and seeds.
 test:
-	scripts/with-cassandra sh -c '$(GO) vet ./... && $(call each,vet ./...) && pkgs=$$(GO=$(GO) scripts/packages) && \
+	scripts/with-cassandra sh -c '$(GO) vet ./... && $(call each,vet ./...) && pkgs=$$(GO=$(GO) scripts/packages --race) && \
 		$(GO) test -race -count=1 -timeout 20m $$pkgs && $(call each,test -race -count=1 -timeout 20m ./...) && \
 		$(GO) test -run=^$$ -fuzz=^FuzzKey$$ -fuzztime=$(FUZZTIME) ./shard && \
 		$(GO) test -run=^$$ -fuzz=^FuzzID$$ -fuzztime=$(FUZZTIME) ./shard'
+	$(GO) test -count=1 -timeout 20m ./internal/sim
 	$(MAKE) sim
 
 # The deterministic simulator (internal/sim, no Cassandra): SEEDS seeded runs from SEED on,
