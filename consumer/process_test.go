@@ -189,5 +189,5 @@ func TestConcurrentProcesses(t *testing.T) {
 	}
 	require.Positive(t, perProcess["child"])
 	require.Positive(t, perProcess["parent"])
-	require.Zero(t, cassandratest.CountTaskRows(t, s), "every acked lease is gone")
+	require.Zero(t, cassandratest.CountTaskRows(t, s, q.Layout()), "every acked lease is gone")
 }

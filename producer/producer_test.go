@@ -26,11 +26,6 @@ func setup(t *testing.T) (*gocql.Session, shardqtype.QueueConfig) {
 	return s, q
 }
 
-func countRows(t *testing.T, s *gocql.Session) int {
-	t.Helper()
-	return cassandratest.CountTaskRows(t, s)
-}
-
 func TestScheduleTasksPlacesRows(t *testing.T) {
 	t.Parallel()
 	s, q := setup(t)
@@ -47,7 +42,7 @@ func TestScheduleTasksPlacesRows(t *testing.T) {
 	ids, err := p.ScheduleTasks(ctx, tasks)
 	require.NoError(t, err)
 	require.Len(t, ids, 1000)
-	require.Equal(t, 1000, countRows(t, s))
+	require.Equal(t, 1000, cassandratest.CountTaskRows(t, s, q.Layout()))
 
 	l := q.Layout()
 	for i, id := range ids[:50] {
@@ -78,7 +73,7 @@ func TestScheduleTasksPlacesRows(t *testing.T) {
 
 func TestBadInputWritesNothing(t *testing.T) {
 	t.Parallel()
-	s, _ := setup(t)
+	s, q := setup(t)
 	ctx := context.Background()
 
 	_, err := producer.New(nil, producer.Config{})
@@ -122,7 +117,7 @@ func TestBadInputWritesNothing(t *testing.T) {
 		_, err = p.ScheduleTask(ctx, c.task)
 		require.ErrorIs(t, err, c.is, name)
 	}
-	require.Zero(t, countRows(t, s), "a rejected call writes nothing, not even its good tasks")
+	require.Zero(t, cassandratest.CountTaskRows(t, s, q.Layout()), "a rejected call writes nothing, not even its good tasks")
 	_, err = p.ScheduleTask(ctx, producer.Task{Queue: "q", Payload: make([]byte, 6), Headers: map[string]string{"ab": "cd"}})
 	require.NoError(t, err, "payload and headers fill the limit exactly")
 	ids, err := p.ScheduleTasks(ctx, nil)

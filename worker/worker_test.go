@@ -87,7 +87,7 @@ func stop(t *testing.T, w *worker.Worker) {
 // remaining counts task rows (pending or leased) left in the queue's partitions.
 func (e *env) remaining() int {
 	e.t.Helper()
-	return cassandratest.CountTaskRows(e.t, e.s)
+	return cassandratest.CountTaskRows(e.t, e.s, e.q.Layout())
 }
 
 func TestConcurrencyLimit(t *testing.T) {

@@ -29,6 +29,7 @@ import (
 
 	"github.com/shardq/shardq/internal/cqlcluster"
 	"github.com/shardq/shardq/internal/schema"
+	"github.com/shardq/shardq/shard"
 )
 
 // Image is the container image used when a Docker engine is the only way to a server.
@@ -272,20 +273,22 @@ func keyspaceName(test string) string {
 	return "t_" + base + "_" + hex.EncodeToString(b[:])
 }
 
-// CountTaskRows counts the task rows (kind 1: due, waiting or leased) of the tasks table
-// across every partition. It pages instead of asking for count(*): an aggregate over the
-// whole table is one request that scans every tombstone of a drained queue, and on a node
-// busy with parallel tests it outlasted the driver's timeout.
-func CountTaskRows(t testing.TB, session *gocql.Session) int {
+// CountTaskRows counts the task rows (kind 1: due, waiting or leased) in the partitions of
+// l's ring, one partition at a time. A count over the whole table, even paged, is a
+// range scan that must walk every tombstone a drained queue left before it can answer,
+// and on a node busy with parallel packages it outlasted the driver's timeout.
+func CountTaskRows(t testing.TB, session *gocql.Session, l shard.Layout) int {
 	t.Helper()
-	iter := session.Query(`SELECT task_id FROM tasks WHERE kind = 1 ALLOW FILTERING`).PageSize(500).Iter()
-	var id gocql.UUID
-	n := 0
-	for iter.Scan(&id) {
-		n++
+	total := 0
+	for b := range l.BucketCount {
+		for sh := range l.ShardCount {
+			var n int
+			key := shard.FormatKey(l.Ring(), b, sh)
+			if err := session.Query(`SELECT count(*) FROM tasks WHERE shard_key = ? AND kind = 1`, key).Scan(&n); err != nil {
+				t.Fatalf("counting task rows of %s: %v", key, err)
+			}
+			total += n
+		}
 	}
-	if err := iter.Close(); err != nil {
-		t.Fatalf("counting task rows: %v", err)
-	}
-	return n
+	return total
 }
