@@ -73,8 +73,9 @@ func TestLayoutWorkerProcess(t *testing.T) {
 // between two 100 ns ticks may start a few ns before the time asked for.
 //
 // A queue's layout changes twice under load, 8 -> 16 -> 2 shards and 10 s ->
-// 1 s buckets, while a producer schedules 100,000 tasks (40,000 at replication factor 3)
-// due over two minutes (half written before the changes, half as they come due) plus
+// 1 s buckets, while a producer schedules 100,000 tasks (40,000 at replication factor 3
+// or under the race detector) due over two minutes (half written before the changes,
+// half as they come due) plus
 // tasks due in the next lap and next week, and two worker processes run them. No task is
 // lost, none starts before it is due, each far-future one starts at its time once the
 // clocks are moved there, and a task runs twice only when a lease expired (its later run
@@ -90,9 +91,11 @@ func TestChangeLayoutUnderLoad(t *testing.T) {
 
 	const span = 2 * time.Minute
 	total := 100_000
-	if cassandratest.RF(t) > 1 {
-		// Three replicas on one small machine write every task three times: 40,000 keep
-		// the change under load without timeouts from a cluster past its capacity.
+	if cassandratest.RF(t) > 1 || raceDetector {
+		// Three replicas on one small machine write every task three times, and workers
+		// under the race detector, beside the other packages' tests, ran 100,000 over
+		// five minutes: 40,000 keep the change under load without a cluster or workers
+		// past their capacity.
 		total = 40_000
 	}
 	var mu sync.Mutex
