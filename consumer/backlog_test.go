@@ -216,6 +216,12 @@ func TestLargePayloads(t *testing.T) {
 // consumed. With replicas on three nodes of one small machine, every write costs three,
 // and 120,000 still go past the threshold.
 func TestBacklogInOnePartition(t *testing.T) {
+	if raceDetector {
+		// Its 150,000 writes and reads exercise Cassandra's tombstone handling, not this
+		// process's concurrency; under the race detector they took over four minutes of
+		// CI. make test-cluster runs it without, at RF 3.
+		t.Skip("runs without the race detector (make test-cluster)")
+	}
 	n := 150_000
 	if cassandratest.RF(t) > 1 {
 		n = 120_000

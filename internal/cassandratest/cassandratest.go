@@ -138,11 +138,7 @@ func createKeyspace(admin *gocql.Session, name string) error {
 		return err
 	}
 	stmt := fmt.Sprintf(`CREATE KEYSPACE %s WITH replication = {'class': 'SimpleStrategy', 'replication_factor': %d}`, name, rf)
-	if err := admin.Query(stmt).Exec(); err != nil {
-		return fmt.Errorf("creating keyspace %s: %w", name, err)
-	}
-	// gocql only logs it when the nodes do not agree within its wait.
-	if err := admin.AwaitSchemaAgreement(context.Background()); err != nil {
+	if err := exec(admin, stmt); err != nil {
 		return fmt.Errorf("creating keyspace %s: %w", name, err)
 	}
 	return nil
@@ -187,9 +183,7 @@ func SchemaSession(t testing.TB) *gocql.Session {
 // ApplySchema applies shardq's schema through session.
 func ApplySchema(t testing.TB, session *gocql.Session) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := applySchema(ctx, session); err != nil {
+	if err := withDDL(func(ctx context.Context) error { return applySchema(ctx, session) }); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -94,9 +94,7 @@ func takeKeyspace(admin *gocql.Session) (string, error) {
 		return "", err
 	}
 	defer s.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := applySchema(ctx, s); err != nil {
+	if err := withDDL(func(ctx context.Context) error { return applySchema(ctx, s) }); err != nil {
 		return "", fmt.Errorf("applying the schema to %s: %w", ks, err)
 	}
 	return ks, nil
@@ -214,7 +212,7 @@ func alive(pid int) bool {
 func dropKeyspace(admin *gocql.Session, ks string) error {
 	var err error
 	for range 3 {
-		if err = admin.Query("DROP KEYSPACE IF EXISTS " + ks).Exec(); err == nil {
+		if err = exec(admin, "DROP KEYSPACE IF EXISTS "+ks); err == nil {
 			return nil
 		}
 	}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package consumer_test
+
+const raceDetector = false
