@@ -62,9 +62,11 @@ func TestIdleWorkerProcess(t *testing.T) {
 	}
 }
 
-// A task scheduled for now by a producer in another process starts within a second in
-// a worker process that is idle with a one-minute poll interval: the queue's wake-up
-// signal reaches it, not its polling.
+// A task scheduled for now by a producer in another process starts in a worker process
+// that is idle with a one-minute poll interval well before that poll: the queue's
+// wake-up signal (read every 250 ms) reaches it. Within a second on one node; 2.7 s was
+// seen at RF 3 with three nodes sharing two cores, so the bound is 10 s, a sixth of the
+// poll.
 func TestWakeAcrossProcesses(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 8})
@@ -105,7 +107,7 @@ func TestWakeAcrossProcesses(t *testing.T) {
 		require.NoError(t, err)
 		lateness := time.Duration(us) * time.Microsecond
 		t.Logf("started %v after it was scheduled", lateness)
-		require.Less(t, lateness, time.Second)
+		require.Less(t, lateness, 10*time.Second, "woken by the signal, not the one-minute poll")
 	}
 	require.NoError(t, stdin.Close())
 	for range lines {
