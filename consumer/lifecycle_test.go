@@ -820,6 +820,9 @@ func TestRescheduleRacesAcquire(t *testing.T) {
 		case errors.Is(err, shardqtype.ErrTaskInFlight), errors.Is(err, shardqtype.ErrTaskNotFound),
 			errors.Is(err, lock.ErrLockHeld): // consumers kept the partition busy: not moved
 			require.True(t, at[0].Before(later))
+		case errors.Is(err, lock.ErrOutcomeUnknown):
+			// A timeout on a busy node, and reading back timed out too: the move may or
+			// may not have happened, so the task runs once, at either time.
 		default:
 			require.NoError(t, err, "task %d", i)
 		}
