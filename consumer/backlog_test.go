@@ -19,6 +19,7 @@ import (
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/internal/cassandratest"
+	"github.com/shardq/shardq/internal/cql"
 	"github.com/shardq/shardq/internal/testclock"
 	"github.com/shardq/shardq/lock"
 	"github.com/shardq/shardq/producer"
@@ -216,7 +217,7 @@ func TestLargePayloads(t *testing.T) {
 // consumed. With replicas on three nodes of one small machine, every write costs three,
 // and 120,000 still go past the threshold.
 func TestBacklogInOnePartition(t *testing.T) {
-	if raceDetector {
+	if cassandratest.RaceDetector {
 		// Its 150,000 writes and reads exercise Cassandra's tombstone handling, not this
 		// process's concurrency; under the race detector they took over four minutes of
 		// CI. make test-cluster runs it without, at RF 3.
@@ -279,7 +280,7 @@ func TestBacklogInOnePartition(t *testing.T) {
 	c, err := consumer.New(s, consumer.Config{Queue: q.Name, Observer: shardqtype.ObserverFunc(func(_ context.Context, ev shardqtype.Event) {
 		// A read past the tombstone failure threshold fails on the replica; a timeout on a
 		// node busy with other tests is tried again by the next call.
-		if f, ok := ev.(shardqtype.PartitionFailed); ok && !timedOut(f.Err) {
+		if f, ok := ev.(shardqtype.PartitionFailed); ok && !cql.TimedOut(f.Err) {
 			failed.Add(1)
 			t.Errorf("partition %s failed (%s): %v", f.PartitionKey, f.Op, f.Err)
 		}
@@ -290,7 +291,7 @@ func TestBacklogInOnePartition(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Minute)
 	for delivered < n && time.Now().Before(deadline) && failed.Load() == 0 {
 		got, err := c.AcquireTasks(ctx, consumer.MaxAcquire)
-		if timedOut(err) {
+		if cql.TimedOut(err) {
 			continue
 		}
 		require.NoError(t, err)
@@ -308,7 +309,7 @@ func TestBacklogInOnePartition(t *testing.T) {
 		}
 		// An ack that timed out may not have applied: its tasks come back at their
 		// deadlines.
-		if err := c.AckTasks(ctx, got...); timedOut(err) {
+		if err := c.AckTasks(ctx, got...); cql.TimedOut(err) {
 			for _, i := range idx {
 				unsure[i] = true
 			}
@@ -625,12 +626,4 @@ func TestFinishedPartitionCheckedOnce(t *testing.T) {
 		}
 	}
 	t.Fatalf("the late row in %s was not delivered within a sweep", l.Key(b1, 0))
-}
-
-// timedOut reports whether err is a driver or replica timeout.
-func timedOut(err error) bool {
-	var rt *gocql.RequestErrReadTimeout
-	var wt *gocql.RequestErrWriteTimeout
-	return errors.Is(err, gocql.ErrTimeoutNoResponse) || errors.As(err, &rt) || errors.As(err, &wt) ||
-		errors.Is(err, context.DeadlineExceeded)
 }

@@ -91,7 +91,7 @@ func TestChangeLayoutUnderLoad(t *testing.T) {
 
 	const span = 2 * time.Minute
 	total := 100_000
-	if cassandratest.RF(t) > 1 || raceDetector {
+	if cassandratest.RF(t) > 1 || cassandratest.RaceDetector {
 		// Three replicas on one small machine write every task three times, and workers
 		// under the race detector, beside the other packages' tests, ran 100,000 over
 		// five minutes: 40,000 keep the change under load without a cluster or workers

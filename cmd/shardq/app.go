@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"log"
-	"net"
 	"os"
 	"regexp"
 	"strings"
@@ -294,7 +293,7 @@ func (a *app) session(ctx context.Context) (*gocql.Session, error) {
 	}
 	hint := "check --hosts (or " + envHosts + "), that the nodes are up and listen for CQL"
 	switch msg := err.Error(); {
-	case isTimeout(err):
+	case cql.TimedOut(err):
 		hint = "the nodes did not answer within --request-timeout " + a.requestTimeout.String() + ": they may be overloaded; try again, or raise it"
 	case strings.Contains(msg, "tls:") || strings.Contains(msg, "x509:"):
 		hint = "check the --tls flags: the nodes may not speak TLS, or their certificate does not verify against --tls-ca"
@@ -332,24 +331,12 @@ func (a *app) explain(err error) error {
 		return fmt.Errorf("%w: shardq's tables are missing in keyspace %q; create them with 'shardq schema apply'", err, a.keyspace)
 	case errors.Is(err, context.Canceled):
 		return fmt.Errorf("interrupted: %w", err)
-	case isTimeout(err):
+	case cql.TimedOut(err):
 		return fmt.Errorf("%w: Cassandra did not answer within --request-timeout %v; it may be overloaded: try again, or raise "+
 			"--request-timeout (schema apply and queue create are safe to repeat; a schedule that timed out may have been "+
 			"written, and repeating it may schedule the task twice)", err, a.requestTimeout)
 	}
 	return err
-}
-
-// isTimeout reports whether err is a request that timed out, on the client or a node.
-// (The driver's session errors carry their cause as text only.)
-func isTimeout(err error) bool {
-	var rt *gocql.RequestErrReadTimeout
-	var wt *gocql.RequestErrWriteTimeout
-	var ne net.Error
-	msg := err.Error()
-	return errors.Is(err, gocql.ErrTimeoutNoResponse) || errors.Is(err, context.DeadlineExceeded) ||
-		errors.As(err, &rt) || errors.As(err, &wt) || (errors.As(err, &ne) && ne.Timeout()) ||
-		strings.Contains(msg, "within timeout") || strings.Contains(msg, "i/o timeout")
 }
 
 // command wraps a command's work: errors it returns count as raised by a running

@@ -13,6 +13,9 @@
 package cql
 
 import (
+	"context"
+	"errors"
+	"net"
 	"strings"
 	"time"
 
@@ -65,3 +68,18 @@ func (s speculation) Attempts() int {
 }
 
 func (s speculation) Delay() time.Duration { return SpeculativeDelay }
+
+// TimedOut reports whether err is a request that timed out, on the client or a node: its
+// outcome is unknown. (The driver's session errors carry their cause as text only.)
+func TimedOut(err error) bool {
+	if err == nil {
+		return false
+	}
+	var rt *gocql.RequestErrReadTimeout
+	var wt *gocql.RequestErrWriteTimeout
+	var ne net.Error
+	msg := err.Error()
+	return errors.Is(err, gocql.ErrTimeoutNoResponse) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.As(err, &rt) || errors.As(err, &wt) || (errors.As(err, &ne) && ne.Timeout()) ||
+		strings.Contains(msg, "within timeout") || strings.Contains(msg, "i/o timeout")
+}

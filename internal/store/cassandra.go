@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/gocql/gocql"
@@ -34,12 +33,12 @@ func (c cassandra) Scans() Scans             { return scans(c) }
 func (c cassandra) Now(ctx context.Context) (time.Time, string, error) {
 	var id gocql.UUID
 	iter := cql.Query(c.session, `SELECT now() FROM system.local`).WithContext(ctx).Iter()
-	iter.Scan(&id)
+	scanned := iter.Scan(&id)
 	if err := iter.Close(); err != nil {
 		return time.Time{}, "", err
 	}
-	if id == (gocql.UUID{}) {
-		return time.Time{}, "", errors.New("reading a coordinator's clock: no row from system.local")
+	if !scanned {
+		return time.Time{}, "", ErrNotFound
 	}
 	node := ""
 	if h := iter.Host(); h != nil {

@@ -1,5 +1,0 @@
-//go:build !race
-
-package consumer_test
-
-const raceDetector = false

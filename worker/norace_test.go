@@ -1,5 +1,0 @@
-//go:build !race
-
-package worker_test
-
-const raceDetector = false
