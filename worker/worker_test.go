@@ -361,17 +361,19 @@ func TestGracefulStop(t *testing.T) {
 }
 
 // TestRunUntilExitsBeforeDeadline runs workers until a deadline, on more tasks than a run
-// can handle (4 at a time, 40 ms each, 12 s at most): each returns in time, having acked what it handled and put the
-// rest back. A run that handled nothing proves little, as a loaded machine may not
-// lease a task in its time, so the next run gets twice as long.
+// can handle (4 at a time, 40 ms each, 12 s at most): each returns in time, having acked
+// what it handled and put the rest back. A run that handled nothing proves little, as a
+// loaded machine may not lease a task in its time; nor does one whose acks it cut off at
+// the deadline (a busy node answered late: those tasks come back after their timeout,
+// or are gone if the ack landed unconfirmed), so the next run gets twice as long.
 func TestRunUntilExitsBeforeDeadline(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 4})
 	const tasks = 2000
 	e.schedule(tasks)
-	acked := 0
-	for budget := 1500 * time.Millisecond; acked == 0; budget *= 2 {
-		require.LessOrEqual(t, budget, 12*time.Second, "no run handled a task")
+	acked, unconfirmed := 0, 0
+	for budget := 1500 * time.Millisecond; ; budget *= 2 {
+		require.LessOrEqual(t, budget, 12*time.Second, "no run handled and acked a task in its time")
 		w := e.worker(worker.Config{Concurrency: 4, Handler: worker.HandlerFunc(func(ctx context.Context, _ *consumer.Task) error {
 			select {
 			case <-time.After(40 * time.Millisecond): // the work
@@ -384,9 +386,16 @@ func TestRunUntilExitsBeforeDeadline(t *testing.T) {
 		require.NoError(t, w.RunUntil(context.Background(), deadline))
 		require.True(t, time.Now().Before(deadline), "returned %v after the deadline", time.Since(deadline))
 		st := w.Stats()
-		require.Equal(t, st.Succeeded, st.Acked)
+		require.LessOrEqual(t, st.Acked, st.Succeeded)
 		acked += int(st.Acked)
-		require.Equal(t, tasks-acked, e.remaining(), "the rest is still queued, none lost")
+		unconfirmed += int(st.Succeeded - st.Acked)
+		left := e.remaining()
+		require.LessOrEqual(t, left, tasks-acked, "acked tasks are gone")
+		require.GreaterOrEqual(t, left, tasks-acked-unconfirmed, "the rest is still queued, none lost")
+		if st.Acked > 0 && st.Acked == st.Succeeded {
+			break
+		}
+		t.Logf("a %v run handled %d tasks and acked %d", budget, st.Succeeded, st.Acked)
 	}
 	require.Less(t, acked, tasks)
 }
