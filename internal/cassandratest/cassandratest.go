@@ -133,23 +133,15 @@ func replicationFactor() (int, error) {
 
 // createKeyspace makes keyspace name with the replication factor RFEnv asks for.
 func createKeyspace(admin *gocql.Session, name string) error {
-	stmt, err := createKeyspaceStatement(name)
+	rf, err := replicationFactor()
 	if err != nil {
 		return err
 	}
+	stmt := fmt.Sprintf(`CREATE KEYSPACE %s WITH replication = {'class': 'SimpleStrategy', 'replication_factor': %d}`, name, rf)
 	if err := exec(admin, stmt); err != nil {
 		return fmt.Errorf("creating keyspace %s: %w", name, err)
 	}
 	return nil
-}
-
-// createKeyspaceStatement makes keyspace name with the replication factor RFEnv asks for.
-func createKeyspaceStatement(name string) (string, error) {
-	rf, err := replicationFactor()
-	if err != nil {
-		return "", err
-	}
-	return fmt.Sprintf(`CREATE KEYSPACE %s WITH replication = {'class': 'SimpleStrategy', 'replication_factor': %d}`, name, rf), nil
 }
 
 // connect opens a session bound to keyspace; each configure func may change the
@@ -204,12 +196,6 @@ func applySchema(ctx context.Context, session *gocql.Session) error {
 	if err := schema.Apply(ctx, session, schemaStatements()); err != nil {
 		return err
 	}
-	return awaitTables(ctx, session)
-}
-
-// awaitTables waits until every replica serves each of the schema's tables in the
-// session's keyspace.
-func awaitTables(ctx context.Context, session *gocql.Session) error {
 	for _, table := range schemaTables() {
 		for {
 			err := session.Query("SELECT * FROM " + table + " LIMIT 1").Consistency(gocql.All).WithContext(ctx).Exec()

@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/gocql/gocql"
-	"github.com/shardq/shardq/internal/lwt"
 	"github.com/shardq/shardq/internal/schema"
 )
 
@@ -87,8 +86,16 @@ func takeKeyspace(admin *gocql.Session) (string, error) {
 	pool.made++
 	ks := fmt.Sprintf("%s%d_%d", poolPrefix(), os.Getpid(), pool.made)
 	pool.Unlock()
-	if err := makeSchemaKeyspace(admin, ks); err != nil {
+	if err := createKeyspace(admin, ks); err != nil {
 		return "", err
+	}
+	s, err := connect(ks)
+	if err != nil {
+		return "", err
+	}
+	defer s.Close()
+	if err := withDDL(func(ctx context.Context) error { return applySchema(ctx, s) }); err != nil {
+		return "", fmt.Errorf("applying the schema to %s: %w", ks, err)
 	}
 	return ks, nil
 }
@@ -200,24 +207,13 @@ func alive(pid int) bool {
 	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
-// dropKeyspace drops ks through the pinned session, not waiting for the nodes to agree:
-// nothing waits on a drop, and the next change made under withDDL waits for agreement
-// on both. A schema change can take longer than one request's timeout on a loaded
-// machine; dropping again is harmless.
+// dropKeyspace drops ks. A schema change waits for every node to agree, which on a
+// loaded machine can take longer than one request's timeout; dropping again is harmless.
 func dropKeyspace(admin *gocql.Session, ks string) error {
-	stmt := "DROP KEYSPACE IF EXISTS " + ks
-	p, err := pinned()
+	var err error
 	for range 3 {
-		if err == nil {
-			err = withDDL(func(ctx context.Context) error {
-				return p.Query(stmt).WithContext(ctx).RetryPolicy(lwt.NoRetry).Exec()
-			})
-		}
-		if err == nil {
+		if err = exec(admin, "DROP KEYSPACE IF EXISTS "+ks); err == nil {
 			return nil
-		}
-		if errors.Is(err, gocql.ErrNoConnections) {
-			return exec(admin, stmt)
 		}
 	}
 	return err
