@@ -147,23 +147,25 @@ func unanswered(err error) bool {
 	return errors.Is(err, gocql.ErrTimeoutNoResponse) || errors.Is(err, gocql.ErrConnectionClosed)
 }
 
-// awaitApplied waits, up to schemaWait, for the change stmt makes to show and for every
-// node to agree on the schema, and reports whether it did.
+// awaitApplied waits, up to schemaWait, for the change stmt makes to show, and reports
+// whether it did; once it shows, it waits for every node to agree on the schema for as
+// long as ctx allows. (schemaWait is for a change that may never have been made: cut
+// short, an agreement wait on a loaded cluster failed a change that had been made.)
 func awaitApplied(ctx context.Context, session *gocql.Session, stmt string) (bool, error) {
 	if tableOf(stmt) == "" && !addColumn.MatchString(stmt) {
 		return false, nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, schemaWait)
+	wait, cancel := context.WithTimeout(ctx, schemaWait)
 	defer cancel()
 	tick := time.NewTicker(schemaPoll)
 	defer tick.Stop()
 	for {
-		if done, err := applied(ctx, session, stmt); err == nil && done {
+		if done, err := applied(wait, session, stmt); err == nil && done {
 			return true, session.AwaitSchemaAgreement(ctx)
 		}
 		select {
-		case <-ctx.Done():
-			if ctx.Err() == context.DeadlineExceeded {
+		case <-wait.Done():
+			if ctx.Err() == nil {
 				return false, nil // not there: send it again
 			}
 			return false, ctx.Err()
