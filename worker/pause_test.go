@@ -94,7 +94,8 @@ func TestPauseUnderLoad(t *testing.T) {
 			for i := range tasks {
 				tasks[i] = producer.Task{Queue: e.q.Name}
 			}
-			ids, err := e.p.ScheduleTasks(context.Background(), tasks)
+			// A write not confirmed is scheduled again; the first try's task may run too.
+			ids, _, err := scheduleAgain(context.Background(), e.p, tasks)
 			if !assertNoError(t, err) {
 				return
 			}
@@ -143,8 +144,22 @@ func TestPauseUnderLoad(t *testing.T) {
 	// From here, a lease can only come from a fetch that read the queue as running: one
 	// that began within SettingsRefresh of the pause (a second more for it to end).
 	bound := paused.Add(shardqtype.SettingsRefresh + time.Second)
+	// The pause lasts 3 s past the bound and until 400 tasks have come due past it: a
+	// producer slowed by a busy node takes longer to schedule them.
 	resumeAt := bound.Add(3 * time.Second)
-	collect(func() bool { return !time.Now().Before(resumeAt) }, time.Minute, "the wait for the resume overran")
+	dueWhilePaused := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		n := 0
+		for _, s := range all {
+			if s.at.After(bound) {
+				n++
+			}
+		}
+		return n
+	}
+	collect(func() bool { return !time.Now().Before(resumeAt) && dueWhilePaused() >= 400 }, time.Minute,
+		"400 tasks did not come due while paused within a minute")
 	require.NoError(t, shardq.ResumeQueue(ctx, e.s, e.q.Name))
 	resumed := time.Now()
 	close(stopProducing)
@@ -158,9 +173,17 @@ func TestPauseUnderLoad(t *testing.T) {
 			duringPause++
 		}
 	}
-	require.Greater(t, duringPause, 400, "tasks came due while the queue was paused")
-	collect(func() bool { return len(runs) == len(all) }, 60*time.Second,
-		fmt.Sprintf("not every task ran after the resume: %d of %d", len(runs), len(all)))
+	require.GreaterOrEqual(t, duringPause, 400, "tasks came due while the queue was paused")
+	notRun := func() int {
+		n := 0
+		for _, s := range all {
+			if runs[s.id.String()] == 0 {
+				n++
+			}
+		}
+		return n
+	}
+	collect(func() bool { return notRun() == 0 }, 60*time.Second, "not every task ran within a minute of the resume")
 	var late []string
 	for id, ls := range leases {
 		for _, l := range ls {
