@@ -357,17 +357,37 @@ func TestLateWritesFoundBySweep(t *testing.T) {
 			e := newEnv(t, shardqtype.QueueConfig{ShardCount: 1, BucketCount: 120, BucketDuration: bucket, DefaultTimeout: 30 * time.Second})
 			trailing, err := producer.New(e.s, producer.Config{Clock: offsetClock{e.clock, -4 * time.Second}})
 			require.NoError(t, err)
-			c, err := consumer.New(e.s, consumer.Config{Queue: e.q.Name, Clock: e.clock, LookAhead: 30 * time.Second})
+			// As in TestFloorsHideNothing: a drain ends at an empty take only when no
+			// partition read timed out during it; any other partition failure fails the test.
+			var timedOut atomic.Int64
+			c, err := consumer.New(e.s, consumer.Config{Queue: e.q.Name, Clock: e.clock, LookAhead: 30 * time.Second,
+				Observer: shardqtype.ObserverFunc(func(_ context.Context, ev shardqtype.Event) {
+					f, ok := ev.(shardqtype.PartitionFailed)
+					switch {
+					case !ok:
+					case cql.TimedOut(f.Err):
+						timedOut.Add(1)
+						t.Logf("partition %s timed out (%s): %v", f.PartitionKey, f.Op, f.Err)
+					default:
+						t.Errorf("partition %s failed (%s): %v", f.PartitionKey, f.Op, f.Err)
+					}
+				})})
 			require.NoError(t, err)
 			ctx := context.Background()
 			written := map[uuid.UUID]time.Time{} // by the consumer's clock
 			var waited time.Duration
 			drain := func() {
-				for {
+				for retries := 0; ; {
+					before := timedOut.Load()
 					got, err := c.AcquireTasks(ctx, 100)
 					require.NoError(t, err)
 					if len(got) == 0 {
-						return
+						if timedOut.Load() == before {
+							return
+						}
+						retries++
+						require.Less(t, retries, 20, "a partition read kept timing out")
+						continue
 					}
 					require.NoError(t, c.AckTasks(ctx, got...))
 					for _, task := range got {

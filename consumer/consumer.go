@@ -510,7 +510,12 @@ func (c *Consumer) sweep(ctx context.Context, now time.Time) {
 	late, unsure := c.plan.Swept(now, now.Sub(c.cluster.Now()), slots, touches)
 	for cell := range unsure {
 		pt := scanplan.Part{Key: c.layout.Key(cell.Bucket, cell.Shard), Shard: cell.Shard, Bucket: cell.Bucket}
-		if at, ok := c.firstVisible(ctx, &pt, now); ok {
+		switch at, ok, err := c.firstVisible(ctx, &pt, now); {
+		case err != nil:
+			// This sweep is the last to see the write: unread, the cell is taken as late
+			// from its bucket's start, and the next scan reads it from there.
+			late[cell] = c.layout.BucketStart(cell.Bucket)
+		case ok:
 			late[cell] = at
 		}
 	}

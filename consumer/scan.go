@@ -108,7 +108,7 @@ func (c *Consumer) peekAhead(ctx context.Context, pt *scanplan.Part, now time.Ti
 // it fails, the partition is passed all the same, and such a row waits for the ring to
 // come back.
 func (c *Consumer) lateRow(ctx context.Context, pt *scanplan.Part, now time.Time) {
-	at, ok := c.firstVisible(ctx, pt, now)
+	at, ok, _ := c.firstVisible(ctx, pt, now)
 	if !ok {
 		return
 	}
@@ -118,17 +118,17 @@ func (c *Consumer) lateRow(ctx context.Context, pt *scanplan.Part, now time.Time
 }
 
 // firstVisible reads the earliest row of pt's bucket visible at now, whatever the floors:
-// it walks the bucket's tombstones once. A failed read is logged and finds nothing.
-func (c *Consumer) firstVisible(ctx context.Context, pt *scanplan.Part, now time.Time) (time.Time, bool) {
+// it walks the bucket's tombstones once. A failed read is logged and returned.
+func (c *Consumer) firstVisible(ctx context.Context, pt *scanplan.Part, now time.Time) (time.Time, bool, error) {
 	refs, err := c.leasing.IDs(ctx, pt.Key, scanplan.AllPriorities, shard.MinID(c.layout.BucketStart(pt.Bucket)), shard.MaxID(now), 1)
 	switch {
 	case err != nil:
 		c.log.WarnContext(ctx, "reading a partition for late rows", "queue", c.q.Name, "partition_key", pt.Key, "error", err)
-		return time.Time{}, false
+		return time.Time{}, false, err
 	case len(refs) == 0:
-		return time.Time{}, false
+		return time.Time{}, false, nil
 	}
-	return shard.IDTime(refs[0].ID), true
+	return shard.IDTime(refs[0].ID), true, nil
 }
 
 // peekAll peeks at the partitions of buckets up to now. A consumer whose last call found

@@ -28,7 +28,9 @@ var (
 	// ErrLockHeld means another holder has the lock.
 	ErrLockHeld = locking.ErrLockHeld
 	// ErrLockLost means this holding is no longer the lock's holder: it expired, and perhaps
-	// another holder took the lock since.
+	// another holder took the lock since; or a renew or release was refused twice though
+	// the lock read back as this holding's, so nothing it does can be trusted to apply
+	// (its TTL ends it).
 	ErrLockLost = locking.ErrLockLost
 	// ErrOutcomeUnknown means an LWT failed and reading the lock back failed too: the
 	// lock may or may not be held by this holding. If it is, its TTL ends it.

@@ -273,7 +273,9 @@ func (lk *Lock) change(ctx context.Context, what string, write func(context.Cont
 		// Still ours after the read settled the round: the change did not apply, and
 		// trying it once more is a fresh decision, not a blind retry.
 	}
-	return fmt.Errorf("lock: %s of %s failed twice while this holding still had the lock", what, lk.key)
+	// Refused twice by a lock that reads back as ours: nothing this holding does can be
+	// trusted to apply, so its caller gives it up as it would a lost one.
+	return fmt.Errorf("lock: %s of %s did not apply twice though the lock read back as this holding's: %w", what, lk.key, ErrLockLost)
 }
 
 // Settle decides whether a batch that released this holding (by its Ref) applied after
