@@ -183,7 +183,12 @@ func TestPauseUnderLoad(t *testing.T) {
 		}
 		return n
 	}
-	collect(func() bool { return notRun() == 0 }, 60*time.Second, "not every task ran within a minute of the resume")
+	// The backlog drains at whatever pace the machine allows; a minute without a task run
+	// fails the test.
+	for left := notRun(); left > 0; left = notRun() {
+		collect(func() bool { return notRun() < left }, time.Minute,
+			fmt.Sprintf("no task ran for a minute after the resume: %d of %d had not run", left, len(all)))
+	}
 	var late []string
 	for id, ls := range leases {
 		for _, l := range ls {
