@@ -2,6 +2,7 @@ package consumer_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -16,6 +17,7 @@ import (
 	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/inspect"
 	"github.com/shardq/shardq/internal/cassandratest"
+	"github.com/shardq/shardq/internal/cql"
 	"github.com/shardq/shardq/internal/testclock"
 	"github.com/shardq/shardq/lock"
 	"github.com/shardq/shardq/producer"
@@ -70,11 +72,19 @@ func (e *env) schedule(tasks ...producer.Task) []uuid.UUID {
 	return ids
 }
 
+// acquire takes up to n tasks. A call every read of which timed out on a busy node leased
+// nothing, and is made again, as a worker would; an unknown outcome is not retried here.
 func (e *env) acquire(c *consumer.Consumer, n int) []*consumer.Task {
 	e.t.Helper()
-	got, err := c.AcquireTasks(context.Background(), n)
-	require.NoError(e.t, err)
-	return got
+	for tries := 1; ; tries++ {
+		got, err := c.AcquireTasks(context.Background(), n)
+		if tries < 10 && cql.TimedOut(err) && !errors.Is(err, consumer.ErrOutcomeUnknown) {
+			e.t.Logf("taking again after: %v", err)
+			continue
+		}
+		require.NoError(e.t, err)
+		return got
+	}
 }
 
 func ids(tasks []*consumer.Task) []uuid.UUID {
