@@ -47,19 +47,8 @@ func TestFloorsHideNothing(t *testing.T) {
 	// A partition whose read timed out on an overloaded node is skipped by that call, which
 	// the next call makes up for: a drain ends at an empty take only when no read timed
 	// out during it. Any other partition failure fails the test.
-	var timedOut atomic.Int64
-	c, err := consumer.New(e.s, consumer.Config{Queue: e.q.Name, Clock: e.clock,
-		Observer: shardqtype.ObserverFunc(func(_ context.Context, ev shardqtype.Event) {
-			f, ok := ev.(shardqtype.PartitionFailed)
-			switch {
-			case !ok:
-			case cql.TimedOut(f.Err):
-				timedOut.Add(1)
-				t.Logf("partition %s timed out (%s): %v", f.PartitionKey, f.Op, f.Err)
-			default:
-				t.Errorf("partition %s failed (%s): %v", f.PartitionKey, f.Op, f.Err)
-			}
-		})})
+	timedOut, observer := countTimeouts(t)
+	c, err := consumer.New(e.s, consumer.Config{Queue: e.q.Name, Clock: e.clock, Observer: observer})
 	require.NoError(t, err)
 	ctx := context.Background()
 
@@ -141,6 +130,23 @@ func TestFloorsHideNothing(t *testing.T) {
 	for id, st := range model {
 		require.True(t, st.done, "task %s never acked", id)
 	}
+}
+
+// countTimeouts returns an Observer that counts the partition reads that timed out (on an
+// overloaded node) and fails t on any other partition failure, and the count.
+func countTimeouts(t *testing.T) (*atomic.Int64, shardqtype.Observer) {
+	var n atomic.Int64
+	return &n, shardqtype.ObserverFunc(func(_ context.Context, ev shardqtype.Event) {
+		f, ok := ev.(shardqtype.PartitionFailed)
+		switch {
+		case !ok:
+		case cql.TimedOut(f.Err):
+			n.Add(1)
+			t.Logf("partition %s timed out (%s): %v", f.PartitionKey, f.Op, f.Err)
+		default:
+			t.Errorf("partition %s failed (%s): %v", f.PartitionKey, f.Op, f.Err)
+		}
+	})
 }
 
 // A partition whose reads fail does not stop the others; its failure reaches the
@@ -359,19 +365,9 @@ func TestLateWritesFoundBySweep(t *testing.T) {
 			require.NoError(t, err)
 			// As in TestFloorsHideNothing: a drain ends at an empty take only when no
 			// partition read timed out during it; any other partition failure fails the test.
-			var timedOut atomic.Int64
+			timedOut, observer := countTimeouts(t)
 			c, err := consumer.New(e.s, consumer.Config{Queue: e.q.Name, Clock: e.clock, LookAhead: 30 * time.Second,
-				Observer: shardqtype.ObserverFunc(func(_ context.Context, ev shardqtype.Event) {
-					f, ok := ev.(shardqtype.PartitionFailed)
-					switch {
-					case !ok:
-					case cql.TimedOut(f.Err):
-						timedOut.Add(1)
-						t.Logf("partition %s timed out (%s): %v", f.PartitionKey, f.Op, f.Err)
-					default:
-						t.Errorf("partition %s failed (%s): %v", f.PartitionKey, f.Op, f.Err)
-					}
-				})})
+				Observer: observer})
 			require.NoError(t, err)
 			ctx := context.Background()
 			written := map[uuid.UUID]time.Time{} // by the consumer's clock
