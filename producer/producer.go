@@ -17,6 +17,7 @@ import (
 
 	"github.com/shardq/shardq/internal/clustertime"
 	"github.com/shardq/shardq/internal/combine"
+	"github.com/shardq/shardq/internal/cql"
 	"github.com/shardq/shardq/internal/defaults"
 	"github.com/shardq/shardq/internal/fanout"
 	"github.com/shardq/shardq/internal/sessionstate"
@@ -35,6 +36,7 @@ const (
 	DefaultMaxPayloadBytes = 64 << 10
 	MaxPayloadLimit        = 1 << 20
 	DefaultWritesInFlight  = 8
+	DefaultWriteAttempts   = 3
 	// MaxHeaderBytes bounds a task's Headers: the bytes of their keys and values, which
 	// count toward Config.MaxPayloadBytes too.
 	MaxHeaderBytes = 4 << 10
@@ -59,6 +61,12 @@ type Config struct {
 	// WritesInFlight is how many partition batches ScheduleTasks writes at once.
 	// Defaults to DefaultWritesInFlight.
 	WritesInFlight int
+	// WriteAttempts is how many times a partition batch whose write timed out is sent in
+	// all, with the same write timestamp each time: a copy that lands late is shadowed by
+	// a consumer's later delete, so sending again cannot bring a taken task back. Only
+	// then is the batch's tasks reported in a *PartialError. 1 sends once. Defaults to
+	// DefaultWriteAttempts.
+	WriteAttempts int
 	// Clock gives "now" for tasks due now, for bucket choice and for write timestamps
 	// (never past the cluster's time). Defaults to the cluster's time: this host's clock
 	// corrected by its measured offset from the coordinators'.
@@ -147,6 +155,9 @@ func New(session *gocql.Session, cfg Config) (*Producer, error) {
 	if err := defaults.NonNegative(&cfg.WritesInFlight, DefaultWritesInFlight, "Config.WritesInFlight"); err != nil {
 		return nil, err
 	}
+	if err := defaults.NonNegative(&cfg.WriteAttempts, DefaultWriteAttempts, "Config.WriteAttempts"); err != nil {
+		return nil, err
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -179,8 +190,8 @@ func (p *Producer) ScheduleTask(ctx context.Context, task Task) (uuid.UUID, erro
 }
 
 // PartialError reports a ScheduleTasks call whose writes partly failed: the tasks at
-// Failed (indexes into the call's slice) may or may not have been written; all others
-// were. Scheduling the failed ones again can duplicate them, never lose them.
+// Failed (indexes into the call's slice) may or may not have been written (their write
+// failed, or timed out Config.WriteAttempts times); all others were. Scheduling the failed ones again can duplicate them, never lose them.
 type PartialError struct {
 	Failed []int
 	Err    error
@@ -270,10 +281,7 @@ func (p *Producer) scheduleTasks(ctx context.Context, tasks []Task) ([]uuid.UUID
 			inserts[j] = store.Mutation{Op: store.Insert, Row: rows[idx], Stamp: ts}
 			bytes += rows[idx].Size()
 		}
-		err := p.writes.Write(ctx, rows[batches[i][0]].Key, inserts, bytes)
-		if p.afterWrite != nil {
-			err = p.afterWrite(err)
-		}
+		err := p.write(ctx, rows[batches[i][0]].Key, inserts, bytes)
 		if err != nil {
 			failed[i] = batches[i]
 			return fmt.Errorf("writing %d task(s) to %s: %w", len(batches[i]), rows[batches[i][0]].Key, err)
@@ -302,6 +310,33 @@ func (p *Producer) scheduleTasks(ctx context.Context, tasks []Task) ([]uuid.UUID
 	p.cfg.Logger.DebugContext(ctx, "scheduled tasks", "tasks", len(tasks), "batches", len(batches))
 	return ids, nil
 }
+
+// write writes one partition's rows, sending them again, after a pause, while the write
+// times out, up to Config.WriteAttempts times in all.
+func (p *Producer) write(ctx context.Context, key string, inserts []store.Mutation, bytes int) error {
+	for attempt := 1; ; attempt++ {
+		err := p.writes.Write(ctx, key, inserts, bytes)
+		if p.afterWrite != nil {
+			err = p.afterWrite(err)
+		}
+		if err == nil || attempt >= p.cfg.WriteAttempts || !cql.TimedOut(err) || ctx.Err() != nil {
+			return err
+		}
+		p.cfg.Logger.DebugContext(ctx, "task write timed out; sending it again",
+			"partition_key", key, "attempt", attempt, "error", err)
+		pause := time.NewTimer(time.Duration(attempt) * writeRetryPause)
+		select {
+		case <-ctx.Done():
+			pause.Stop()
+			return err
+		case <-pause.C:
+		}
+	}
+}
+
+// writeRetryPause is the pause before a timed-out write's second attempt, growing by as
+// much before each next one: time for a busy node to catch up.
+const writeRetryPause = 100 * time.Millisecond
 
 // placeKeyedAgain places keyed rows due by now again after their keys' claims, whose
 // lightweight transactions take round trips: written at the place taken before them, such

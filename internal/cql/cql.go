@@ -8,8 +8,10 @@
 // shardq.RecommendedCluster sets up) that know two nodes or more, sent to a second node when
 // the first has not answered within SpeculativeDelay: a node that froze (it keeps its connections, so the driver does
 // not see it go) then costs a read that delay instead of the driver's whole timeout.
-// Writes and lightweight transactions are never sent twice, nor are SERIAL reads, which
-// take part in Paxos.
+// Writes and lightweight transactions are never sent speculatively, nor are SERIAL reads,
+// which take part in Paxos. (A failed plain write is sent to the next node by the
+// session's retry policy, and a task write that timed out is sent again by the producer,
+// both at the write's first timestamp.)
 package cql
 
 import (
