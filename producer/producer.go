@@ -22,6 +22,7 @@ import (
 	"github.com/shardq/shardq/internal/fanout"
 	"github.com/shardq/shardq/internal/sessionstate"
 	"github.com/shardq/shardq/internal/signal"
+	"github.com/shardq/shardq/internal/spread"
 	"github.com/shardq/shardq/internal/store"
 	"github.com/shardq/shardq/internal/taskid"
 	"github.com/shardq/shardq/internal/taskindex"
@@ -37,6 +38,9 @@ const (
 	MaxPayloadLimit        = 1 << 20
 	DefaultWritesInFlight  = 8
 	DefaultWriteAttempts   = 3
+	// DefaultShardRate fills a shard with the tasks of 200 a second before the next is
+	// opened: a queue at 100 tasks/s stays in one partition a bucket.
+	DefaultShardRate = 200
 	// MaxHeaderBytes bounds a task's Headers: the bytes of their keys and values, which
 	// count toward Config.MaxPayloadBytes too.
 	MaxHeaderBytes = 4 << 10
@@ -67,6 +71,14 @@ type Config struct {
 	// then is the batch's tasks reported in a *PartialError. 1 sends once. Defaults to
 	// DefaultWriteAttempts.
 	WriteAttempts int
+	// ShardRate is how many tasks due in one second this producer places in one of a
+	// queue's concurrency shards before it opens the next: the n-th task due in a second
+	// goes to one of the layout's first 1 + (n-1)/ShardRate shards, at most all of them.
+	// A queue at a low rate then sits in few partitions, which is what consumers' rounds
+	// cost (a lock, a read and a swap per partition with tasks), and a burst spreads over
+	// all of them. Producers count apart: each of several producers of a queue may place
+	// ShardRate tasks a second in its first shard. Defaults to DefaultShardRate.
+	ShardRate int
 	// Clock gives "now" for tasks due now, for bucket choice and for write timestamps
 	// (never past the cluster's time). Defaults to the cluster's time: this host's clock
 	// corrected by its measured offset from the coordinators'.
@@ -130,6 +142,7 @@ type Producer struct {
 	signals *signal.Toucher
 	writes  *combine.Writer[store.Mutation]
 	cluster *clustertime.Clock
+	spread  *spread.Counter // how many shards a new task may go to
 
 	tasks *tasklookup.Finder // finds the tasks Cancel and Reschedule move, and holders of keys
 
@@ -158,6 +171,9 @@ func New(session *gocql.Session, cfg Config) (*Producer, error) {
 	if err := defaults.NonNegative(&cfg.WriteAttempts, DefaultWriteAttempts, "Config.WriteAttempts"); err != nil {
 		return nil, err
 	}
+	if err := defaults.NonNegative(&cfg.ShardRate, DefaultShardRate, "Config.ShardRate"); err != nil {
+		return nil, err
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -168,7 +184,8 @@ func New(session *gocql.Session, cfg Config) (*Producer, error) {
 	}
 	p := &Producer{cfg: cfg, state: st, store: st.Store, signals: st.Signals,
 		tasks:  tasklookup.New(st.Store, cfg.Clock, st.Queue),
-		writes: combine.New(st.Store.Tasks().Write, taskrow.MaxBatchRows, taskrow.MaxBatchBytes), cluster: cluster}
+		writes: combine.New(st.Store.Tasks().Write, taskrow.MaxBatchRows, taskrow.MaxBatchBytes), cluster: cluster,
+		spread: spread.New(cfg.ShardRate)}
 	p.schedule = p.scheduleTasks
 	if cfg.Middleware != nil {
 		p.schedule = cfg.Middleware(p.schedule)
@@ -446,7 +463,7 @@ func (p *Producer) row(q shardqtype.QueueConfig, t Task, now time.Time, name str
 		place = now
 	}
 	l := p.state.Place(q, place, now)
-	id := taskid.New(place, q.Name)
+	id := taskid.NewIn(place, q.Name, l.ShardCount, p.spread.Shards(l.Ring(), place, now, l.ShardCount))
 	gid := gocql.UUID(id)
 	return taskrow.Row{
 		Key: l.Key(l.Bucket(place), l.ShardFor(id)), Priority: int8(t.Priority), ID: gid, TaskID: gid,

@@ -78,7 +78,7 @@ func TestBadInputWritesNothing(t *testing.T) {
 
 	_, err := producer.New(nil, producer.Config{})
 	require.ErrorIs(t, err, shardqtype.ErrInvalid)
-	for _, cfg := range []producer.Config{{MaxPayloadBytes: -1}, {MaxPayloadBytes: producer.MaxPayloadLimit + 1}, {WritesInFlight: -2}, {WriteAttempts: -1}} {
+	for _, cfg := range []producer.Config{{MaxPayloadBytes: -1}, {MaxPayloadBytes: producer.MaxPayloadLimit + 1}, {WritesInFlight: -2}, {WriteAttempts: -1}, {ShardRate: -1}} {
 		_, err := producer.New(s, cfg)
 		require.ErrorIs(t, err, shardqtype.ErrInvalid, "%+v", cfg)
 	}

@@ -1,0 +1,108 @@
+package producer_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/consumer"
+	"github.com/shardq/shardq/internal/cassandratest"
+	"github.com/shardq/shardq/internal/testclock"
+	"github.com/shardq/shardq/producer"
+	"github.com/shardq/shardq/shard"
+	"github.com/shardq/shardq/shardqtype"
+)
+
+// With the default ShardRate, 100 tasks due a second sit in a queue's first shard; 2,000
+// due in one second fill it with 200, then spread over more shards, all 8 from the
+// 1,401st. Every task is found by its ID (a cancel) and delivered once due.
+func TestLowRatesSitInTheFirstShards(t *testing.T) {
+	t.Parallel()
+	s := cassandratest.SchemaSession(t)
+	ctx := context.Background()
+	q, err := shardq.CreateQueue(ctx, s, shardqtype.QueueConfig{Name: "q", ShardCount: 8})
+	require.NoError(t, err)
+	now := time.Now().Truncate(time.Second)
+	clock := testclock.New(now)
+	p, err := producer.New(s, producer.Config{Clock: clock})
+	require.NoError(t, err)
+	l := q.Layout()
+	rows := func(at time.Time) []int {
+		counts := make([]int, l.ShardCount)
+		for sh := range counts {
+			require.NoError(t, s.Query(`SELECT count(*) FROM tasks WHERE shard_key = ? AND kind = 1`,
+				l.Key(l.Bucket(at), sh)).Scan(&counts[sh]))
+		}
+		return counts
+	}
+
+	// 100 a second over 10 s, in one bucket.
+	slow := make([]producer.Task, 1000)
+	from := now.Add(l.BucketDuration).Truncate(l.BucketDuration)
+	for i := range slow {
+		slow[i] = producer.Task{Queue: "q", DueAt: from.Add(time.Duration(i) * 10 * time.Millisecond)}
+	}
+	slowIDs, err := p.ScheduleTasks(ctx, slow)
+	require.NoError(t, err)
+	require.Equal(t, []int{1000, 0, 0, 0, 0, 0, 0, 0}, rows(from))
+
+	// 2,000 due in one second, a bucket later.
+	burstAt := from.Add(l.BucketDuration)
+	burst := make([]producer.Task, 2000)
+	for i := range burst {
+		burst[i] = producer.Task{Queue: "q", DueAt: burstAt}
+	}
+	burstIDs, err := p.ScheduleTasks(ctx, burst)
+	require.NoError(t, err)
+	counts := rows(burstAt)
+	total := 0
+	for sh, n := range counts {
+		total += n
+		require.Positive(t, n, "shard %d", sh)
+		if sh > 0 {
+			require.Greater(t, counts[0], n, "the first shard holds the most")
+		}
+	}
+	require.Equal(t, 2000, total)
+	// The last 600 spread evenly, and the 1,400 before them over the first shards:
+	// the last shard holds about 600/8.
+	require.InDelta(t, 75, counts[7], 40)
+	for _, id := range burstIDs[:200] {
+		require.Zero(t, l.ShardFor(id), "the first 200 fill the first shard")
+	}
+
+	// Found by ID: cancel one of each.
+	for _, id := range []uuid.UUID{slowIDs[500], burstIDs[1999]} {
+		require.NoError(t, p.Cancel(ctx, id, producer.CancelOptions{}))
+	}
+
+	// Delivered: a consumer at the burst's time takes every task but the two cancelled.
+	clock.Add(burstAt.Add(time.Second).Sub(now))
+	c, err := consumer.New(s, consumer.Config{Queue: "q", Clock: clock})
+	require.NoError(t, err)
+	seen := map[uuid.UUID]int{}
+	for empty := 0; empty < 3; {
+		tasks, err := c.AcquireTasks(ctx, 500)
+		require.NoError(t, err)
+		if len(tasks) == 0 {
+			empty++
+			continue
+		}
+		empty = 0
+		for _, task := range tasks {
+			seen[task.ID]++
+		}
+		require.NoError(t, c.AckTasks(ctx, tasks...))
+	}
+	require.Len(t, seen, 2998)
+	for id, n := range seen {
+		require.Equal(t, 1, n, "task %s", id)
+	}
+	require.NotContains(t, seen, slowIDs[500])
+	require.NotContains(t, seen, burstIDs[1999])
+	require.True(t, shard.IDTime(slowIDs[0]).Equal(from))
+}
