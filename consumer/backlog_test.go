@@ -154,11 +154,15 @@ func countTimeouts(t *testing.T) (*atomic.Int64, shardqtype.Observer) {
 func TestFailingPartitionIsolated(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 4, BucketCount: 10, BucketDuration: time.Second})
+	// A producer that opens a shard per task: the 80 spread over all 4 shards at once.
+	spreading, err := producer.New(e.s, producer.Config{Clock: e.clock, ShardRate: 1})
+	require.NoError(t, err)
 	var tasks []producer.Task
 	for range 80 {
-		tasks = append(tasks, producer.Task{})
+		tasks = append(tasks, producer.Task{Queue: e.q.Name})
 	}
-	e.schedule(tasks...)
+	_, err = spreading.ScheduleTasks(context.Background(), tasks)
+	require.NoError(t, err)
 	var failures sync.Map
 	c, err := consumer.New(e.s, consumer.Config{Queue: e.q.Name, Clock: e.clock,
 		Observer: shardqtype.ObserverFunc(func(_ context.Context, ev shardqtype.Event) {
