@@ -72,8 +72,8 @@ type Config struct {
 	// DefaultWriteAttempts.
 	WriteAttempts int
 	// ShardRate is how many tasks due in one second this producer places in one of a
-	// queue's concurrency shards before it opens the next: the n-th task due in a second
-	// goes to one of the layout's first 1 + (n-1)/ShardRate shards, at most all of them.
+	// queue's concurrency shards before it fills the next: the n-th task due in a second
+	// goes to shard (n-1)/ShardRate while the layout has it, and to any shard past that.
 	// A queue at a low rate then sits in few partitions, which is what consumers' rounds
 	// cost (a lock, a read and a swap per partition with tasks), and a burst spreads over
 	// all of them. Producers count apart: each of several producers of a queue may place
@@ -142,7 +142,7 @@ type Producer struct {
 	signals *signal.Toucher
 	writes  *combine.Writer[store.Mutation]
 	cluster *clustertime.Clock
-	spread  *spread.Counter // how many shards a new task may go to
+	spread  *spread.Counter // which shard a new task goes to
 
 	tasks *tasklookup.Finder // finds the tasks Cancel and Reschedule move, and holders of keys
 
@@ -463,7 +463,7 @@ func (p *Producer) row(q shardqtype.QueueConfig, t Task, now time.Time, name str
 		place = now
 	}
 	l := p.state.Place(q, place, now)
-	id := taskid.NewIn(place, q.Name, l.ShardCount, p.spread.Shards(l.Ring(), place, now, l.ShardCount))
+	id := taskid.NewIn(place, q.Name, l.ShardCount, p.spread.Shard(l.Ring(), place, now, l.ShardCount))
 	gid := gocql.UUID(id)
 	return taskrow.Row{
 		Key: l.Key(l.Bucket(place), l.ShardFor(id)), Priority: int8(t.Priority), ID: gid, TaskID: gid,

@@ -1,6 +1,6 @@
-// Package spread decides how many of a layout's concurrency shards a producer places a
-// task in: the first one while few tasks come due in a second, more as more do, all of
-// them in a burst.
+// Package spread decides which of a layout's concurrency shards a producer places a task
+// in: the first one while few tasks come due in a second, the next ones in turn as more
+// do, any of them once each of them holds its share.
 //
 // Every round, a consumer reads the wake-up signal cells of a bucket and takes the lock
 // and reads the rows of each partition whose cell was touched; a partition with no task
@@ -42,10 +42,16 @@ func New(perShard int) *Counter {
 	return &Counter{perShard: max(perShard, 1), placed: map[second]int{}}
 }
 
-// Shards counts one more task placed in ring at t (not before now) and returns how many
-// of the ring's first shards it may go to: 1 + (tasks placed before it in the same
-// second) / perShard, at most n.
-func (c *Counter) Shards(ring string, t, now time.Time, n int) int {
+// Any is the shard Shard returns for a task that may go to any shard.
+const Any = -1
+
+// Shard counts one more task placed in ring at t (not before now) and returns the shard
+// of n it goes to: (tasks placed before it in the same second) / perShard, so each shard
+// holds at most perShard tasks of a second until all n do, or Any past that. Filling
+// shards in turn, rather than drawing among the first few, keeps every shard in use
+// below perShard a second, and a fixed shard costs an ID no more random bits than the
+// choice among n itself.
+func (c *Counter) Shard(ring string, t, now time.Time, n int) int {
 	k := second{ring, t.Unix()}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -61,5 +67,8 @@ func (c *Counter) Shards(ring string, t, now time.Time, n int) int {
 	}
 	before := c.placed[k]
 	c.placed[k] = before + 1
-	return min(1+before/c.perShard, n)
+	if s := before / c.perShard; s < n {
+		return s
+	}
+	return Any
 }

@@ -33,27 +33,23 @@ func HintOf(queue string) uint16 {
 	return uint16(h.Sum32() & 0x3fff)
 }
 
-// NewIn is New for a task that a layout of n concurrency shards places in one of its
-// first k (shard.Layout.ShardFor(id) < k): its last random bits move down by less than n
-// when they would not. Every place that finds the task's partition from its ID finds the
-// same shard, so nothing else needs to know k.
-func NewIn(t time.Time, queue string, n, k int) uuid.UUID {
+// NewIn is New for a task that a layout of n concurrency shards places in shard s
+// (shard.Layout.ShardFor(id) == s), or in any when s is negative: its node bits move to
+// the one value of their block of n that names s. Every place that finds the task's
+// partition from its ID finds the same shard, so nothing else needs to know s.
+func NewIn(t time.Time, queue string, n, s int) uuid.UUID {
 	for {
 		id := New(t, queue)
-		if k >= n {
+		if s < 0 || n <= 1 {
 			return id
 		}
 		v := binary.BigEndian.Uint64(id[8:])
-		s := v % uint64(n)
-		if s < uint64(k) {
-			return id
-		}
-		// The 48 node bits less than n would borrow from the hint's bits: 1 in 2^48/n.
-		if v&(1<<48-1) < uint64(n) {
+		// A block of n that crosses the node bits' ends would borrow from or carry into
+		// the hint's bits: 1 in 2^47/n.
+		if node := v & (1<<48 - 1); node < uint64(n) || node >= 1<<48-uint64(n) {
 			continue
 		}
-		// The shard is drawn from the bits above the remainder, which are random too.
-		binary.BigEndian.PutUint64(id[8:], v-s+v/uint64(n)%uint64(k))
+		binary.BigEndian.PutUint64(id[8:], v-v%uint64(n)+uint64(s))
 		return id
 	}
 }

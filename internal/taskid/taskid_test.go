@@ -32,27 +32,32 @@ func TestTaskIDCarriesQueueHint(t *testing.T) {
 	require.NotEqual(t, taskid.HintOf("emails"), taskid.HintOf("reports"))
 }
 
-// NewIn keeps what New promises and places the ID in the first k shards, spread evenly
-// over them.
-func TestNewInPlacesInTheFirstShards(t *testing.T) {
+// NewIn keeps what New promises and places the ID in the shard asked for, or evenly in
+// any when asked for none; IDs stay distinct.
+func TestNewInPlacesInItsShard(t *testing.T) {
 	t.Parallel()
 	at := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
-	for _, c := range []struct{ n, k int }{{8, 1}, {8, 3}, {8, 8}, {8, 20}, {1, 1}, {1024, 5}} {
+	for _, c := range []struct{ n, s int }{{8, 0}, {8, 3}, {8, 7}, {8, -1}, {1, 0}, {1024, 1000}, {3, -1}} {
 		l := shard.Layout{Queue: "emails", BucketCount: 10, BucketDuration: time.Second, ShardCount: c.n}
 		counts := map[int]int{}
+		ids := map[uuid.UUID]bool{}
 		for range 6000 {
-			id := taskid.NewIn(at, "emails", c.n, c.k)
+			id := taskid.NewIn(at, "emails", c.n, c.s)
 			require.Equal(t, uuid.Version(1), id.Version())
 			require.Equal(t, uuid.RFC4122, id.Variant())
 			require.True(t, shard.IDTime(id).Equal(at))
 			require.Equal(t, taskid.HintOf("emails"), taskid.Hint(id))
 			counts[l.ShardFor(id)]++
+			ids[id] = true
 		}
-		used := min(c.k, c.n)
-		require.Len(t, counts, used, "n %d k %d", c.n, c.k)
-		for s, got := range counts {
-			require.Less(t, s, used)
-			require.InDelta(t, 6000/used, got, float64(6000/used)/4, "n %d k %d shard %d", c.n, c.k, s)
+		require.Len(t, ids, 6000)
+		if c.s >= 0 {
+			require.Equal(t, map[int]int{c.s: 6000}, counts, "n %d s %d", c.n, c.s)
+			continue
+		}
+		require.Len(t, counts, c.n)
+		for sh, got := range counts {
+			require.InDelta(t, 6000/c.n, got, float64(6000/c.n)/4, "n %d shard %d", c.n, sh)
 		}
 	}
 }
