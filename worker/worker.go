@@ -168,8 +168,10 @@ func (w *Worker) Stop(ctx context.Context) error { return w.w.Stop(ctx) }
 // would overrun the deadline. A little before the deadline it cancels the handlers still
 // running (they are not acked), leaving the rest for acks, and it returns by the
 // deadline, by when every ack, retry and release has ended too. It returns a *StopError
-// when handlers that ignore their context were still running at the deadline, and an
-// error if the worker was started before. No tasks are prefetched in this mode.
+// at the deadline when handlers that ignore their context were still running, or acks,
+// retries and releases were still unanswered (a slow node): those go on in the
+// background, and a task whose ack never lands comes back after its timeout. It returns
+// an error if the worker was started before. No tasks are prefetched in this mode.
 func (w *Worker) RunUntil(ctx context.Context, deadline time.Time) error {
 	return w.w.RunUntil(ctx, deadline)
 }
