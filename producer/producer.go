@@ -208,7 +208,8 @@ func (p *Producer) ScheduleTask(ctx context.Context, task Task) (uuid.UUID, erro
 
 // PartialError reports a ScheduleTasks call whose writes partly failed: the tasks at
 // Failed (indexes into the call's slice) may or may not have been written (their write
-// failed, or timed out Config.WriteAttempts times); all others were. Scheduling the failed ones again can duplicate them, never lose them.
+// failed, or timed out Config.WriteAttempts times); all others were. Scheduling the
+// failed ones again can duplicate them, never lose them.
 type PartialError struct {
 	Failed []int
 	Err    error

@@ -9,12 +9,9 @@ import (
 	"github.com/gocql/gocql"
 	"github.com/stretchr/testify/require"
 
-	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/consumer"
-	"github.com/shardq/shardq/internal/cassandratest"
 	"github.com/shardq/shardq/internal/testclock"
 	"github.com/shardq/shardq/producer"
-	"github.com/shardq/shardq/shardqtype"
 )
 
 // A write that timed out is sent again with its first write timestamp: here the first
@@ -22,11 +19,8 @@ import (
 // which the consumer's delete shadows, so the task runs once and the call succeeds.
 func TestTimedOutWriteSentAgain(t *testing.T) {
 	t.Parallel()
-	s := cassandratest.SchemaSession(t)
+	s, q := setup(t)
 	ctx := context.Background()
-	q, err := shardq.CreateQueue(ctx, s, shardqtype.QueueConfig{Name: "q", ShardCount: 1, BucketCount: 60,
-		BucketDuration: time.Second, DefaultTimeout: 5 * time.Second})
-	require.NoError(t, err)
 	clock := testclock.New(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))
 	c, err := consumer.New(s, consumer.Config{Queue: q.Name, Clock: clock})
 	require.NoError(t, err)
@@ -68,11 +62,8 @@ func TestTimedOutWriteSentAgain(t *testing.T) {
 // otherwise is not sent again.
 func TestWriteAttemptsBounded(t *testing.T) {
 	t.Parallel()
-	s := cassandratest.SchemaSession(t)
+	s, q := setup(t)
 	ctx := context.Background()
-	q, err := shardq.CreateQueue(ctx, s, shardqtype.QueueConfig{Name: "q", ShardCount: 1, BucketCount: 60,
-		BucketDuration: time.Second, DefaultTimeout: 5 * time.Second})
-	require.NoError(t, err)
 	p, err := producer.New(s, producer.Config{WriteAttempts: 2})
 	require.NoError(t, err)
 	attempts := 0
