@@ -607,3 +607,16 @@ func TestReplayedInsertStaysDeleted(t *testing.T) {
 type batchObserver func(gocql.ObservedBatch)
 
 func (f batchObserver) ObserveBatch(_ context.Context, b gocql.ObservedBatch) { f(b) }
+
+// onQueue returns e on a new queue called name, with e's queue settings, clock and
+// keyspace.
+func (e *env) onQueue(name string) *env {
+	e.t.Helper()
+	q := e.q
+	q.Name = name
+	q, err := shardq.CreateQueue(context.Background(), e.s, q)
+	require.NoError(e.t, err)
+	out := *e
+	out.q = q
+	return &out
+}
