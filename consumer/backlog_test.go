@@ -59,6 +59,7 @@ func TestFloorsHideNothing(t *testing.T) {
 	}
 	model := map[uuid.UUID]*state{}
 	rng := rand.New(rand.NewPCG(1, 2))
+	tick := e.keepUp(250 * time.Millisecond)
 	schedule := func(p *producer.Producer, pnow time.Time, due time.Time) {
 		id, err := p.ScheduleTask(ctx, producer.Task{Queue: e.q.Name, DueAt: due, Priority: rng.IntN(10)})
 		require.NoError(t, err)
@@ -113,7 +114,7 @@ func TestFloorsHideNothing(t *testing.T) {
 				require.Failf(t, "task missed", "task %s visible since %v is not delivered at %v (held: %v)", id, st.visible, now, st.held != nil)
 			}
 		}
-		e.clock.Add(250 * time.Millisecond)
+		tick()
 	}
 	e.clock.Add(10 * time.Second)
 	for {
@@ -401,15 +402,8 @@ func TestLateWritesFoundBySweep(t *testing.T) {
 					}
 				}
 			}
-			// The sweep dates touches by the coordinators' stamps, in real time, so the
-			// consumer's clock must not fall behind it: a step is 250 ms or the real time the
-			// last one took, whichever is longer (three loaded nodes take longer).
-			last, longest := time.Now(), time.Duration(0)
-			step := func() {
-				d := max(250*time.Millisecond, time.Since(last))
-				last, longest = time.Now(), max(longest, d)
-				e.clock.Add(d)
-			}
+			longest, keepUp := time.Duration(0), e.keepUp(250*time.Millisecond)
+			step := func() { longest = max(longest, keepUp()) }
 			for range 40 {
 				for _, p := range []*producer.Producer{trailing, e.p} { // on-time writes touch the cell last
 					ids, err := p.ScheduleTasks(ctx, []producer.Task{{Queue: e.q.Name}, {Queue: e.q.Name}})

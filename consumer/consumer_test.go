@@ -620,3 +620,19 @@ func (e *env) onQueue(name string) *env {
 	out.q = q
 	return &out
 }
+
+// keepUp returns a func that moves e's clock on by step, or by the real time since it
+// last did if that is longer, and returns how far it moved. Writes are stamped from the
+// writer's clock plus its measured offset from the coordinators', and sweeps date signal
+// touches by the coordinators' stamps: a test clock that falls behind real time (three
+// loaded nodes take seconds a step) makes the two disagree as real clocks never do, and
+// rows written on time read as late or late ones as on time.
+func (e *env) keepUp(step time.Duration) func() time.Duration {
+	last := time.Now()
+	return func() time.Duration {
+		d := max(step, time.Since(last))
+		last = time.Now()
+		e.clock.Add(d)
+		return d
+	}
+}
