@@ -38,8 +38,8 @@ const (
 	MaxPayloadLimit        = 1 << 20
 	DefaultWritesInFlight  = 8
 	DefaultWriteAttempts   = 3
-	// DefaultShardRate fills a shard with the tasks of 200 a second before the next is
-	// opened: a queue at 100 tasks/s stays in one partition a bucket.
+	// DefaultShardRate fills a shard with 20 tasks of a tenth of a second (200 a second)
+	// before the next is opened: a queue at 100 tasks/s stays in one partition a bucket.
 	DefaultShardRate = 200
 	// MaxHeaderBytes bounds a task's Headers: the bytes of their keys and values, which
 	// count toward Config.MaxPayloadBytes too.
@@ -72,12 +72,13 @@ type Config struct {
 	// DefaultWriteAttempts.
 	WriteAttempts int
 	// ShardRate is how many tasks due in one second this producer places in one of a
-	// queue's concurrency shards before it fills the next: the n-th task due in a second
-	// goes to shard (n-1)/ShardRate while the layout has it, and to any shard past that.
-	// A queue at a low rate then sits in few partitions, which is what consumers' rounds
-	// cost (a lock, a read and a swap per partition with tasks), and a burst spreads over
-	// all of them. Producers count apart: each of several producers of a queue may place
-	// ShardRate tasks a second in its first shard. Defaults to DefaultShardRate.
+	// queue's concurrency shards before it fills the next, counted per tenth of a second
+	// of due time: the n-th task due in a tenth goes to shard (n-1)/(ShardRate/10, at
+	// least 1) while the layout has it, and to any shard past that. A queue at a low rate
+	// then sits in few partitions, which is what consumers' rounds cost (a lock, a read
+	// and a swap per partition with tasks), and a burst spreads over all of them.
+	// Producers count apart: each of several producers of a queue may place ShardRate
+	// tasks a second in its first shard. Defaults to DefaultShardRate.
 	ShardRate int
 	// Clock gives "now" for tasks due now, for bucket choice and for write timestamps
 	// (never past the cluster's time). Defaults to the cluster's time: this host's clock

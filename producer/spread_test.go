@@ -18,8 +18,8 @@ import (
 )
 
 // With the default ShardRate, 100 tasks due a second sit in a queue's first shard; 2,000
-// due in one second fill the 8 shards with 200 each in turn, then spread over all of
-// them from the 1,601st. Every task is found by its ID (a cancel) and delivered once due.
+// due at one instant fill the 8 shards with 20 each in turn, then spread over all of
+// them from the 161st. Every task is found by its ID (a cancel) and delivered once due.
 func TestLowRatesSitInTheFirstShards(t *testing.T) {
 	t.Parallel()
 	s := cassandratest.SchemaSession(t)
@@ -50,7 +50,7 @@ func TestLowRatesSitInTheFirstShards(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []int{1000, 0, 0, 0, 0, 0, 0, 0}, rows(from))
 
-	// 2,000 due in one second, a bucket later.
+	// 2,000 due at one instant, a bucket later.
 	burstAt := from.Add(l.BucketDuration)
 	burst := make([]producer.Task, 2000)
 	for i := range burst {
@@ -64,10 +64,10 @@ func TestLowRatesSitInTheFirstShards(t *testing.T) {
 		total += n
 	}
 	require.Equal(t, 2000, total)
-	// The first 1,600 fill the eight shards with 200 each in turn; the last 400 spread
-	// over all of them, about 50 each.
+	// The first 160 fill the eight shards with 20 each in turn; the other 1,840 spread
+	// over all of them, about 230 each.
 	for sh := range 8 {
-		for _, id := range burstIDs[sh*200 : (sh+1)*200] {
+		for _, id := range burstIDs[sh*20 : (sh+1)*20] {
 			require.Equal(t, sh, l.ShardFor(id))
 		}
 		require.InDelta(t, 250, counts[sh], 35, "shard %d", sh)
