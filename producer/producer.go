@@ -73,8 +73,9 @@ type Config struct {
 	WriteAttempts int
 	// ShardRate is how many tasks due in one second this producer places in one of a
 	// queue's concurrency shards before it fills the next, counted per tenth of a second
-	// of due time: the n-th task due in a tenth goes to shard (n-1)/(ShardRate/10, at
-	// least 1) while the layout has it, and to any shard past that. A queue at a low rate
+	// of due time: the n-th task due in a tenth goes to shard (n-1)/ceil(ShardRate/10)
+	// while the layout has it, and to any shard past that (so below 10, ShardRate acts as
+	// 10). A queue at a low rate
 	// then sits in few partitions, which is what consumers' rounds cost (a lock, a read
 	// and a swap per partition with tasks), and a burst spreads over all of them.
 	// Producers count apart: each of several producers of a queue may place ShardRate

@@ -31,7 +31,7 @@ const Tenth = 100 * time.Millisecond
 // no task is placed before now, so none is counted in them again. If every tenth kept is
 // still to come, all are forgotten, which at worst puts a tenth's later tasks in fewer
 // shards than its count would.
-const maxTenths = 1 << 14
+const maxTenths = 1 << 16
 
 // Counter counts, per ring of partitions and tenth of a second of due time, the tasks a
 // producer placed. Its zero value is not usable; make one with New. It is safe for
@@ -44,13 +44,17 @@ type Counter struct {
 
 type tenth struct {
 	ring string
-	n    int64 // since the Unix epoch
+	n    int64 // tenths since the Unix epoch
 }
 
 // New returns a Counter that fills each shard with perSecond/10 tasks of a tenth of a
-// second (at least one) before it opens the next.
+// second, rounded up, before it opens the next.
 func New(perSecond int) *Counter {
-	return &Counter{perShard: max((perSecond+9)/10, 1), placed: map[tenth]int{}}
+	perShard := perSecond / 10
+	if perSecond%10 != 0 || perShard == 0 {
+		perShard++
+	}
+	return &Counter{perShard: perShard, placed: map[tenth]int{}}
 }
 
 // Any is the shard Shard returns for a task that may go to any shard.
@@ -63,11 +67,11 @@ const Any = -1
 // shard in use at its share, and a fixed shard costs an ID no more random bits than the
 // choice among n itself.
 func (c *Counter) Shard(ring string, t, now time.Time, n int) int {
-	k := tenth{ring, t.UnixNano() / int64(Tenth)}
+	k := tenth{ring, t.UnixMilli() / Tenth.Milliseconds()} // UnixNano ends in 2262
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if _, ok := c.placed[k]; !ok && len(c.placed) >= maxTenths {
-		past := now.UnixNano() / int64(Tenth)
+		past := now.UnixMilli() / Tenth.Milliseconds()
 		for s := range c.placed {
 			if s.n < past {
 				delete(c.placed, s)
