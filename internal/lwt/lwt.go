@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/gocql/gocql"
+
+	"github.com/shardq/shardq/internal/cql"
 )
 
 // NoRetry is set on every LWT, so the driver never retries one on its own.
@@ -18,6 +20,24 @@ var NoRetry gocql.RetryPolicy = &gocql.SimpleRetryPolicy{NumRetries: 0}
 // Serial is the consistency of a read that completes any Paxos round in flight on the
 // partition before it answers, so what it returns is the settled outcome.
 const Serial = gocql.Consistency(gocql.Serial)
+
+// SerialRetry is set on every read at Serial: it sends one that timed out again, to the
+// same node, up to twice. Such a read changes nothing but completing a round already
+// under way, and the outcomes it settles are otherwise left unknown: one busy moment of
+// a one-node cluster, where the driver has no other node to try, failed the settle of a
+// queue's creation and of an ack batch.
+var SerialRetry gocql.RetryPolicy = serialRetry{}
+
+type serialRetry struct{}
+
+func (serialRetry) Attempt(q gocql.RetryableQuery) bool { return q.Attempts() <= 2 }
+
+func (serialRetry) GetRetryType(err error) gocql.RetryType {
+	if cql.TimedOut(err) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+		return gocql.Retry
+	}
+	return gocql.Rethrow
+}
 
 // ResolveTimeout bounds the read that settles an unknown outcome.
 const ResolveTimeout = 10 * time.Second

@@ -105,3 +105,25 @@ func TestResolveContext(t *testing.T) {
 	d, _ = rctx.Deadline()
 	require.True(t, d.Before(later), "ResolveTimeout still bounds it")
 }
+
+// attempts is a query that was sent this many times, for SerialRetry.
+type attempts int
+
+func (a attempts) Attempts() int                   { return int(a) }
+func (attempts) SetConsistency(gocql.Consistency)  {}
+func (attempts) GetConsistency() gocql.Consistency { return lwt.Serial }
+func (attempts) Context() context.Context          { return context.Background() }
+
+// A read at SERIAL that timed out, on the client or the node, is sent twice more at most;
+// other failures, and a caller's deadline, end it.
+func TestSerialRetry(t *testing.T) {
+	t.Parallel()
+	p := lwt.SerialRetry
+	for _, err := range []error{gocql.ErrTimeoutNoResponse, &gocql.RequestErrReadTimeout{}, &gocql.RequestErrWriteTimeout{}} {
+		require.Equal(t, gocql.Retry, p.GetRetryType(err), "%T", err)
+	}
+	for _, err := range []error{context.DeadlineExceeded, context.Canceled, gocql.ErrNotFound, &gocql.RequestErrUnavailable{}} {
+		require.Equal(t, gocql.Rethrow, p.GetRetryType(err), "%T", err)
+	}
+	require.Equal(t, []bool{true, true, false}, []bool{p.Attempt(attempts(1)), p.Attempt(attempts(2)), p.Attempt(attempts(3))})
+}

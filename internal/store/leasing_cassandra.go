@@ -133,7 +133,7 @@ func (s leasing) MarkersThere(ctx context.Context, markers []taskrow.Row) (map[u
 	for _, m := range markers {
 		args = append(args, m.Priority, m.ID)
 	}
-	iter := cql.Query(s.session, stmt, args...).WithContext(ctx).Consistency(lwt.Serial).Iter()
+	iter := cql.Query(s.session, stmt, args...).WithContext(ctx).Consistency(lwt.Serial).RetryPolicy(lwt.SerialRetry).Iter()
 	var id gocql.UUID
 	for iter.Scan(&id) {
 		there[uuid.UUID(id)] = true
