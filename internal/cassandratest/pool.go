@@ -21,25 +21,30 @@ import (
 	"github.com/shardq/shardq/internal/schema"
 )
 
-// Making a keyspace with shardq's schema takes ten schema changes (the keyspace, its
+// Making a keyspace with shardq's schema takes nine schema changes (the keyspace, its
 // tables, and dropping it after), each agreed by every node and costing each node CPU: at
-// three nodes they took most of the suite's time. So SchemaKeyspace keeps them per test
-// binary: a keyspace whose test ended rests for poolRest, is emptied with TRUNCATE and
-// checked empty on every replica, and goes to the next test. (At RF 3, writes still under
-// way on a loaded node when a test ended have been seen to land after a TRUNCATE.) Pooled
-// keyspaces are named for the host and process that made them; a test binary drops those
-// of processes of its host that are gone, so a node that keeps running between `go test`
-// runs does not collect them.
+// three nodes they took most of the suite's time. So SchemaKeyspace keeps them: a
+// keyspace whose test ended rests for poolRest, is emptied with TRUNCATE and checked
+// empty on every replica, and goes to the next test. (At RF 3, writes still under way on
+// a loaded node when a test ended have been seen to land after a TRUNCATE.) Pooled
+// keyspaces are named for the host, the schema and replication factor they were made
+// with, and the process that made them, and a process holds a lock file for each
+// keyspace it uses. A test binary takes over those of its host's gone processes made
+// with its schema and replication factor (go test runs one binary per package, and a
+// later one reuses an earlier one's), and drops the others of gone processes, so a node
+// that keeps running between `go test` runs does not collect them.
 var pool struct {
 	sync.Mutex
 	free  []pooled // oldest first
 	made  int
 	swept bool
+	held  map[string]*os.File // the lock files of the keyspaces this process took, open for its life
 }
 
 type pooled struct {
 	ks       string
 	returned time.Time
+	adopted  bool // taken over from a gone process
 }
 
 // poolRest is how long a keyspace rests between tests.
@@ -58,7 +63,7 @@ func SchemaKeyspace(t testing.TB) string {
 	t.Logf("keyspace %s", ks)
 	t.Cleanup(func() {
 		pool.Lock()
-		pool.free = append(pool.free, pooled{ks, time.Now()})
+		pool.free = append(pool.free, pooled{ks: ks, returned: time.Now()})
 		pool.Unlock()
 	})
 	return ks
@@ -71,7 +76,18 @@ func takeKeyspace(admin *gocql.Session) (string, error) {
 		pool.swept = true
 		sweepPools(admin)
 	}
-	for len(pool.free) > 0 && time.Since(pool.free[0].returned) >= poolRest {
+	for len(pool.free) > 0 {
+		// A keyspace taken over rests too, and is worth the wait: making one takes longer
+		// (about 20 s at RF 3).
+		if rest := poolRest - time.Since(pool.free[0].returned); rest > 0 {
+			if !pool.free[0].adopted {
+				break
+			}
+			pool.Unlock()
+			time.Sleep(rest)
+			pool.Lock()
+			continue
+		}
 		ks := pool.free[0].ks
 		pool.free = pool.free[1:]
 		pool.Unlock()
@@ -83,8 +99,18 @@ func takeKeyspace(admin *gocql.Session) (string, error) {
 		_ = dropKeyspace(admin, ks)
 		pool.Lock()
 	}
-	pool.made++
-	ks := fmt.Sprintf("%s%d_%d", poolPrefix(), os.Getpid(), pool.made)
+	prefix, err := adoptablePrefix()
+	if err != nil {
+		pool.Unlock()
+		return "", err
+	}
+	// A name whose lock is held is a keyspace that a gone process with this PID made and
+	// another process took over.
+	var ks string
+	for ks == "" || !holdKeyspace(ks) {
+		pool.made++
+		ks = fmt.Sprintf("%s%d_%d", prefix, os.Getpid(), pool.made)
+	}
 	pool.Unlock()
 	if err := createKeyspace(admin, ks); err != nil {
 		return "", err
@@ -167,7 +193,7 @@ func schemaTables() []string {
 	return names
 }
 
-// poolPrefix starts the names of this host's pooled keyspaces; the maker's PID follows.
+// poolPrefix starts the names of this host's pooled keyspaces.
 func poolPrefix() string {
 	host, _ := os.Hostname()
 	h := fnv.New32a()
@@ -175,18 +201,67 @@ func poolPrefix() string {
 	return fmt.Sprintf("p_%08x_", h.Sum32())
 }
 
-// sweepPools drops the pooled keyspaces left by processes of this host that are gone.
-// Failures only leave them for the next sweep.
+// adoptablePrefix starts the names of this host's pooled keyspaces that this process may
+// use: made with the same schema.cql and replication factor. The maker's PID and its
+// count follow.
+func adoptablePrefix() (string, error) {
+	rf, err := replicationFactor()
+	if err != nil {
+		return "", err
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(strings.Join(schemaStatements(), ";")))
+	return fmt.Sprintf("%s%08x_r%d_", poolPrefix(), h.Sum32(), rf), nil
+}
+
+// holdKeyspace, with pool locked, takes ks's lock file for the rest of this process, and
+// reports whether no other process held it.
+func holdKeyspace(ks string) bool {
+	if pool.held[ks] != nil {
+		return true
+	}
+	// Named for the keyspace alone: processes may reach one cluster through different
+	// host lists.
+	path := filepath.Join(os.TempDir(), "shardq-cassandratest-"+ks+".lock")
+	file, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o666)
+	if err != nil {
+		return false
+	}
+	if syscall.Flock(int(file.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
+		file.Close()
+		return false
+	}
+	if pool.held == nil {
+		pool.held = map[string]*os.File{}
+	}
+	pool.held[ks] = file
+	return true
+}
+
+// sweepPools, with pool locked, takes over the pooled keyspaces of this host's gone
+// processes that this process may use, and drops the others of gone processes. Failures
+// only leave them for the next sweep.
 func sweepPools(admin *gocql.Session) {
+	adoptable, err := adoptablePrefix()
+	if err != nil {
+		return
+	}
 	var stale []string
 	iter := admin.Query(`SELECT keyspace_name FROM system_schema.keyspaces`).Iter()
 	for name := ""; iter.Scan(&name); {
-		rest, ok := strings.CutPrefix(name, poolPrefix())
-		if !ok {
+		if !strings.HasPrefix(name, poolPrefix()) {
 			continue
 		}
-		pidText, _, _ := strings.Cut(rest, "_")
-		if pid, err := strconv.Atoi(pidText); err == nil && (pid == os.Getpid() || !alive(pid)) {
+		fields := strings.Split(name, "_")
+		pid, err := strconv.Atoi(fields[len(fields)-2])
+		mine := pid == os.Getpid() // left by a gone process with this PID: its name could clash
+		if err != nil || !mine && alive(pid) || !holdKeyspace(name) {
+			continue // its maker runs, or another process took it over
+		}
+		if !mine && strings.HasPrefix(name, adoptable) {
+			// Its last test may have ended just now: it rests as a returned one does.
+			pool.free = append(pool.free, pooled{name, time.Now(), true})
+		} else {
 			stale = append(stale, name)
 		}
 	}
@@ -198,6 +273,7 @@ func sweepPools(admin *gocql.Session) {
 	}
 }
 
+// alive reports whether a process with this PID runs.
 func alive(pid int) bool {
 	p, err := os.FindProcess(pid)
 	if err != nil {
