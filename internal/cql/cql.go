@@ -40,7 +40,7 @@ const (
 func Query(session *gocql.Session, stmt string, args ...any) *gocql.Query {
 	q := session.Query(stmt, args...).Consistency(Consistency).SerialConsistency(SerialConsistency)
 	if isRead(stmt) && hostpolicy.Speculate(session) {
-		q = q.Idempotent(true).SetSpeculativeExecutionPolicy(speculation{q})
+		q = q.Idempotent(true).SetSpeculativeExecutionPolicy(speculation{})
 	}
 	return q
 }
@@ -58,16 +58,11 @@ func isRead(stmt string) bool {
 	return len(s) >= 6 && strings.EqualFold(s[:6], "SELECT")
 }
 
-// speculation sends a read once more, SpeculativeDelay after the first, unless the read
-// was made SERIAL after Query returned it: gocql asks when it executes the query.
-type speculation struct{ q *gocql.Query }
+// speculation sends a read once more, SpeculativeDelay after the first. Reads at SERIAL
+// replace it (lwt.SerialRead).
+type speculation struct{}
 
-func (s speculation) Attempts() int {
-	if c := s.q.GetConsistency(); c == gocql.Consistency(gocql.Serial) || c == gocql.Consistency(gocql.LocalSerial) {
-		return 0
-	}
-	return 1
-}
+func (speculation) Attempts() int { return 1 }
 
 func (s speculation) Delay() time.Duration { return SpeculativeDelay }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/gocql/gocql"
 
 	"github.com/shardq/shardq/internal/cql"
+	"github.com/shardq/shardq/internal/hostpolicy"
 )
 
 // NoRetry is set on every LWT, so the driver never retries one on its own.
@@ -21,11 +22,23 @@ var NoRetry gocql.RetryPolicy = &gocql.SimpleRetryPolicy{NumRetries: 0}
 // partition before it answers, so what it returns is the settled outcome.
 const Serial = gocql.Consistency(gocql.Serial)
 
-// SerialRetry is set on every read at Serial: it sends one that timed out again, to the
-// same node, up to twice. Such a read changes nothing but completing a round already
-// under way, and the outcomes it settles are otherwise left unknown: one busy moment of
-// a one-node cluster, where the driver has no other node to try, failed the settle of a
-// queue's creation and of an ack batch.
+// SerialRead makes q, a read of session, a read at Serial, which is never copied to a
+// second node on a delay (that copy's Paxos round would contend with the first). With
+// more than one node known, the session's retry policy sends one that failed to the next
+// node; with one, SerialRetry sends it to the same node again.
+func SerialRead(session *gocql.Session, q *gocql.Query) *gocql.Query {
+	q = q.Consistency(Serial).SetSpeculativeExecutionPolicy(gocql.NonSpeculativeExecution{})
+	if !hostpolicy.Speculate(session) {
+		q = q.RetryPolicy(SerialRetry)
+	}
+	return q
+}
+
+// SerialRetry sends a read at Serial that timed out again, to the same node, up to
+// twice. Such a read changes nothing but completing a round already under way, and the
+// outcomes it settles are otherwise left unknown: one busy moment of a one-node cluster,
+// where the driver has no other node to try, failed the settle of a queue's creation and
+// of an ack batch.
 var SerialRetry gocql.RetryPolicy = serialRetry{}
 
 type serialRetry struct{}

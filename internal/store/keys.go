@@ -55,7 +55,7 @@ func (k keys) Get(ctx context.Context, queue, key string, serial bool) (Claim, e
 	var c Claim
 	q := cql.Query(k.session, keyStmt, queue, key).WithContext(ctx)
 	if serial {
-		q = q.Consistency(lwt.Serial).RetryPolicy(lwt.SerialRetry)
+		q = lwt.SerialRead(k.session, q)
 	}
 	err := q.Scan(&holder, &c.ClaimedAt)
 	c.Holder = uuid.UUID(holder)

@@ -133,7 +133,7 @@ func (s leasing) MarkersThere(ctx context.Context, markers []taskrow.Row) (map[u
 	for _, m := range markers {
 		args = append(args, m.Priority, m.ID)
 	}
-	iter := cql.Query(s.session, stmt, args...).WithContext(ctx).Consistency(lwt.Serial).RetryPolicy(lwt.SerialRetry).Iter()
+	iter := lwt.SerialRead(s.session, cql.Query(s.session, stmt, args...).WithContext(ctx)).Iter()
 	var id gocql.UUID
 	for iter.Scan(&id) {
 		there[uuid.UUID(id)] = true

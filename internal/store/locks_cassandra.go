@@ -83,7 +83,7 @@ func (s locks) cas(ctx context.Context, stmt string, args ...any) (bool, LockRow
 
 func (s locks) Read(ctx context.Context, key string) (LockRow, error) {
 	row := map[string]any{}
-	err := cql.Query(s.session, readLock, key, taskrow.LockID).WithContext(ctx).Consistency(lwt.Serial).RetryPolicy(lwt.SerialRetry).MapScan(row)
+	err := lwt.SerialRead(s.session, cql.Query(s.session, readLock, key, taskrow.LockID).WithContext(ctx)).MapScan(row)
 	if err != nil && !errors.Is(err, gocql.ErrNotFound) {
 		return LockRow{}, err
 	}
@@ -91,8 +91,8 @@ func (s locks) Read(ctx context.Context, key string) (LockRow, error) {
 }
 
 func (s locks) Receipt(ctx context.Context, lk LockRef) (bool, error) {
-	err := cql.Query(s.session, readReceipt, lk.Key, gocql.UUID(lk.Holder)).WithContext(ctx).
-		Consistency(lwt.Serial).RetryPolicy(lwt.SerialRetry).Scan(new(gocql.UUID))
+	err := lwt.SerialRead(s.session, cql.Query(s.session, readReceipt, lk.Key, gocql.UUID(lk.Holder)).
+		WithContext(ctx)).Scan(new(gocql.UUID))
 	if errors.Is(err, gocql.ErrNotFound) {
 		return false, nil
 	}

@@ -29,8 +29,8 @@ func (s queues) Create(ctx context.Context, q Queue) (bool, Queue, error) {
 
 func (s queues) Get(ctx context.Context, name string) (Queue, error) {
 	row := map[string]any{}
-	err := cql.Query(s.session, `SELECT * FROM queues WHERE name = ?`, name).
-		WithContext(ctx).Consistency(lwt.Serial).RetryPolicy(lwt.SerialRetry).MapScan(row)
+	err := lwt.SerialRead(s.session, cql.Query(s.session, `SELECT * FROM queues WHERE name = ?`, name).
+		WithContext(ctx)).MapScan(row)
 	switch {
 	case errors.Is(err, gocql.ErrNotFound):
 		return Queue{}, fmt.Errorf("%w: queue %q", ErrNotFound, name)
@@ -65,7 +65,7 @@ func (s queues) Names(ctx context.Context) ([]string, error) {
 func (s queues) Status(ctx context.Context, name string, serial bool) (QueueStatus, error) {
 	q := cql.Query(s.session, `SELECT created_at, paused, layouts FROM queues WHERE name = ?`, name).WithContext(ctx)
 	if serial {
-		q = q.Consistency(lwt.Serial).RetryPolicy(lwt.SerialRetry)
+		q = lwt.SerialRead(s.session, q)
 	}
 	var st QueueStatus
 	var paused *bool // null: never paused

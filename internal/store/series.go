@@ -27,7 +27,7 @@ func (s series) Get(ctx context.Context, queue, name string, serial bool) (Serie
 	var nominal int64
 	q := cql.Query(s.session, `SELECT `+seriesColumns+` FROM series WHERE queue = ? AND name = ?`, queue, name).WithContext(ctx)
 	if serial {
-		q = q.Consistency(lwt.Serial).RetryPolicy(lwt.SerialRetry)
+		q = lwt.SerialRead(s.session, q)
 	}
 	err := q.Scan(&r.Spec, &r.Version, &r.Paused, &r.Done, &r.Seq, &r.Open, &taskID, &nominal, &r.Priority,
 		&r.Stamp, &r.CatchUp, &r.AdvancedAt, &r.CreatedAt, &written)

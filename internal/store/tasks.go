@@ -66,7 +66,7 @@ func (t tasks) DeleteIfExists(ctx context.Context, r taskrow.Row) (bool, error) 
 }
 
 func (t tasks) Exists(ctx context.Context, r taskrow.Row) (bool, error) {
-	err := cql.Query(t.session, taskrow.SelectOne, r.KeyArgs()...).WithContext(ctx).Consistency(lwt.Serial).RetryPolicy(lwt.SerialRetry).Scan(new(gocql.UUID))
+	err := lwt.SerialRead(t.session, cql.Query(t.session, taskrow.SelectOne, r.KeyArgs()...).WithContext(ctx)).Scan(new(gocql.UUID))
 	if errors.Is(err, gocql.ErrNotFound) {
 		return false, nil
 	}
