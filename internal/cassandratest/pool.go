@@ -29,8 +29,9 @@ import (
 // a loaded node when a test ended have been seen to land after a TRUNCATE.) Pooled
 // keyspaces are named for the host, the schema and replication factor they were made
 // with, and the process that made them, and a process holds a lock file for each
-// keyspace it uses. A test binary takes over those of its host's gone processes made
-// with its schema and replication factor (go test runs one binary per package, and a
+// keyspace it uses, touched when the keyspace is returned. A test binary with no rested
+// keyspace takes over one a gone process of its host made with its schema and
+// replication factor before it makes one (go test runs one binary per package, and a
 // later one reuses an earlier one's), and drops the others of gone processes, so a node
 // that keeps running between `go test` runs does not collect them.
 var pool struct {
@@ -44,7 +45,6 @@ var pool struct {
 type pooled struct {
 	ks       string
 	returned time.Time
-	adopted  bool // taken over from a gone process
 }
 
 // poolRest is how long a keyspace rests between tests.
@@ -62,35 +62,43 @@ func SchemaKeyspace(t testing.TB) string {
 	}
 	t.Logf("keyspace %s", ks)
 	t.Cleanup(func() {
+		now := time.Now()
+		_ = os.Chtimes(lockPath(ks), now, now) // when it was returned, for a process that takes it over
 		pool.Lock()
-		pool.free = append(pool.free, pooled{ks: ks, returned: time.Now()})
+		pool.free = append(pool.free, pooled{ks, now})
 		pool.Unlock()
 	})
 	return ks
 }
 
-// takeKeyspace empties a rested pooled keyspace and returns it, or makes a new one.
+// takeKeyspace empties a rested pooled keyspace and returns it, or one a gone process
+// left, or makes a new one.
 func takeKeyspace(admin *gocql.Session) (string, error) {
 	pool.Lock()
 	if !pool.swept {
 		pool.swept = true
 		sweepPools(admin)
 	}
-	for len(pool.free) > 0 {
-		// A keyspace taken over rests too, and is worth the wait: making one takes longer
-		// (about 20 s at RF 3).
-		if rest := poolRest - time.Since(pool.free[0].returned); rest > 0 {
-			if !pool.free[0].adopted {
+	for {
+		var ks string
+		if len(pool.free) > 0 && time.Since(pool.free[0].returned) >= poolRest {
+			ks = pool.free[0].ks
+			pool.free = pool.free[1:]
+			pool.Unlock()
+		} else {
+			left, err := takeOver(admin)
+			if left.ks == "" || err != nil {
+				if err != nil {
+					fmt.Fprintf(os.Stderr, "cassandratest: looking for keyspaces to take over: %v\n", err)
+				}
 				break
 			}
 			pool.Unlock()
-			time.Sleep(rest)
-			pool.Lock()
-			continue
+			// It rests as a returned one does, which is worth the wait: making one takes
+			// longer (about 20 s at RF 3).
+			time.Sleep(poolRest - time.Since(left.returned))
+			ks = left.ks
 		}
-		ks := pool.free[0].ks
-		pool.free = pool.free[1:]
-		pool.Unlock()
 		err := emptyKeyspace(admin, ks)
 		if err == nil {
 			return ks, nil
@@ -104,12 +112,23 @@ func takeKeyspace(admin *gocql.Session) (string, error) {
 		pool.Unlock()
 		return "", err
 	}
-	// A name whose lock is held is a keyspace that a gone process with this PID made and
-	// another process took over.
+	// A name already held is a leftover of a gone process with this PID that the sweep
+	// could not drop; one held by another process, such a leftover it took over.
 	var ks string
-	for ks == "" || !holdKeyspace(ks) {
+	for {
 		pool.made++
 		ks = fmt.Sprintf("%s%d_%d", prefix, os.Getpid(), pool.made)
+		if pool.held[ks] != nil {
+			continue
+		}
+		held, err := holdKeyspace(ks)
+		if err != nil {
+			pool.Unlock()
+			return "", err
+		}
+		if held {
+			break
+		}
 	}
 	pool.Unlock()
 	if err := createKeyspace(admin, ks); err != nil {
@@ -214,62 +233,102 @@ func adoptablePrefix() (string, error) {
 	return fmt.Sprintf("%s%08x_r%d_", poolPrefix(), h.Sum32(), rf), nil
 }
 
+// lockPath is the lock file of keyspace ks. It is named for the keyspace alone: processes
+// may reach one cluster through different host lists.
+func lockPath(ks string) string {
+	return filepath.Join(os.TempDir(), "shardq-cassandratest-"+ks+".lock")
+}
+
 // holdKeyspace, with pool locked, takes ks's lock file for the rest of this process, and
 // reports whether no other process held it.
-func holdKeyspace(ks string) bool {
+func holdKeyspace(ks string) (bool, error) {
 	if pool.held[ks] != nil {
-		return true
+		return true, nil
 	}
-	// Named for the keyspace alone: processes may reach one cluster through different
-	// host lists.
-	path := filepath.Join(os.TempDir(), "shardq-cassandratest-"+ks+".lock")
-	file, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o666)
+	file, err := os.OpenFile(lockPath(ks), os.O_CREATE|os.O_RDWR, 0o666)
 	if err != nil {
-		return false
+		return false, fmt.Errorf("opening the keyspace lock: %w", err)
 	}
-	if syscall.Flock(int(file.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
+	if err := syscall.Flock(int(file.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		file.Close()
-		return false
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return false, nil
+		}
+		return false, fmt.Errorf("taking the keyspace lock %s: %w", lockPath(ks), err)
 	}
 	if pool.held == nil {
 		pool.held = map[string]*os.File{}
 	}
 	pool.held[ks] = file
-	return true
+	return true, nil
 }
 
-// sweepPools, with pool locked, takes over the pooled keyspaces of this host's gone
-// processes that this process may use, and drops the others of gone processes. Failures
-// only leave them for the next sweep.
-func sweepPools(admin *gocql.Session) {
-	adoptable, err := adoptablePrefix()
-	if err != nil {
-		return
-	}
-	var stale []string
+// leftBy returns the pooled keyspaces of this host, each with the PID of the process that
+// made it.
+func leftBy(admin *gocql.Session) (map[string]int, error) {
+	left := map[string]int{}
 	iter := admin.Query(`SELECT keyspace_name FROM system_schema.keyspaces`).Iter()
 	for name := ""; iter.Scan(&name); {
 		if !strings.HasPrefix(name, poolPrefix()) {
 			continue
 		}
 		fields := strings.Split(name, "_")
-		pid, err := strconv.Atoi(fields[len(fields)-2])
-		mine := pid == os.Getpid() // left by a gone process with this PID: its name could clash
-		if err != nil || !mine && alive(pid) || !holdKeyspace(name) {
-			continue // its maker runs, or another process took it over
-		}
-		if !mine && strings.HasPrefix(name, adoptable) {
-			// Its last test may have ended just now: it rests as a returned one does.
-			pool.free = append(pool.free, pooled{name, time.Now(), true})
-		} else {
-			stale = append(stale, name)
+		if pid, err := strconv.Atoi(fields[len(fields)-2]); err == nil {
+			left[name] = pid
 		}
 	}
-	if iter.Close() != nil {
+	return left, iter.Close()
+}
+
+// takeOver, with pool locked, takes a keyspace a gone process of this host made with this
+// process's schema and replication factor, if there is one, with when it was last
+// returned.
+func takeOver(admin *gocql.Session) (pooled, error) {
+	adoptable, err := adoptablePrefix()
+	if err != nil {
+		return pooled{}, err
+	}
+	left, err := leftBy(admin)
+	if err != nil {
+		return pooled{}, err
+	}
+	for ks, pid := range left {
+		if !strings.HasPrefix(ks, adoptable) || pid == os.Getpid() || pool.held[ks] != nil || alive(pid) {
+			continue // not ours to take, or taken already (by this process, in use or pooled)
+		}
+		if held, err := holdKeyspace(ks); err != nil || !held {
+			continue // another process took it over
+		}
+		returned := time.Now()
+		if st, err := os.Stat(lockPath(ks)); err == nil {
+			returned = st.ModTime()
+		}
+		return pooled{ks, returned}, nil
+	}
+	return pooled{}, nil
+}
+
+// sweepPools, with pool locked, drops the pooled keyspaces of this host's gone processes
+// that this process may not take over (made with another schema or replication factor,
+// or by a gone process with this PID, whose names could clash with its own). Failures
+// only leave them for the next sweep.
+func sweepPools(admin *gocql.Session) {
+	adoptable, err := adoptablePrefix()
+	if err != nil {
 		return
 	}
-	for _, ks := range stale {
-		_ = dropKeyspace(admin, ks)
+	left, err := leftBy(admin)
+	if err != nil {
+		return
+	}
+	for ks, pid := range left {
+		mine := pid == os.Getpid()
+		if !mine && (alive(pid) || strings.HasPrefix(ks, adoptable)) {
+			continue
+		}
+		if held, err := holdKeyspace(ks); err == nil && held {
+			_ = dropKeyspace(admin, ks)
+		}
 	}
 }
 
