@@ -50,6 +50,10 @@ type pooled struct {
 // poolRest is how long a keyspace rests between tests.
 const poolRest = 5 * time.Second
 
+// inUse is the time of the lock file of a keyspace a test is using; otherwise its time
+// is when it was last returned.
+var inUse = time.Unix(0, 0)
+
 // SchemaKeyspace returns a keyspace with shardq's schema, empty, for this test alone. Its
 // tables must stay as the schema makes them: a test that creates, drops or alters tables
 // uses Keyspace.
@@ -60,6 +64,8 @@ func SchemaKeyspace(t testing.TB) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// In use: a process that takes it over after this one died mid-test rests it from then.
+	_ = os.Chtimes(lockPath(ks), inUse, inUse)
 	t.Logf("keyspace %s", ks)
 	t.Cleanup(func() {
 		now := time.Now()
@@ -300,7 +306,7 @@ func takeOver(admin *gocql.Session) (pooled, error) {
 			continue // another process took it over
 		}
 		returned := time.Now()
-		if st, err := os.Stat(lockPath(ks)); err == nil {
+		if st, err := os.Stat(lockPath(ks)); err == nil && !st.ModTime().Equal(inUse) {
 			returned = st.ModTime()
 		}
 		return pooled{ks, returned}, nil

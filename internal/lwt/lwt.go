@@ -23,22 +23,24 @@ var NoRetry gocql.RetryPolicy = &gocql.SimpleRetryPolicy{NumRetries: 0}
 const Serial = gocql.Consistency(gocql.Serial)
 
 // SerialRead makes q, a read of session, a read at Serial, which is never copied to a
-// second node on a delay (that copy's Paxos round would contend with the first). With
-// more than one node known, the session's retry policy sends one that failed to the next
-// node; with one, SerialRetry sends it to the same node again.
+// second node on a delay (that copy's Paxos round would contend with the first) nor
+// chosen as the probe of a node thought frozen (internal/hostpolicy). Where the session
+// is RecommendedCluster's and knows more than one node, its retry policy sends one that
+// failed to the next node; otherwise SerialRetry does, but sends one that timed out to
+// the same node again.
 func SerialRead(session *gocql.Session, q *gocql.Query) *gocql.Query {
-	q = q.Consistency(Serial).SetSpeculativeExecutionPolicy(gocql.NonSpeculativeExecution{})
+	q = q.Consistency(Serial).SetSpeculativeExecutionPolicy(gocql.NonSpeculativeExecution{}).Idempotent(false)
 	if !hostpolicy.Speculate(session) {
 		q = q.RetryPolicy(SerialRetry)
 	}
 	return q
 }
 
-// SerialRetry sends a read at Serial that timed out again, to the same node, up to
-// twice. Such a read changes nothing but completing a round already under way, and the
-// outcomes it settles are otherwise left unknown: one busy moment of a one-node cluster,
-// where the driver has no other node to try, failed the settle of a queue's creation and
-// of an ack batch.
+// SerialRetry sends a read at Serial that failed again, up to twice: to the same node when
+// it timed out, to the next one otherwise. Such a read changes nothing but completing a
+// round already under way, and the outcomes it settles are otherwise left unknown: one
+// busy moment of a one-node cluster, where the driver has no other node to try, failed
+// the settle of a queue's creation and of an ack batch.
 var SerialRetry gocql.RetryPolicy = serialRetry{}
 
 type serialRetry struct{}
@@ -46,10 +48,13 @@ type serialRetry struct{}
 func (serialRetry) Attempt(q gocql.RetryableQuery) bool { return q.Attempts() <= 2 }
 
 func (serialRetry) GetRetryType(err error) gocql.RetryType {
-	if cql.TimedOut(err) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+	switch {
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
+		return gocql.Rethrow // the caller gave up (gocql returns before asking)
+	case cql.TimedOut(err):
 		return gocql.Retry
 	}
-	return gocql.Rethrow
+	return gocql.RetryNextHost
 }
 
 // ResolveTimeout bounds the read that settles an unknown outcome.

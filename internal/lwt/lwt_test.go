@@ -114,16 +114,17 @@ func (attempts) SetConsistency(gocql.Consistency)  {}
 func (attempts) GetConsistency() gocql.Consistency { return lwt.Serial }
 func (attempts) Context() context.Context          { return context.Background() }
 
-// A read at SERIAL that timed out, on the client or the node, is sent twice more at most;
-// other failures, and a caller's deadline, end it.
+// A read at SERIAL that timed out, on the client or the node, is sent twice more at most
+// to the same node, one that failed otherwise to the next; a caller's deadline ends it.
 func TestSerialRetry(t *testing.T) {
 	t.Parallel()
 	p := lwt.SerialRetry
 	for _, err := range []error{gocql.ErrTimeoutNoResponse, &gocql.RequestErrReadTimeout{}, &gocql.RequestErrWriteTimeout{}} {
 		require.Equal(t, gocql.Retry, p.GetRetryType(err), "%T", err)
 	}
-	for _, err := range []error{context.DeadlineExceeded, context.Canceled, gocql.ErrNotFound, &gocql.RequestErrUnavailable{}} {
+	for _, err := range []error{context.DeadlineExceeded, context.Canceled} {
 		require.Equal(t, gocql.Rethrow, p.GetRetryType(err), "%T", err)
 	}
+	require.Equal(t, gocql.RetryNextHost, p.GetRetryType(&gocql.RequestErrUnavailable{}))
 	require.Equal(t, []bool{true, true, false}, []bool{p.Attempt(attempts(1)), p.Attempt(attempts(2)), p.Attempt(attempts(3))})
 }
