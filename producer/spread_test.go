@@ -65,12 +65,13 @@ func TestLowRatesSitInTheFirstShards(t *testing.T) {
 	}
 	require.Equal(t, 2000, total)
 	// The first 160 fill the eight shards with 20 each in turn; the other 1,840 spread
-	// over all of them, about 230 each.
+	// over all of them, 230 each give or take 14 (one standard deviation; the bound is
+	// five).
 	for sh := range 8 {
 		for _, id := range burstIDs[sh*20 : (sh+1)*20] {
 			require.Equal(t, sh, l.ShardFor(id))
 		}
-		require.InDelta(t, 250, counts[sh], 35, "shard %d", sh)
+		require.InDelta(t, 250, counts[sh], 70, "shard %d", sh)
 	}
 
 	// Found by ID: cancel one of each.
