@@ -14,6 +14,7 @@ import (
 	"github.com/shardq/shardq/internal/cassandratest"
 	"github.com/shardq/shardq/internal/clustertime"
 	"github.com/shardq/shardq/internal/store"
+	"github.com/shardq/shardq/internal/testclock"
 	"github.com/shardq/shardq/producer"
 	"github.com/shardq/shardq/shardqtype"
 )
@@ -76,7 +77,9 @@ func TestLeadingClockDeletesWin(t *testing.T) {
 	q, err := shardq.CreateQueue(ctx, s, shardqtype.QueueConfig{Name: "leading", ShardCount: 1, BucketCount: 60,
 		BucketDuration: time.Second, DefaultTimeout: 30 * time.Second})
 	require.NoError(t, err)
-	clock := &aheadClock{ahead: 3 * time.Second}
+	// A running clock: one set 3 s ahead and stopped read as 1.43 s ahead on three loaded
+	// nodes, where the test took seconds before the clock was measured.
+	clock := testclock.NewShifted(3 * time.Second)
 	p, err := producer.New(s, producer.Config{Clock: clock})
 	require.NoError(t, err)
 	var mu sync.Mutex
@@ -111,24 +114,4 @@ func TestLeadingClockDeletesWin(t *testing.T) {
 	// The cluster's time is measured to within half a clock read's round trip, which
 	// passed a second on three loaded local nodes (2.3 s measured for 3 s).
 	require.InDelta(t, 3*time.Second, skews[0], float64(1500*time.Millisecond))
-}
-
-// aheadClock is the host's clock plus ahead, which Add moves on: a clock that leads the
-// cluster's and keeps running. A stopped manual clock set 3 s ahead read as 1.43 s ahead
-// on three loaded nodes, where the test took seconds before the clock was measured.
-type aheadClock struct {
-	mu    sync.Mutex
-	ahead time.Duration
-}
-
-func (c *aheadClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return time.Now().Add(c.ahead)
-}
-
-func (c *aheadClock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.ahead += d
-	c.mu.Unlock()
 }

@@ -75,11 +75,11 @@ type Config struct {
 	// queue's concurrency shards before it fills the next, counted per tenth of a second
 	// of due time: the n-th task due in a tenth goes to shard (n-1)/ceil(ShardRate/10)
 	// while the layout has it, and to any shard past that (so below 10, ShardRate acts as
-	// 10). A queue at a low rate
-	// then sits in few partitions, which is what consumers' rounds cost (a lock, a read
-	// and a swap per partition with tasks), and a burst spreads over all of them.
-	// Producers count apart: each of several producers of a queue may place ShardRate
-	// tasks a second in its first shard. Defaults to DefaultShardRate.
+	// 10). A queue at a low rate then sits in few partitions, which is what consumers'
+	// rounds cost (a lock, a read and a swap per partition with tasks), and a burst
+	// spreads over all of them. Producers count apart: each of several producers of a
+	// queue may place ShardRate tasks a second in its first shard. Defaults to
+	// DefaultShardRate.
 	ShardRate int
 	// Clock gives "now" for tasks due now, for bucket choice and for write timestamps
 	// (never past the cluster's time). Defaults to the cluster's time: this host's clock

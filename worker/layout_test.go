@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,6 +19,7 @@ import (
 	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/inspect"
 	"github.com/shardq/shardq/internal/cassandratest"
+	"github.com/shardq/shardq/internal/testclock"
 	"github.com/shardq/shardq/producer"
 	"github.com/shardq/shardq/shardqtype"
 	"github.com/shardq/shardq/worker"
@@ -30,23 +30,18 @@ const (
 	layoutQueueEnv    = "SHARDQ_TEST_LAYOUT_WORKER_QUEUE"
 )
 
-// shiftClock is the system's clock moved by an offset, which the processes of
-// TestChangeLayoutUnderLoad move together to bring far-future tasks due.
-type shiftClock struct{ offset atomic.Int64 }
-
-func (c *shiftClock) Now() time.Time { return time.Now().Add(time.Duration(c.offset.Load())) }
-
 // TestLayoutWorkerProcess is a worker process of TestChangeLayoutUnderLoad: a worker on a
-// shiftClock that prints "ran <task ID> <attempt> <lease start> <due>" (times in Unix ns
-// of its clock) for each task, moves its clock by n ns on "shift <n>" and says "shifted",
-// and stops when its standard input closes. Run on its own it returns at once.
+// testclock.Shifted clock that prints "ran <task ID> <attempt> <lease start> <due>"
+// (times in Unix ns of its clock) for each task, moves its clock by n ns on "shift <n>"
+// and says "shifted", and stops when its standard input closes. Run on its own it returns
+// at once.
 func TestLayoutWorkerProcess(t *testing.T) {
 	ks := os.Getenv(layoutKeyspaceEnv)
 	if ks == "" {
 		return
 	}
 	var out printer
-	clock := &shiftClock{}
+	clock := testclock.NewShifted(0) // the processes of TestChangeLayoutUnderLoad move it together
 	w, err := worker.New(cassandratest.SessionFor(t, ks), worker.Config{Queue: os.Getenv(layoutQueueEnv), Clock: clock,
 		MaxIdleInterval: 2 * time.Second, Concurrency: 64,
 		Handler: worker.HandlerFunc(func(_ context.Context, task *consumer.Task) error {
@@ -62,7 +57,7 @@ func TestLayoutWorkerProcess(t *testing.T) {
 		if f := strings.Fields(sc.Text()); len(f) == 2 && f[0] == "shift" {
 			n, err := strconv.ParseInt(f[1], 10, 64)
 			require.NoError(t, err)
-			clock.offset.Add(n)
+			clock.Add(time.Duration(n))
 			out.println("shifted")
 		}
 	}
@@ -84,7 +79,7 @@ func TestLayoutWorkerProcess(t *testing.T) {
 func TestChangeLayoutUnderLoad(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 8, BucketCount: 60, BucketDuration: 10 * time.Second})
-	clock := &shiftClock{}
+	clock := testclock.NewShifted(0)
 	p, err := producer.New(e.s, producer.Config{Clock: clock})
 	require.NoError(t, err)
 	kids := spawn(t, "TestLayoutWorkerProcess", 2, layoutKeyspaceEnv+"="+e.ks, layoutQueueEnv+"="+e.q.Name)
@@ -243,7 +238,7 @@ func TestChangeLayoutUnderLoad(t *testing.T) {
 	// Move every clock to just before the far tasks come due, and let them.
 	for _, at := range []time.Time{nextLap, nextWeek} {
 		shift := at.Add(-5 * time.Second).Sub(clock.Now())
-		clock.offset.Add(int64(shift))
+		clock.Add(shift)
 		kids.tell(fmt.Sprint("shift ", int64(shift)))
 		collect(ranDue(at.Add(time.Hour)), time.Minute, fmt.Sprintf("the tasks due at %v did not run within a minute of it", at))
 	}

@@ -228,8 +228,8 @@ func poolPrefix() string {
 
 // adoptablePrefix starts the names of this host's pooled keyspaces that this process may
 // use: made with the same schema.cql and replication factor. The maker's PID and its
-// count follow.
-func adoptablePrefix() (string, error) {
+// count follow. Worked out once: it reads schema.cql.
+var adoptablePrefix = sync.OnceValues(func() (string, error) {
 	rf, err := replicationFactor()
 	if err != nil {
 		return "", err
@@ -237,7 +237,7 @@ func adoptablePrefix() (string, error) {
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(strings.Join(schemaStatements(), ";")))
 	return fmt.Sprintf("%s%08x_r%d_", poolPrefix(), h.Sum32(), rf), nil
-}
+})
 
 // lockPath is the lock file of keyspace ks. It is named for the keyspace alone: processes
 // may reach one cluster through different host lists.
