@@ -62,11 +62,12 @@ const (
 )
 
 var (
-	ErrInvalid        = shardqtype.ErrInvalid
-	ErrQueueNotFound  = shardqtype.ErrQueueNotFound
-	ErrQueueMismatch  = shardqtype.ErrQueueMismatch
-	ErrQueuePaused    = shardqtype.ErrQueuePaused
-	ErrTaskNotFound   = shardqtype.ErrTaskNotFound
-	ErrTaskInFlight   = shardqtype.ErrTaskInFlight
-	ErrLayoutChanging = shardqtype.ErrLayoutChanging
+	ErrInvalid         = shardqtype.ErrInvalid
+	ErrQueueNotFound   = shardqtype.ErrQueueNotFound
+	ErrQueueMismatch   = shardqtype.ErrQueueMismatch
+	ErrQueuePaused     = shardqtype.ErrQueuePaused
+	ErrClockUnmeasured = shardqtype.ErrClockUnmeasured
+	ErrTaskNotFound    = shardqtype.ErrTaskNotFound
+	ErrTaskInFlight    = shardqtype.ErrTaskInFlight
+	ErrLayoutChanging  = shardqtype.ErrLayoutChanging
 )

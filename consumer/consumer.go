@@ -231,7 +231,11 @@ func (c *Consumer) init(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	c.cluster.Ready(ctx)
+	// Nothing is taken by an unmeasured clock: until a measure succeeds, every call
+	// fails here (shardqtype.ErrClockUnmeasured) and init runs again on the next.
+	if err := c.cluster.Ready(ctx); err != nil {
+		return err
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.locker != nil {

@@ -2,7 +2,9 @@ package consumer_test
 
 import (
 	"context"
+	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -65,6 +67,59 @@ func TestHostAheadNeverDeliversEarly(t *testing.T) {
 	}
 	require.Empty(t, due, "tasks not delivered")
 	require.Zero(t, early, "tasks delivered before their due time")
+}
+
+// downCoordinator is a coordinator whose clock cannot be read while down is set, as a
+// cluster that times out.
+type downCoordinator struct {
+	clustertime.Coordinator
+	down atomic.Bool
+}
+
+func (d *downCoordinator) Now(ctx context.Context) (time.Time, string, error) {
+	if d.down.Load() {
+		return time.Time{}, "", errors.New("timed out")
+	}
+	return d.Coordinator.Now(ctx)
+}
+
+// A consumer whose cluster clock was never measured takes nothing, whatever its host's
+// clock says: judged by a host 4 s ahead, a task due in 3 s was leased at once. Once a
+// measure succeeds, the task comes at its due time.
+func TestUnmeasuredClockTakesNothing(t *testing.T) {
+	t.Parallel()
+	s := cassandratest.SchemaSession(t)
+	ctx := context.Background()
+	q, err := shardq.CreateQueue(ctx, s, shardqtype.QueueConfig{Name: "unmeasured", ShardCount: 1, BucketCount: 60,
+		BucketDuration: time.Second, DefaultTimeout: 5 * time.Second})
+	require.NoError(t, err)
+	p, err := producer.New(s, producer.Config{})
+	require.NoError(t, err)
+	due := time.Now().Add(3 * time.Second)
+	id, err := p.ScheduleTask(ctx, producer.Task{Queue: q.Name, DueAt: due})
+	require.NoError(t, err)
+
+	coord := &downCoordinator{Coordinator: store.Cassandra(s)}
+	coord.down.Store(true)
+	c, err := consumer.New(s, consumer.Config{Queue: q.Name, Clock: clustertime.New(coord, aheadHost{4 * time.Second}, nil)})
+	require.NoError(t, err)
+	got, err := c.AcquireTasks(ctx, 1)
+	require.ErrorIs(t, err, shardq.ErrClockUnmeasured)
+	require.Empty(t, got)
+
+	coord.down.Store(false)
+	for deadline := time.Now().Add(20 * time.Second); len(got) == 0; {
+		require.True(t, time.Now().Before(deadline), "the task was not delivered")
+		got, err = c.AcquireTasks(ctx, 1)
+		if errors.Is(err, shardq.ErrClockUnmeasured) {
+			continue // the failed measure is tried again RetryFailed after it
+		}
+		require.NoError(t, err)
+	}
+	// The node runs on this host, so its clock is the real one.
+	require.False(t, time.Now().Before(due), "delivered %v before its due time", time.Until(due))
+	require.Equal(t, id, got[0].ID)
+	require.NoError(t, c.AckTasks(ctx, got...))
 }
 
 // A producer and consumer whose clock leads the cluster's by 3 s stamp their writes no

@@ -496,13 +496,15 @@ func checkHeaders(field string, h map[string]string) (int, error) {
 }
 
 // Every call that writes asks for its queue first, so this is where the cluster's clock
-// is measured before anything is stamped by it: a host ahead of the cluster by more than
+// must have been measured before anything is stamped by it (shardqtype.ErrClockUnmeasured): a host ahead of the cluster by more than
 // clustertime.WriteLag would stamp rows that a later delete cannot shadow (a Reschedule's
 // row outliving the Cancel that followed it, say). It is also where the queue's layouts
 // are read again once shardqtype.SettingsRefresh old, which rows are placed by: writing under
 // an older history could put a row into a layout consumers no longer read.
 func (p *Producer) queue(ctx context.Context, name string) (shardqtype.QueueConfig, error) {
-	p.cluster.Ready(ctx)
+	if err := p.cluster.Ready(ctx); err != nil {
+		return shardqtype.QueueConfig{}, err
+	}
 	q, err := p.state.Queue(ctx, name)
 	if err != nil {
 		return q, err

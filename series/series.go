@@ -388,12 +388,14 @@ func (c *Client) Keep(ctx context.Context, queue string) error {
 	})
 }
 
-// Every call asks for its queue first, so this is where the cluster's clock is measured
-// before anything is stamped by it, as producer's queue does: a host ahead of the cluster
+// Every call asks for its queue first, so this is where the cluster's clock must have
+// been measured before anything is stamped by it, as producer's queue does: a host ahead of the cluster
 // by more than clustertime.WriteLag would stamp occurrences that a later delete cannot
 // shadow (a Pause's cancel of the first occurrence, say).
 func (c *Client) queue(ctx context.Context, name string) (shardqtype.QueueConfig, error) {
-	c.env.Cluster.Ready(ctx)
+	if err := c.env.Cluster.Ready(ctx); err != nil {
+		return shardqtype.QueueConfig{}, err
+	}
 	return c.state.Queue(ctx, name)
 }
 

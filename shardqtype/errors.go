@@ -16,6 +16,11 @@ var (
 	ErrQueueMismatch = errors.New("shardq: queue settings mismatch")
 	// ErrQueuePaused means the queue is paused (PauseQueue): no task was taken.
 	ErrQueuePaused = errors.New("shardq: queue paused")
+	// ErrClockUnmeasured means this process has not yet measured the cluster's clock
+	// (reading a coordinator's clock failed, as it wraps): nothing was written or taken.
+	// A host's own clock, ahead of the cluster's by any amount, would lease tasks early
+	// and stamp rows that later deletes cannot shadow. Each call measures again.
+	ErrClockUnmeasured = errors.New("shardq: cluster clock not measured")
 )
 
 // ValidationError names the field or argument that was rejected and why. It matches

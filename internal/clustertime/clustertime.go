@@ -11,8 +11,9 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
+
+	"github.com/shardq/shardq/shardqtype"
 )
 
 const (
@@ -28,10 +29,10 @@ const (
 	// coordinators' clocks differ by less than this, and a driver's late retry of an insert
 	// cannot bring a deleted row back.
 	WriteLag = time.Second
-	// Unmeasured is how far a host's clock may be off the cluster's while no measure has
-	// succeeded (the consumers' default MaxClockSkew): plain writes are then stamped that
-	// much earlier and deletes that much later, so a host ahead by up to it still writes
-	// rows that deletes shadow.
+	// Unmeasured is how much earlier plain writes are stamped, and deletes later, while
+	// the host's clock is not known to run with the cluster's: after a step of its wall
+	// clock, until the measure that follows (Now). It is the consumers' default
+	// MaxClockSkew. Before the first measure nothing is stamped at all (Ready).
 	Unmeasured = 2 * time.Second
 )
 
@@ -63,11 +64,10 @@ func (systemClock) Now() time.Time { return time.Now() }
 
 // Clock is the cluster's time as seen from this host. Safe for concurrent use.
 type Clock struct {
-	coord    Coordinator
-	host     Host
-	log      *slog.Logger
-	started  atomic.Bool   // Ready's first measure began
-	measured chan struct{} // closed once it ended
+	coord Coordinator
+	host  Host
+	log   *slog.Logger
+	first chan struct{} // held by the Ready call measuring while none has succeeded
 
 	mu     sync.Mutex
 	offset time.Duration // cluster minus host, at the last measure
@@ -81,6 +81,8 @@ type Clock struct {
 	nodes     map[string]reading // the last reading of each node that answered a measure
 	attempted time.Time          // host time of the last measure, done or failed; zero before
 	failed    bool               // the last measure failed
+	lastErr   error              // its error
+	attempts  int                // measures ended, done or failed
 	known     bool               // a measure succeeded
 	// disagree is set when the wall clock and the time elapsed parted since the last
 	// measure, until the next one succeeds.
@@ -97,7 +99,7 @@ func New(coord Coordinator, host Host, log *slog.Logger) *Clock {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Clock{coord: coord, host: host, log: log, measured: make(chan struct{}), nodes: map[string]reading{}}
+	return &Clock{coord: coord, host: host, log: log, first: make(chan struct{}, 1), nodes: map[string]reading{}}
 }
 
 // reading is a node's clock as one sample read it: at is the node's time when the host's
@@ -153,25 +155,39 @@ func (c *Clock) elapsed(now, since time.Time) time.Duration {
 	return now.Sub(since)
 }
 
-// Ready measures the offset the first time it is called, and waits for that measure, so
-// that the times a process hands out are corrected from its first task on, or for ctx. A
-// failed measure is logged: the host's time serves until one succeeds.
-func (c *Clock) Ready(ctx context.Context) {
-	if !c.started.CompareAndSwap(false, true) {
-		// Waiting on a channel, not a lock held across the read, lets ctx end the wait.
-		select {
-		case <-c.measured:
-		case <-ctx.Done():
-		}
-		return
-	}
-	defer close(c.measured)
+// Ready returns nil once a measure of the cluster's time has succeeded. Until then each
+// call measures (one at a time: a call that waited for another's measure takes its
+// outcome, and ctx may end the wait) and returns shardqtype.ErrClockUnmeasured wrapping
+// the failure: no time a process hands out or stamps may come from the host's own clock,
+// whose offset from the cluster's could be anything. Producers, consumers and series call
+// it before their first write or take.
+func (c *Clock) Ready(ctx context.Context) error {
 	c.mu.Lock()
-	c.measuring = true
+	known, seen := c.known, c.attempts
 	c.mu.Unlock()
-	if _, err := c.Measure(ctx); err != nil {
-		c.log.WarnContext(ctx, "measuring the cluster's clock; using this host's until it succeeds", "error", err)
+	if known {
+		return nil
 	}
+	select {
+	case c.first <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("%w: %w", shardqtype.ErrClockUnmeasured, ctx.Err())
+	}
+	defer func() { <-c.first }()
+	c.mu.Lock()
+	known, last, ended := c.known, c.lastErr, c.attempts != seen
+	c.mu.Unlock()
+	switch {
+	case known:
+		return nil
+	case ended:
+		return fmt.Errorf("%w: %w", shardqtype.ErrClockUnmeasured, last)
+	}
+	if _, err := c.Measure(ctx); err != nil {
+		c.log.WarnContext(ctx, "measuring the cluster's clock; nothing is written or taken until it succeeds", "error", err)
+		return fmt.Errorf("%w: %w", shardqtype.ErrClockUnmeasured, err)
+	}
+	return nil
 }
 
 // Offset returns how far the cluster's clock was last measured ahead of the host's.
@@ -214,8 +230,10 @@ func (c *Clock) Measure(ctx context.Context) (time.Duration, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.measuring, c.attempted, c.failed = false, c.host.Now(), len(got) == 0
+	c.attempts++
 	if len(got) == 0 {
-		return 0, fmt.Errorf("clustertime: reading a coordinator's clock: %w", err)
+		c.lastErr = fmt.Errorf("clustertime: reading a coordinator's clock: %w", err)
+		return 0, c.lastErr
 	}
 	if c.disagree {
 		// The host's clock stepped or the host slept since: elapsed time no longer

@@ -17,6 +17,7 @@ import (
 	"github.com/shardq/shardq/internal/cassandratest"
 	"github.com/shardq/shardq/internal/clustertime"
 	"github.com/shardq/shardq/internal/store"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 type offsetHost time.Duration
@@ -36,7 +37,7 @@ func TestMeasuresOffsetAndStampsBehindCluster(t *testing.T) {
 	require.NotEmpty(t, node, "a node's clock is read with its host ID")
 	for _, off := range []time.Duration{5 * time.Second, -5 * time.Second} {
 		c := clustertime.New(store.Cassandra(s), offsetHost(off), nil)
-		c.Ready(ctx)
+		require.NoError(t, c.Ready(ctx))
 		require.InDelta(t, float64(-off), float64(c.Offset()), float64(100*time.Millisecond), "offset of a host %v off", off)
 		require.Less(t, c.Spread(), 100*time.Millisecond, "the test nodes share this host's clock")
 		require.WithinDuration(t, time.Now(), c.Now(), 100*time.Millisecond)
@@ -66,25 +67,32 @@ func (f *failFirst) Now(ctx context.Context) (time.Time, string, error) {
 	return f.Coordinator.Now(ctx)
 }
 
-// A failed first measure leaves the host's time in use only until RetryFailed has passed,
-// not a whole Refresh: a host 5 s ahead would lease tasks early all that time.
+// A failed first measure makes Ready fail: nothing may be stamped or judged due by a
+// host's clock whose offset is unknown (5 s ahead, it would lease tasks 5 s early). The
+// next call measures again, and so does Now once RetryFailed has passed, not a whole
+// Refresh.
 func TestFailedMeasureRetriedSoon(t *testing.T) {
 	t.Parallel()
 	s := cassandratest.Session(t)
-	c := clustertime.New(&failFirst{Coordinator: store.Cassandra(s)}, offsetHost(5*time.Second), nil)
-	c.Ready(context.Background())
-	require.Zero(t, c.Offset(), "the first measure failed")
-	// Meanwhile a host ahead by up to Unmeasured stamps its writes before the cluster's time
-	// less WriteLag, and its deletes after the cluster's time plus WriteLag.
-	require.LessOrEqual(t, c.Stamp(c.Now()), time.Now().Add(5*time.Second-clustertime.WriteLag-clustertime.Unmeasured).UnixMicro())
-	require.GreaterOrEqual(t, c.DeleteStamp(), time.Now().Add(5*time.Second+clustertime.WriteLag+clustertime.Unmeasured-100*time.Millisecond).UnixMicro())
-	deadline := time.Now().Add(15 * time.Second)
-	for c.Offset() == 0 {
-		require.True(t, time.Now().Before(deadline), "not measured again within RetryFailed")
-		c.Now()
-		time.Sleep(50 * time.Millisecond)
+	ctx := context.Background()
+	for _, ready := range []bool{true, false} {
+		c := clustertime.New(&failFirst{Coordinator: store.Cassandra(s)}, offsetHost(5*time.Second), nil)
+		err := c.Ready(ctx)
+		require.ErrorIs(t, err, shardqtype.ErrClockUnmeasured)
+		require.ErrorIs(t, err, errTimedOut)
+		if ready {
+			require.NoError(t, c.Ready(ctx))
+		} else {
+			failedAt := time.Now()
+			for c.Offset() == 0 {
+				require.Less(t, time.Since(failedAt), 15*time.Second, "not measured again within RetryFailed")
+				c.Now()
+				time.Sleep(50 * time.Millisecond)
+			}
+		}
+		require.InDelta(t, float64(-5*time.Second), float64(c.Offset()), float64(100*time.Millisecond))
+		require.NoError(t, c.Ready(ctx))
 	}
-	require.InDelta(t, float64(-5*time.Second), float64(c.Offset()), float64(100*time.Millisecond))
 }
 
 // steppedHost is a host whose wall clock is stepped forward by step once run reaches
@@ -139,7 +147,7 @@ func TestHostClockStepMovesNothing(t *testing.T) {
 	t.Parallel()
 	h := &steppedHost{base: time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC), step: 4 * time.Second, stepAt: 5 * time.Second}
 	c := clustertime.New(clusterOf{h: h, lead: time.Second}, h, nil)
-	c.Ready(context.Background())
+	require.NoError(t, c.Ready(context.Background()))
 	require.Equal(t, time.Second, c.Offset())
 	require.Equal(t, h.base.Add(time.Second), c.Now())
 
@@ -189,7 +197,7 @@ func TestHostSleepMeasuresAgainAtOnce(t *testing.T) {
 	t.Parallel()
 	h := &suspendingHost{base: time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC), runAtTime: map[time.Time]time.Duration{}}
 	c := clustertime.New(trueTime{h}, h, nil)
-	c.Ready(context.Background())
+	require.NoError(t, c.Ready(context.Background()))
 	truth, _, _ := trueTime{h}.Now(context.Background())
 	require.Equal(t, truth, c.Now())
 
@@ -249,7 +257,7 @@ func TestNodesDisagreeEarliestCounts(t *testing.T) {
 	nodes := &nodesOf{h: h, leads: map[string]time.Duration{"a": 0, "b": -3 * time.Second, "c": 2 * time.Second}}
 	warned := &warnings{Handler: slog.DiscardHandler, about: "nodes' clocks disagree"}
 	c := clustertime.New(nodes, h, slog.New(warned))
-	c.Ready(context.Background())
+	require.NoError(t, c.Ready(context.Background()))
 
 	require.Equal(t, -3*time.Second, c.Offset(), "the earliest node's clock")
 	require.Equal(t, 5*time.Second, c.Spread())
