@@ -515,8 +515,8 @@ func (e *env) unfinishedSwap(how string) time.Time {
 		consumer.SetBeforeSwap(c, func() {
 			// The lease ends here, as if it expired, so the swap cannot apply.
 			var holder *gocql.UUID
-			require.NoError(e.t, e.s.Query(`SELECT lock_holder FROM tasks WHERE shard_key = ? AND kind = 0 AND priority = 0
-				AND id = ?`, key, taskrow.LockID).Consistency(lwt.Serial).Scan(&holder))
+			require.NoError(e.t, lwt.SerialRead(e.s, e.s.Query(`SELECT lock_holder FROM tasks WHERE shard_key = ? AND kind = 0
+				AND priority = 0 AND id = ?`, key, taskrow.LockID)).Scan(&holder))
 			require.NotNil(e.t, holder, "the consumer holds the lock")
 			applied, err := e.s.Query(`UPDATE tasks SET lock_holder = null WHERE shard_key = ? AND kind = 0
 				AND priority = 0 AND id = ? IF lock_holder = ?`, key, taskrow.LockID, *holder).MapScanCAS(map[string]any{})
@@ -536,8 +536,8 @@ func (e *env) unfinishedSwap(how string) time.Time {
 	// partition, and a test that expects nothing delivered would pass without trying.
 	require.Eventually(e.t, func() bool {
 		var holder *gocql.UUID
-		require.NoError(e.t, e.s.Query(`SELECT lock_holder FROM tasks WHERE shard_key = ? AND kind = 0 AND priority = 0
-			AND id = ?`, key, taskrow.LockID).Consistency(lwt.Serial).Scan(&holder))
+		require.NoError(e.t, lwt.SerialRead(e.s, e.s.Query(`SELECT lock_holder FROM tasks WHERE shard_key = ? AND kind = 0
+			AND priority = 0 AND id = ?`, key, taskrow.LockID)).Scan(&holder))
 		return holder == nil
 	}, 20*time.Second, 50*time.Millisecond, "the crashed consumer's lock never expired")
 	return deadline
