@@ -146,6 +146,9 @@ type Consumer struct {
 	// which is c's own), each a Consumer of its own layout sharing c's lock, store and
 	// settings, while they may hold rows (see internal/layouts).
 	rings map[int]*Consumer
+	// live are the consumers of the rings the last call read: NextDue is theirs alone.
+	// c's own plan, once its layout is drained, keeps what its last call saw for good.
+	live  []*Consumer
 	turn  atomic.Uint64 // calls of AcquireTasks, which pick the ring read first
 	drain drainer
 	// woken is the wake-ups of the queue this process's producers had (wakeup.Bus.Woken)
@@ -285,6 +288,7 @@ func (c *Consumer) ringsOf(h layouts.History) []*Consumer {
 			delete(c.rings, g)
 		}
 	}
+	c.live = out
 	return out
 }
 
@@ -416,17 +420,11 @@ func (c *Consumer) Queue(ctx context.Context) (shardqtype.QueueConfig, error) {
 // none. Tasks scheduled since then are not counted.
 func (c *Consumer) NextDue() time.Time {
 	c.mu.Lock()
-	plans := []*scanplan.Plan{c.plan}
-	for _, r := range c.rings {
-		plans = append(plans, r.plan)
-	}
+	live := c.live
 	c.mu.Unlock()
 	var next time.Time
-	for _, p := range plans {
-		if p == nil {
-			continue
-		}
-		if at := p.NextDue(); !at.IsZero() && (next.IsZero() || at.Before(next)) {
+	for _, r := range live {
+		if at := r.plan.NextDue(); !at.IsZero() && (next.IsZero() || at.Before(next)) {
 			next = at
 		}
 	}
