@@ -1,8 +1,10 @@
 // Package faults holds shardq's fault tests: a three-node cluster at replication factor 3
 // loses a node, has one frozen, has one restarted with its data (and kept down longer than
 // gc_grace_seconds, so deleted tasks come back), and has worker processes killed. Every
-// test goes through the public API with workers in separate OS processes, and reports lost
-// tasks (always zero), duplicates and lateness.
+// test goes through the public API with workers in separate OS processes and a producer
+// that writes tasks as they come due, through the fault, and reports lost tasks and tasks
+// started before their due time (both always zero), duplicates (each explained by a killed
+// worker) and lateness.
 //
 // The tests build only with the faults tag and need the nodes of scripts/cassandra, which
 // they signal, stop and restart: `make test-cluster` starts three, runs the whole suite at

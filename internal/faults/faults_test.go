@@ -59,7 +59,7 @@ func TestNodeFrozen(t *testing.T) {
 }
 
 // One node is SIGKILLed a quarter into a drain (3 worker processes, 100 tasks/s due over
-// 40 s) and stays down: its replicas' partitions keep a quorum, every task is acked, none
+// 40 s, written as they come due) and stays down: its replicas' partitions keep a quorum, every task is acked, none
 // runs twice.
 func TestNodeKilled(t *testing.T) {
 	c := newCluster(t)
@@ -75,9 +75,9 @@ func TestNodeKilled(t *testing.T) {
 	require.GreaterOrEqual(t, after, 40*rate/2, "tasks due after the kill (a quarter into 40 s of them)")
 }
 
-// drainThrough runs three worker processes over 40 s of tasks due at rate, calls fault a
-// quarter into the drain, and returns once every task was acked; node is restored at the
-// end of the test.
+// drainThrough runs three worker processes over 40 s of tasks due at rate, written as
+// they come due (env.scheduleAsDue), calls fault a quarter into the drain, and returns
+// once every task was acked; node is restored at the end of the test.
 func drainThrough(t *testing.T, c *cluster, node int, fault func()) *env {
 	e := newEnv(t, shardqtype.QueueConfig{})
 	c.restoreAtEnd(node)
@@ -85,9 +85,10 @@ func drainThrough(t *testing.T, c *cluster, node int, fault func()) *env {
 		e.startWorker()
 	}
 	const n = 40 * rate
-	_, last := e.schedule(n, time.Now().Add(3*time.Second), n*time.Second/rate)
+	last, written := e.scheduleAsDue(n, time.Now().Add(3*time.Second), n*time.Second/rate)
 	e.waitStarted(n/4, time.Minute)
 	fault()
+	written()
 	e.waitStarted(n, time.Until(last)+time.Minute)
 	e.settle(time.Minute, nil)
 	e.stopWorkers()
@@ -95,7 +96,7 @@ func drainThrough(t *testing.T, c *cluster, node int, fault func()) *env {
 }
 
 // Worker processes are SIGKILLed at random, one every 1 to 4 s, and each is replaced at
-// once, while 100 tasks/s come due for 60 s. The tasks a killed worker held (leased ahead,
+// once, while 100 tasks/s come due for 60 s, written as they come due. The tasks a killed worker held (leased ahead,
 // or in a handler) come back when their 5 s timeout ends: those whose handler had started
 // may run twice, and so may those a killed worker had written timeout markers for but not
 // yet swapped (a live worker takes them meanwhile, and the markers deliver them again);
@@ -107,7 +108,7 @@ func TestWorkersKilled(t *testing.T) {
 		e.startWorker()
 	}
 	const n = 60 * rate
-	_, last := e.schedule(n, time.Now().Add(3*time.Second), n*time.Second/rate)
+	last, written := e.scheduleAsDue(n, time.Now().Add(3*time.Second), n*time.Second/rate)
 	kills := 0
 	for time.Now().Before(last) {
 		time.Sleep(time.Second + rand.N(3*time.Second)) // the faults' own schedule
@@ -115,6 +116,7 @@ func TestWorkersKilled(t *testing.T) {
 		kills++
 		e.startWorker()
 	}
+	written()
 	e.waitStarted(n, time.Minute)
 	e.settle(time.Minute, nil)
 	e.stopWorkers()
@@ -131,7 +133,8 @@ const gcGrace = 10 * time.Second
 // One node is stopped, its data kept, while 1,000 tasks it holds are drained (their rows
 // deleted), and stays down longer than the tasks table's gc_grace_seconds (lowered to
 // 10 s): the other two purge those deletes, and the hints that would bring them to it
-// expire. It is restarted while 2,000 more tasks come due at 50/s, and the rows it still
+// expire. It is restarted while 2,000 more tasks come due at 50/s, written as they come
+// due, and the rows it still
 // holds come back: rows_back counts them, read from every replica at the end. They lie
 // below the read floors the consumers raised past them while draining, so none is read
 // again (returners: tasks of the first 1,000 started after the restart: none). A consumer
@@ -172,9 +175,10 @@ func TestNodeRestarted(t *testing.T) {
 	require.NoError(t, e.session.Query(`ALTER TABLE tasks WITH gc_grace_seconds = 600`).Exec())
 
 	const nB, rateB = 2000, rate / 2
-	idsB, lastB := e.schedule(nB, time.Now().Add(5*time.Second), nB*time.Second/rateB)
+	lastB, writtenB := e.scheduleAsDue(nB, time.Now().Add(5*time.Second), nB*time.Second/rateB)
 	c.restart(3)
 	back := time.Now()
+	idsB := writtenB()
 	e.waitStarted(nA+nB, time.Until(lastB)+time.Minute)
 	e.settle(time.Minute, idsB) // the rows of set A that came back stay: they are the fault
 	// Idle workers read every partition at least once per 15 s (1.5 MaxIdleInterval).

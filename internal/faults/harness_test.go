@@ -276,6 +276,99 @@ func (e *env) schedule(n int, start time.Time, span time.Duration) ([]uuid.UUID,
 	return all, start.Add(time.Duration(n-1) * step)
 }
 
+// asDueLead is how long before its first task comes due scheduleAsDue writes a batch: a
+// write held up by the fault (a frozen node's timeout, a retry) still lands before then.
+const asDueLead = 5 * time.Second
+
+// scheduleAsDue schedules n tasks due evenly over span from start, as schedule does, but
+// from a goroutine that writes a second of them at a time asDueLead before they come due,
+// so that the producer writes through the fault, as a service's would. It returns when the
+// last is due, and a wait for the writes to end that returns the IDs written.
+func (e *env) scheduleAsDue(n int, start time.Time, span time.Duration) (time.Time, func() []uuid.UUID) {
+	step := span / time.Duration(n)
+	batch := max(1, int(time.Second/step))
+	stop, ended := make(chan struct{}), make(chan []uuid.UUID, 1)
+	go func() {
+		var all []uuid.UUID
+		defer func() { ended <- all }()
+		for i := 0; i < n; i += batch {
+			due := make([]time.Time, min(batch, n-i))
+			for j := range due {
+				due[j] = start.Add(time.Duration(i+j) * step)
+			}
+			select {
+			case <-time.After(time.Until(due[0].Add(-asDueLead))): // the producer's own pace
+			case <-stop:
+				return
+			}
+			ids, err := e.write(due)
+			if err != nil {
+				e.t.Errorf("scheduling tasks due from %s: %v", due[0].Format(time.StampMilli), err)
+				return
+			}
+			all = append(all, ids...)
+		}
+	}()
+	var once sync.Once
+	var ids []uuid.UUID
+	wait := func() []uuid.UUID {
+		once.Do(func() { ids = <-ended })
+		return ids
+	}
+	e.t.Cleanup(func() {
+		close(stop)
+		wait()
+	})
+	return start.Add(time.Duration(n-1) * step), wait
+}
+
+// write schedules a task due at each of due, as a service would through a fault: the
+// tasks whose write was not confirmed (producer.PartialError) are written again under new
+// IDs, up to five times, and a call that failed before writing is made again. The first
+// copies of tasks written again are recorded as maybe written: they may run, never early,
+// and need not. It returns the IDs confirmed.
+func (e *env) write(due []time.Time) ([]uuid.UUID, error) {
+	ids := make([]uuid.UUID, len(due))
+	todo := make([]int, len(due))
+	for i := range todo {
+		todo[i] = i
+	}
+	for try := 1; ; try++ {
+		tasks := make([]producer.Task, len(todo))
+		for j, i := range todo {
+			tasks[j] = producer.Task{Queue: e.q.Name, DueAt: due[i]}
+		}
+		got, err := e.p.ScheduleTasks(context.Background(), tasks)
+		var partial *producer.PartialError
+		switch {
+		case err != nil && try == 5:
+			return nil, err
+		case err != nil && !errors.As(err, &partial):
+			continue // nothing was written
+		}
+		failed := map[int]bool{}
+		if partial != nil {
+			for _, f := range partial.Failed {
+				failed[f] = true
+			}
+		}
+		var again []int
+		for j, i := range todo {
+			if failed[j] {
+				e.rec.maybeScheduled(got[j], due[i])
+				again = append(again, i)
+				continue
+			}
+			ids[i] = got[j]
+			e.rec.scheduled(got[j:j+1], due[i:i+1])
+		}
+		if len(again) == 0 {
+			return ids, nil
+		}
+		todo = again
+	}
+}
+
 // waitStarted returns once n scheduled tasks have started, or fails the test after
 // within, saying where the first that have not are.
 func (e *env) waitStarted(n int, within time.Duration) {
@@ -459,6 +552,7 @@ type delivery struct {
 type recorder struct {
 	mu     sync.Mutex
 	want   map[uuid.UUID]time.Time // scheduled tasks and when each is due
+	maybe  map[uuid.UUID]time.Time // tasks whose write was not confirmed (see env.write)
 	runs   map[uuid.UUID][]delivery
 	killed map[int]time.Time  // worker processes killed, and when
 	lost   int                // LeaseLost events
@@ -479,7 +573,8 @@ type waiter struct {
 }
 
 func newRecorder() *recorder {
-	return &recorder{want: map[uuid.UUID]time.Time{}, runs: map[uuid.UUID][]delivery{}, killed: map[int]time.Time{},
+	return &recorder{want: map[uuid.UUID]time.Time{}, maybe: map[uuid.UUID]time.Time{}, runs: map[uuid.UUID][]delivery{},
+		killed: map[int]time.Time{},
 		lostOf: map[uuid.UUID]bool{},
 		failed: map[string]int{}, waiters: map[*waiter]bool{}}
 }
@@ -497,6 +592,13 @@ func (r *recorder) scheduled(ids []uuid.UUID, due []time.Time) {
 		}
 	}
 	r.notify()
+}
+
+// maybeScheduled notes a task whose write was not confirmed: it may run, or not.
+func (r *recorder) maybeScheduled(id uuid.UUID, due time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.maybe[id] = due
 }
 
 // killedProc notes that worker process proc was killed.
@@ -666,6 +768,13 @@ type report struct {
 	Duplicates  int `json:"duplicates"`
 	Unfinished  int `json:"unfinished_swap_duplicates"`
 	Unexplained int `json:"unexplained_duplicates"`
+	// Early counts runs, of any attempt, that started before their task was due, among
+	// the tasks scheduled and those maybe written.
+	Early int `json:"early"`
+	// MaybeWritten counts the tasks whose write was not confirmed and that were written
+	// again (env.write), and MaybeRan those of them that ran.
+	MaybeWritten int `json:"maybe_written"`
+	MaybeRan     int `json:"maybe_ran"`
 	// Redelivered counts tasks started at an attempt past the first: delivered again
 	// after a lease that ran out.
 	Redelivered int            `json:"redelivered"`
@@ -740,11 +849,24 @@ func (r *recorder) report(fault string) report {
 		rep.Extra["unexpected_lines"] = len(r.bad)
 	}
 	unknown := 0
-	for id := range r.runs {
-		if _, ok := r.want[id]; !ok {
+	for id, runs := range r.runs {
+		// The worker reports the due time as stored (whole milliseconds), which a row's
+		// visible time, kept to 100 ns, equals.
+		for _, d := range runs {
+			if d.start.Before(d.due) {
+				rep.Early++
+			}
+		}
+		_, wanted := r.want[id]
+		_, maybe := r.maybe[id]
+		switch {
+		case maybe:
+			rep.MaybeRan++
+		case !wanted:
 			unknown++
 		}
 	}
+	rep.MaybeWritten = len(r.maybe)
 	if unknown > 0 {
 		rep.Extra["unknown_tasks"] = unknown
 	}
@@ -800,8 +922,8 @@ func percentiles(ds []time.Duration) (p50, p99, maxMs float64) {
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // finish logs rep, appends it to the file jsonEnv names, and fails the test if a task was
-// lost, ran twice though no worker that ran it (or left a swap unfinished) was killed, or a
-// worker said something unexpected.
+// lost, ran before it was due, ran twice though no worker that ran it (or left a swap
+// unfinished) was killed, or a worker said something unexpected.
 func finish(t *testing.T, rep report) {
 	t.Helper()
 	line, err := json.Marshal(rep)
@@ -817,6 +939,7 @@ func finish(t *testing.T, rep report) {
 		t.Logf("%s", desc)
 	}
 	require.Zero(t, rep.Lost, "tasks no handler finished")
+	require.Zero(t, rep.Early, "runs started before their task was due")
 	require.Zero(t, rep.Unexplained, "tasks started again though no worker that ran them, or left a swap unfinished, was killed")
 	require.NotContains(t, rep.Extra, "unexpected_lines")
 	require.NotContains(t, rep.Extra, "unknown_tasks")
