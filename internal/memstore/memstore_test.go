@@ -171,7 +171,7 @@ func TestBallotsGrowAtAFrozenClock(t *testing.T) {
 	require.EqualValues(t, 2, got.Version)
 }
 
-// A client's clock stamps its plain writes: one ahead of the servers' writes rows that a
+// A plain write stamped by a client's clock: one ahead of the servers' writes rows that a
 // later conditional delete, stamped by its ballot, cannot remove; one behind loses to it.
 func TestClientClockStampsPlainWrites(t *testing.T) {
 	t.Parallel()
@@ -188,7 +188,7 @@ func TestClientClockStampsPlainWrites(t *testing.T) {
 		applied, err := s.Series().Put(ctx, r, 0)
 		require.NoError(t, err)
 		require.True(t, applied)
-		require.NoError(t, s.Series().MarkWritten(ctx, "q", name, r.TaskID))
+		require.NoError(t, s.Series().MarkWritten(ctx, "q", name, r.TaskID, clock.Now().Add(tc.skew).UnixMicro()))
 		clock.Add(time.Second)
 		applied, err = s.Series().Delete(ctx, "q", name, 1)
 		require.NoError(t, err)
@@ -280,7 +280,7 @@ func TestFaults(t *testing.T) {
 		require.Equal(t, tc.applied, err == nil, "fault %d", tc.fault)
 
 		s = faulty(c, clock, "Series.AddName", tc.fault, nil)
-		tc.plain(t, s.Series().AddName(ctx, "q", "s"))
+		tc.plain(t, s.Series().AddName(ctx, "q", "s", clock.Now().UnixMicro()))
 		names, err := clean.Series().Names(ctx, "q")
 		require.NoError(t, err)
 		require.Equal(t, tc.applied, len(names) == 1)

@@ -84,10 +84,9 @@ func (g series) Names(ctx context.Context, queue string) ([]string, error) {
 	return names, nil
 }
 
-// plain writes o to partition pk of t at the client's timestamp; ids are the timeuuids
-// it binds.
-func (g series) plain(ctx context.Context, t *table, opName, pk string, o op, ids ...gocql.UUID) error {
-	stamp := g.clientStamp()
+// plain writes o to partition pk of t at write timestamp stamp; ids are the timeuuids it
+// binds.
+func (g series) plain(ctx context.Context, t *table, opName, pk string, o op, stamp int64, ids ...gocql.UUID) error {
 	return g.exec(ctx, Request{Table: t.name, Op: opName, Key: pk, Write: true}, writeType(1, false), func(s *state) error {
 		if err := checkUUIDs(ids...); err != nil {
 			return err
@@ -97,12 +96,12 @@ func (g series) plain(ctx context.Context, t *table, opName, pk string, o op, id
 	})
 }
 
-func (g series) AddName(ctx context.Context, queue, name string) error {
-	return g.plain(ctx, g.c.names, "Series.AddName", queue, op{ck: name, key: []any{name}, insert: true})
+func (g series) AddName(ctx context.Context, queue, name string, stamp int64) error {
+	return g.plain(ctx, g.c.names, "Series.AddName", queue, op{ck: name, key: []any{name}, insert: true}, stamp)
 }
 
-func (g series) DeleteName(ctx context.Context, queue, name string) error {
-	return g.plain(ctx, g.c.names, "Series.DeleteName", queue, op{ck: name, key: []any{name}, delete: true})
+func (g series) DeleteName(ctx context.Context, queue, name string, stamp int64) error {
+	return g.plain(ctx, g.c.names, "Series.DeleteName", queue, op{ck: name, key: []any{name}, delete: true}, stamp)
 }
 
 // cas runs a conditional write on a series' row, if its version is want (nil: null).
@@ -145,7 +144,7 @@ func (g series) Delete(ctx context.Context, queue, name string, version int64) (
 	return g.cas(ctx, "Series.Delete", queue, name, version, op{delete: true})
 }
 
-func (g series) MarkWritten(ctx context.Context, queue, name string, id uuid.UUID) error {
+func (g series) MarkWritten(ctx context.Context, queue, name string, id uuid.UUID, stamp int64) error {
 	return g.plain(ctx, g.c.series, "Series.MarkWritten", seriesPK(queue, name), op{sets: []set{{colWritten, gocql.UUID(id)}}},
-		gocql.UUID(id))
+		stamp, gocql.UUID(id))
 }

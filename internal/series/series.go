@@ -193,7 +193,7 @@ func (e *Env) Create(ctx context.Context, q shardqtype.QueueConfig, name string,
 	}
 	st.Stamp = e.Cluster.Stamp(now)
 	// The name first: a series is listed (and kept) from the moment it may exist.
-	if err := e.Store.AddName(ctx, q.Name, name); err != nil {
+	if err := e.Store.AddName(ctx, q.Name, name, st.Stamp); err != nil {
 		return st, false, fmt.Errorf("series: creating %s: %w", name, err)
 	}
 	applied, err := e.put(ctx, st, 0)
@@ -271,7 +271,7 @@ func (e *Env) Delete(ctx context.Context, st State) (bool, error) {
 	if err != nil || !applied {
 		return applied, err
 	}
-	return true, e.Store.DeleteName(ctx, st.Queue, st.Name)
+	return true, e.Store.DeleteName(ctx, st.Queue, st.Name, e.Cluster.Stamp(e.Clock.Now()))
 }
 
 // Advance moves series name past its occurrence id when that is still its open one:

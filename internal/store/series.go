@@ -58,12 +58,14 @@ func (s series) Names(ctx context.Context, queue string) ([]string, error) {
 	return names, nil
 }
 
-func (s series) AddName(ctx context.Context, queue, name string) error {
-	return cql.Query(s.session, `INSERT INTO series_names (queue, name) VALUES (?, ?)`, queue, name).WithContext(ctx).Exec()
+func (s series) AddName(ctx context.Context, queue, name string, stamp int64) error {
+	return cql.Query(s.session, `INSERT INTO series_names (queue, name) VALUES (?, ?) USING TIMESTAMP ?`, queue, name, stamp).
+		WithContext(ctx).Exec()
 }
 
-func (s series) DeleteName(ctx context.Context, queue, name string) error {
-	return cql.Query(s.session, `DELETE FROM series_names WHERE queue = ? AND name = ?`, queue, name).WithContext(ctx).Exec()
+func (s series) DeleteName(ctx context.Context, queue, name string, stamp int64) error {
+	return cql.Query(s.session, `DELETE FROM series_names USING TIMESTAMP ? WHERE queue = ? AND name = ?`, stamp, queue, name).
+		WithContext(ctx).Exec()
 }
 
 func (s series) Put(ctx context.Context, r SeriesRow, from int64) (bool, error) {
@@ -88,7 +90,7 @@ func (s series) cas(ctx context.Context, stmt string, args ...any) (bool, error)
 	return cql.Query(s.session, stmt, args...).WithContext(ctx).RetryPolicy(lwt.NoRetry).MapScanCAS(map[string]any{})
 }
 
-func (s series) MarkWritten(ctx context.Context, queue, name string, id uuid.UUID) error {
-	return cql.Query(s.session, `UPDATE series SET written = ? WHERE queue = ? AND name = ?`, gocql.UUID(id), queue, name).
-		WithContext(ctx).Exec()
+func (s series) MarkWritten(ctx context.Context, queue, name string, id uuid.UUID, stamp int64) error {
+	return cql.Query(s.session, `UPDATE series USING TIMESTAMP ? SET written = ? WHERE queue = ? AND name = ?`,
+		stamp, gocql.UUID(id), queue, name).WithContext(ctx).Exec()
 }

@@ -236,16 +236,19 @@ type Series interface {
 	Get(ctx context.Context, queue, name string, serial bool) (SeriesRow, error)
 	// Names lists the series of a queue, in name order.
 	Names(ctx context.Context, queue string) ([]string, error)
-	// AddName lists name in queue.
-	AddName(ctx context.Context, queue, name string) error
+	// AddName lists name in queue, at write timestamp stamp (clustertime.Clock.Stamp):
+	// stamped by a host's clock, a delete from a host whose clock led shadowed a name
+	// listed again after it.
+	AddName(ctx context.Context, queue, name string, stamp int64) error
 	// Put writes r, all but Written, if the stored version is from (0: no series), and
 	// reports whether it did. It is never retried.
 	Put(ctx context.Context, r SeriesRow, from int64) (bool, error)
 	// Delete deletes a series if it is still at version, and reports whether it did. It
 	// is never retried.
 	Delete(ctx context.Context, queue, name string, version int64) (bool, error)
-	// DeleteName unlists name from queue.
-	DeleteName(ctx context.Context, queue, name string) error
-	// MarkWritten records occurrence id of a series as written.
-	MarkWritten(ctx context.Context, queue, name string, id uuid.UUID) error
+	// DeleteName unlists name from queue, at write timestamp stamp, as AddName.
+	DeleteName(ctx context.Context, queue, name string, stamp int64) error
+	// MarkWritten records occurrence id of a series as written, at write timestamp
+	// stamp, so that a later occurrence's record wins whoever writes it.
+	MarkWritten(ctx context.Context, queue, name string, id uuid.UUID, stamp int64) error
 }

@@ -156,14 +156,14 @@ func TestSeriesDeletedRowIsNotFound(t *testing.T) {
 	r := store.SeriesRow{Queue: "q", Name: "s", Spec: "{}", Version: 1, Seq: 1, Open: true, TaskID: shard.NewID(now),
 		Nominal: now, Priority: 2, Stamp: now.UnixMicro(), AdvancedAt: now, CreatedAt: now}
 
-	require.NoError(t, series.AddName(ctx, "q", "s"))
+	require.NoError(t, series.AddName(ctx, "q", "s", time.Now().UnixMicro()))
 	applied, err := series.Put(ctx, r, 0)
 	require.NoError(t, err)
 	require.True(t, applied)
 	applied, err = series.Put(ctx, r, 0)
 	require.NoError(t, err)
 	require.False(t, applied, "a series of that name exists")
-	require.NoError(t, series.MarkWritten(ctx, "q", "s", r.TaskID))
+	require.NoError(t, series.MarkWritten(ctx, "q", "s", r.TaskID, time.Now().UnixMicro()))
 	got, err := series.Get(ctx, "q", "s", true)
 	require.NoError(t, err)
 	want := r
@@ -176,10 +176,10 @@ func TestSeriesDeletedRowIsNotFound(t *testing.T) {
 	applied, err = series.Delete(ctx, "q", "s", 1)
 	require.NoError(t, err)
 	require.True(t, applied)
-	require.NoError(t, series.MarkWritten(ctx, "q", "s", shard.NewID(now)))
+	require.NoError(t, series.MarkWritten(ctx, "q", "s", shard.NewID(now), time.Now().UnixMicro()))
 	_, err = series.Get(ctx, "q", "s", false)
 	require.ErrorIs(t, err, store.ErrNotFound)
-	require.NoError(t, series.DeleteName(ctx, "q", "s"))
+	require.NoError(t, series.DeleteName(ctx, "q", "s", time.Now().UnixMicro()))
 	names, err := series.Names(ctx, "q")
 	require.NoError(t, err)
 	require.Empty(t, names)
