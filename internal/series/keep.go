@@ -141,7 +141,7 @@ func (e *Env) replace(ctx context.Context, q shardqtype.QueueConfig, old State, 
 }
 
 func (e *Env) markWritten(ctx context.Context, st State) error {
-	if err := e.Store.MarkWritten(ctx, st.Queue, st.Name, st.TaskID, e.Cluster.Stamp(e.Clock.Now())); err != nil {
+	if err := e.Store.MarkWritten(ctx, st.Queue, st.Name, st.TaskID, e.recordStamp()); err != nil {
 		return fmt.Errorf("series: recording occurrence %d of %s: %w", st.Seq, st.Name, err)
 	}
 	return nil

@@ -134,6 +134,13 @@ type Env struct {
 	Layout func(ctx context.Context, q shardqtype.QueueConfig, t time.Time) (shard.Layout, error)
 }
 
+// recordStamp is the write timestamp of a series' name and written records: the
+// cluster's time, whatever clock the client was given (tests give one far in the past),
+// so that those records, which only such writes make, follow one another in real time
+// whichever process writes them. Stamped by each host's clock, a delete from a host
+// whose clock led shadowed a name listed again after it.
+func (e *Env) recordStamp() int64 { return e.Cluster.Now().UnixMicro() }
+
 // occurrenceLayout returns the layout st's occurrence is written under.
 func (e *Env) occurrenceLayout(ctx context.Context, q shardqtype.QueueConfig, st State) (shard.Layout, error) {
 	return e.layoutAt(ctx, q, shard.IDTime(st.TaskID))
@@ -193,7 +200,7 @@ func (e *Env) Create(ctx context.Context, q shardqtype.QueueConfig, name string,
 	}
 	st.Stamp = e.Cluster.Stamp(now)
 	// The name first: a series is listed (and kept) from the moment it may exist.
-	if err := e.Store.AddName(ctx, q.Name, name, st.Stamp); err != nil {
+	if err := e.Store.AddName(ctx, q.Name, name, e.recordStamp()); err != nil {
 		return st, false, fmt.Errorf("series: creating %s: %w", name, err)
 	}
 	applied, err := e.put(ctx, st, 0)
@@ -271,7 +278,7 @@ func (e *Env) Delete(ctx context.Context, st State) (bool, error) {
 	if err != nil || !applied {
 		return applied, err
 	}
-	return true, e.Store.DeleteName(ctx, st.Queue, st.Name, e.Cluster.Stamp(e.Clock.Now()))
+	return true, e.Store.DeleteName(ctx, st.Queue, st.Name, e.recordStamp())
 }
 
 // Advance moves series name past its occurrence id when that is still its open one:

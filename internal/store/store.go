@@ -236,9 +236,8 @@ type Series interface {
 	Get(ctx context.Context, queue, name string, serial bool) (SeriesRow, error)
 	// Names lists the series of a queue, in name order.
 	Names(ctx context.Context, queue string) ([]string, error)
-	// AddName lists name in queue, at write timestamp stamp (clustertime.Clock.Stamp):
-	// stamped by a host's clock, a delete from a host whose clock led shadowed a name
-	// listed again after it.
+	// AddName lists name in queue, at write timestamp stamp (the cluster's time, see
+	// internal/series).
 	AddName(ctx context.Context, queue, name string, stamp int64) error
 	// Put writes r, all but Written, if the stored version is from (0: no series), and
 	// reports whether it did. It is never retried.
