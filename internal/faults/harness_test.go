@@ -155,11 +155,39 @@ func (c *cluster) pid(node int) int {
 	return pid
 }
 
-// signal sends sig to node's process.
+// signal sends sig to node's process. A SIGSTOP returns once every thread of it has
+// stopped: kill returns before they all have, and a thread still running answered a read
+// sent right after it in 3 ms.
 func (c *cluster) signal(node int, sig syscall.Signal) {
 	c.t.Helper()
-	require.NoError(c.t, syscall.Kill(c.pid(node), sig))
+	pid := c.pid(node)
+	require.NoError(c.t, syscall.Kill(pid, sig))
+	if sig == syscall.SIGSTOP {
+		for deadline := time.Now().Add(5 * time.Second); !stopped(pid); {
+			require.True(c.t, time.Now().Before(deadline), "node %d's threads did not all stop within 5 s", node)
+			time.Sleep(time.Millisecond)
+		}
+	}
 	c.t.Logf("node %d (%s): %v", node, c.hosts[node-1], sig)
+}
+
+// stopped reports whether every thread of process pid is stopped (state T in its stat).
+func stopped(pid int) bool {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return false
+	}
+	for _, task := range tasks {
+		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+		if err != nil {
+			continue // a thread that ended
+		}
+		stat := string(raw)
+		if i := strings.LastIndexByte(stat, ')'); i < 0 || i+2 >= len(stat) || (stat[i+2] != 'T' && stat[i+2] != 't') {
+			return false
+		}
+	}
+	return true
 }
 
 // kill kills node at once, for good: it stays down until restart.
