@@ -73,8 +73,8 @@ func TestLayoutWorkerProcess(t *testing.T) {
 // half as they come due) plus
 // tasks due in the next lap and next week, and two worker processes run them. No task is
 // lost, none starts before it is due, each far-future one starts at its time once the
-// clocks are moved there, and a task runs twice only when a lease expired (its later run
-// is a later attempt). A write not confirmed on a busy node is scheduled again, as a
+// clocks are moved there, a task runs twice only when a lease expired (its later run
+// is a later attempt), and every ring is empty at the end: each task's last run acked. A write not confirmed on a busy node is scheduled again, as a
 // service would; its first copy may run too.
 func TestChangeLayoutUnderLoad(t *testing.T) {
 	t.Parallel()
@@ -273,6 +273,19 @@ func TestChangeLayoutUnderLoad(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, layouts, 3)
 	require.Equal(t, ch.From, layouts[2].From)
+	// A run is not an end: every task's last run was acked, and nothing of it (row,
+	// marker, retry) is left in any ring, within a few ack intervals.
+	for deadline := time.Now().Add(time.Minute); ; {
+		left := 0
+		for _, l := range layouts {
+			left += cassandratest.CountTaskRows(t, e.s, l.Layout)
+		}
+		if left == 0 {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "%d task rows left in the queue's rings a minute after every task ran", left)
+		time.Sleep(time.Second) // a poll of what the workers' acks leave
+	}
 	t.Logf("%d tasks ran, %d again after a lease expired, %d scheduled again after a write not confirmed; drained: %v %v",
 		len(due), twice, len(unsure), layouts[0].Drained, layouts[1].Drained)
 	kids.stop()
