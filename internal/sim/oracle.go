@@ -104,8 +104,10 @@ type task struct {
 	succeeded bool
 	dead      bool
 	// unsettled: a call that moves or cancels it returned an unknown outcome, which
-	// may leave two copies of it.
-	unsettled bool
+	// may leave two copies of it; unknownFrom lists when each such call began, as a copy
+	// it made may be leased from then on.
+	unsettled   bool
+	unknownFrom []time.Time
 	// claimed is when the last call that claimed its key returned: the claim it wrote
 	// bears a time before that, from which KeyClaimGrace runs.
 	claimed time.Time
@@ -225,7 +227,7 @@ func (o *oracle) cancelled(p *proc, id uuid.UUID, afterLease bool, began time.Ti
 	defer o.mu.Unlock()
 	var inFlight *shardqtype.TaskInFlightError
 	if err != nil && !definite(err) {
-		o.get(id).unsettled = true
+		o.get(id).unsettle(began)
 	}
 	switch {
 	case err == nil:
@@ -262,7 +264,7 @@ func (o *oracle) rescheduled(p *proc, id uuid.UUID, due, began time.Time, err er
 	t := o.get(id)
 	t.calls = append(t.calls, fmt.Sprintf("reschedule by %s %s-%s to %s: %v", p.name, stamp(began), stamp(time.Now()), stamp(due), err))
 	if err != nil && !definite(err) {
-		t.unsettled = true
+		t.unsettle(began)
 	}
 	// A reschedule renews the key's claim before it finds the task in flight or gone.
 	if t.key != "" {
@@ -316,7 +318,7 @@ func (o *oracle) delivered(p *proc, ct *consumer.Task) *delivery {
 	// consumer judged it due by its clock when it leased it: that clock's error then is
 	// at least how far its time of the lease is past the handler's start.
 	clockErr = max(clockErr, ct.Deadline.Add(-ct.Timeout).Sub(now))
-	if floor := t.dueFloor; !floor.IsZero() && now.Add(max(clockErr, 0)+tolerance).Before(floor) && ct.Attempt == 1 {
+	if floor := t.dueFloor; !floor.IsZero() && now.Add(max(clockErr, 0)+tolerance).Before(floor) {
 		o.violations = append(o.violations, fmt.Sprintf("task %s delivered at %s, %s before it was due (%s; cluster clock error %s)",
 			ct.ID, stamp(now), floor.Sub(now), stamp(floor), clockErr)+t.history()+fmt.Sprintf("\n      this delivery: attempt %d due %s visible %s deadline %s", ct.Attempt, stamp(ct.DueAt), stamp(visibleOf(ct)), stamp(ct.Deadline)))
 	}
@@ -334,7 +336,7 @@ func (o *oracle) delivered(p *proc, ct *consumer.Task) *delivery {
 	if d.attempt > maxAttempts {
 		// A copy of a task that died: its dead-lettering left the marker (README,
 		// Guarantees: a duplicate, never a loss).
-		t.unsettled = true
+		t.unsettle(d.leased())
 	}
 	return d
 }
@@ -461,7 +463,7 @@ func (o *oracle) check(w *world, end time.Time, left map[uuid.UUID]bool) []strin
 		case t.ok && t.cancelled.IsZero() && !t.maybeCancelled && !t.ran() && !t.dead:
 			v = append(v, fmt.Sprintf("task %s lost: scheduled with success, never ran to success nor died (%d deliveries, due %s)%s", id, len(t.deliveries), stamp(t.due), t.history()))
 		}
-		if dv := checkDeliveries(t, w.sched.leaseFaults); len(dv) > 0 {
+		if dv := checkDeliveries(t, w.sched.leaseFaults, w.workerCrashes(), simBackoff); len(dv) > 0 {
 			v = append(v, strings.Join(dv, "\n  ")+t.history())
 		}
 	}
@@ -499,12 +501,13 @@ func (t *task) history() string {
 	return b.String()
 }
 
-// checkDeliveries checks that no delivery of a task starts after a cancel of it returned,
-// that a later attempt carries a higher token, and that no row is leased twice while the
-// lease taken from it lasts and its holder lives. Copies of a task (a drop of markers
-// that failed, a move whose outcome stayed unknown, a second replay) are allowed: the
-// README documents each as a duplicate, never a loss.
-func checkDeliveries(t *task, leaseFaults []time.Time) []string {
+// checkDeliveries checks that no delivery of a task starts after a cancel of it returned;
+// that a later attempt carries a higher token; that no attempt starts before the task was
+// due, nor a retry before its backoff from the failure it follows; and that no two
+// deliveries of it hold leases at once, whatever rows they were leased from, while the
+// earlier's holder lives and runs it. Only the copies the README documents as a
+// duplicate, never a loss, excuse a pair (copyPair).
+func checkDeliveries(t *task, leaseFaults, workerCrashes []time.Time, backoff time.Duration) []string {
 	var v []string
 	ds := slices.Clone(t.deliveries)
 	sort.SliceStable(ds, func(i, j int) bool { return ds[i].leased().Before(ds[j].leased()) })
@@ -513,12 +516,15 @@ func checkDeliveries(t *task, leaseFaults []time.Time) []string {
 			v = append(v, fmt.Sprintf("task %s leased at %s, after its cancel returned at %s", t.id, stamp(d.leased()), stamp(t.cancelled)))
 		}
 	}
-	if t.unsettled || len(t.replays) > 1 {
+	if len(t.replays) > 1 {
 		return v
 	}
 	for i, d := range ds {
 		at := d.leased().Add(tolerance)
 		for _, e := range ds[:i] {
+			if t.copyPair(e, d, leaseFaults, workerCrashes) {
+				continue
+			}
 			// A delivery from a row made before a replay that came before e's lease is of
 			// an earlier life of the task (a copy its death could not see): its tokens are
 			// that life's.
@@ -526,14 +532,41 @@ func checkDeliveries(t *task, leaseFaults []time.Time) []string {
 				(d.made.IsZero() || !t.replayedBetween(d.made, e.leased())) {
 				v = append(v, fmt.Sprintf("task %s attempt %d has token %d, not above attempt %d's %d", t.id, d.attempt, d.token, e.attempt, e.token))
 			}
-			if e.source == d.source && e.deadline.After(at) && !crashedBy(e.proc, at) && (e.ended.IsZero() || e.ok || e.ended.After(at)) &&
+			if e.deadline.After(at) && !crashedBy(e.proc, at) && (e.ended.IsZero() || e.ok || e.ended.After(at)) &&
 				!faultNear(leaseFaults, d.made) {
-				v = append(v, fmt.Sprintf("task %s: its row %s leased again at %s while the lease taken at %s by %s lasted",
-					t.id, d.source, stamp(d.leased()), stamp(e.leased()), e.proc.name))
+				v = append(v, fmt.Sprintf("task %s: leased at %s from row %s while the lease taken at %s by %s from row %s lasted",
+					t.id, stamp(d.leased()), d.source, stamp(e.leased()), e.proc.name, e.source))
+			}
+			// The retry a failure writes is due Backoff after it, by the failing
+			// process's cluster clock; the consumer leases it by its own.
+			if d.attempt == e.attempt+1 && !e.ok && !e.ended.IsZero() && !crashedBy(e.proc, e.ended) &&
+				!t.replayedBetween(e.ended, d.leased()) && d.leased().Add(tolerance).Before(e.ended.Add(backoff)) {
+				v = append(v, fmt.Sprintf("task %s attempt %d leased at %s, before the backoff from attempt %d's failure at %s",
+					t.id, d.attempt, stamp(d.leased()), e.attempt, stamp(e.ended)))
 			}
 		}
 	}
 	return v
+}
+
+// copyPair reports whether e and d (leased after e) may be deliveries of two copies of
+// the task that the README documents: one a copy left by a lease request's fault or a
+// worker's crash (isCopy), or leased after a call that moves or cancels it began and
+// returned an unknown outcome ("A crash in the middle of a move can leave the task
+// twice"), or past its last attempt (its dead-lettering left the marker).
+func (t *task) copyPair(e, d *delivery, leaseFaults, workerCrashes []time.Time) bool {
+	if e.attempt > maxAttempts || d.attempt > maxAttempts ||
+		t.isCopy(d, leaseFaults, workerCrashes) || t.isCopy(e, leaseFaults, workerCrashes) {
+		return true
+	}
+	return slices.ContainsFunc(t.unknownFrom, func(from time.Time) bool { return from.Before(d.leased().Add(tolerance)) })
+}
+
+// unsettle records that a call which began at from left it unknown whether the task was
+// moved or cancelled.
+func (t *task) unsettle(from time.Time) {
+	t.unsettled = true
+	t.unknownFrom = append(t.unknownFrom, from)
 }
 
 // faultNear reports whether a lease request met a fault within a second of at: two rows
@@ -546,6 +579,17 @@ func faultNear(faults []time.Time, at time.Time) bool {
 		}
 	}
 	return false
+}
+
+// workerCrashes are when the run's worker processes crashed.
+func (w *world) workerCrashes() []time.Time {
+	var at []time.Time
+	for _, p := range w.procs {
+		if p.concurrency > 0 && p.crashed() {
+			at = append(at, p.crashedAt())
+		}
+	}
+	return at
 }
 
 func crashedBy(p *proc, at time.Time) bool {
@@ -702,12 +746,7 @@ func (o *oracle) checkSeries(w *world, end time.Time) []string {
 	// (a holder past its lease, or crashed, may still run). A copy of an occurrence is
 	// documented as a duplicate that may run beside the next ("One occurrence at a
 	// time"), on either side.
-	var workerCrashes []time.Time
-	for _, p := range w.procs {
-		if p.concurrency > 0 && p.crashed() {
-			workerCrashes = append(workerCrashes, p.crashedAt())
-		}
-	}
+	workerCrashes := w.workerCrashes()
 	copyOf := func(t *task, d *delivery) bool { return t.isCopy(d, leaseFaults, workerCrashes) }
 	// A copy that ran beside another delivery of its occurrence and succeeded first moves
 	// the series on while that delivery still runs: the two runs are copies of each other.

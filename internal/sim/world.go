@@ -45,6 +45,8 @@ const (
 	maxDelay = 30 * time.Second
 	// maxAttempts is the workers' MaxAttempts.
 	maxAttempts = 3
+	// simBackoff is the workers' Backoff at every attempt.
+	simBackoff = time.Second
 )
 
 // Config is one run.
@@ -534,7 +536,7 @@ func (w *world) runWorker(rng *rand.Rand, p *proc, concurrency int, wait func(),
 		Handler:     h,
 		Concurrency: p.concurrency,
 		MaxAttempts: maxAttempts,
-		Backoff:     func(int) time.Duration { return time.Second },
+		Backoff:     func(int) time.Duration { return simBackoff },
 		Observer:    shardqtype.ObserverFunc(func(_ context.Context, e shardqtype.Event) { w.oracle.observed(p, e) }),
 	})
 	if err != nil {

@@ -1,0 +1,73 @@
+package sim
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+)
+
+// The oracle judges deliveries of one task by their leases, whatever rows they came
+// from: a marker taken early, or a retry before its backoff, is a violation unless a
+// documented fault excuses that pair.
+func TestCheckDeliveries(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2000, 1, 1, 0, 1, 0, 0, time.UTC)
+	worker := func() *proc { return &proc{name: "w", clock: &clock{}, dead: make(chan struct{})} }
+	deliver := func(p *proc, source string, attempt int, token int64, at time.Time, ended time.Time, ok bool) *delivery {
+		return &delivery{proc: p, source: source, attempt: attempt, token: token, at: at,
+			timeout: 10 * time.Second, deadline: at.Add(10 * time.Second), ended: ended, ok: ok, made: at.Add(-10 * time.Second)}
+	}
+	a, b := worker(), worker()
+	for _, tc := range []struct {
+		name  string
+		task  func() *task
+		wants string
+	}{{
+		name: "a marker taken while its lease lasts",
+		task: func() *task {
+			return &task{id: uuid.New(), deliveries: []*delivery{
+				deliver(a, "row-1", 1, 1, t0, time.Time{}, false),
+				deliver(b, "marker-1", 2, 2, t0.Add(3*time.Second), t0.Add(4*time.Second), true),
+			}}
+		},
+		wants: "while the lease taken at",
+	}, {
+		name: "a retry before its backoff",
+		task: func() *task {
+			return &task{id: uuid.New(), deliveries: []*delivery{
+				deliver(a, "row-1", 1, 1, t0, t0.Add(time.Second), false),
+				deliver(b, "retry-1", 2, 2, t0.Add(1500*time.Millisecond), t0.Add(2*time.Second), true),
+			}}
+		},
+		wants: "before the backoff",
+	}, {
+		name: "a copy after a move whose outcome stayed unknown",
+		task: func() *task {
+			tk := &task{id: uuid.New(), deliveries: []*delivery{
+				deliver(a, "row-1", 1, 1, t0, time.Time{}, false),
+				deliver(b, "row-2", 1, 1, t0.Add(3*time.Second), t0.Add(4*time.Second), true),
+			}}
+			tk.unsettle(t0.Add(-time.Minute))
+			return tk
+		},
+	}, {
+		name: "a retry after its backoff, then its marker at its deadline",
+		task: func() *task {
+			return &task{id: uuid.New(), deliveries: []*delivery{
+				deliver(a, "row-1", 1, 1, t0, t0.Add(time.Second), false),
+				deliver(b, "retry-1", 2, 2, t0.Add(2*time.Second), time.Time{}, false),
+				deliver(a, "marker-2", 3, 3, t0.Add(12*time.Second), t0.Add(13*time.Second), true),
+			}}
+		},
+	}} {
+		v := checkDeliveries(tc.task(), nil, nil, simBackoff)
+		if tc.wants == "" {
+			require.Empty(t, v, tc.name)
+			continue
+		}
+		require.Len(t, v, 1, tc.name)
+		require.Contains(t, v[0], tc.wants, tc.name)
+	}
+}
