@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"sync"
@@ -398,6 +399,15 @@ func (c *Consumer) marker(r taskrow.Row, at time.Time) taskrow.Row {
 // It returns the write timestamp, which dropMarkers needs.
 func (c *Consumer) writeMarkers(ctx context.Context, rows []taskrow.Row, written *touchSet) (int64, error) {
 	ts := c.cluster.Stamp(c.cfg.Clock.Now())
+	// Before the write: a process that dies between its markers and its swap leaves copies
+	// of these tasks, and this line tells whose they are.
+	if c.log.Enabled(ctx, slog.LevelDebug) {
+		ids := make([]string, len(rows))
+		for i, r := range rows {
+			ids[i] = uuid.UUID(r.TaskID).String()
+		}
+		c.log.DebugContext(ctx, "writing markers", "queue", c.q.Name, "task_ids", ids)
+	}
 	err := c.leasing.WriteMarkers(ctx, rows, ts, c.cfg.PartitionsInFlight)
 	if written == nil {
 		c.touch(ctx, rows)

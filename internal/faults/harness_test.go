@@ -94,8 +94,9 @@ func TestWorkerProcess(t *testing.T) {
 				}
 			}
 		}),
-		// Why a task ran twice shows here: an ack that failed, or settled late.
-		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		// Why a task ran twice shows here: an ack that failed, or settled late; and whose
+		// markers a task had, for a swap this process may not live to make.
+		Logger: slog.New(markerLines{next: slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}), say: say}),
 	})
 	require.NoError(t, err)
 	ctx := context.Background()
@@ -110,6 +111,41 @@ func TestWorkerProcess(t *testing.T) {
 	stopCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	require.NoError(t, w.Stop(stopCtx))
+}
+
+// markerLines writes a "markers" line per task of the consumer's "writing markers" debug
+// records, and passes records at Warn and above to next.
+type markerLines struct {
+	next slog.Handler
+	say  func(format string, args ...any)
+}
+
+func (h markerLines) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h markerLines) Handle(ctx context.Context, r slog.Record) error {
+	if r.Message == "writing markers" {
+		r.Attrs(func(a slog.Attr) bool {
+			if ids, ok := a.Value.Any().([]string); ok && a.Key == "task_ids" {
+				for _, id := range ids {
+					h.say("markers %s", id)
+				}
+			}
+			return true
+		})
+		return nil
+	}
+	if r.Level < slog.LevelWarn {
+		return nil
+	}
+	return h.next.Handle(ctx, r)
+}
+
+func (h markerLines) WithAttrs(as []slog.Attr) slog.Handler {
+	return markerLines{next: h.next.WithAttrs(as), say: h.say}
+}
+
+func (h markerLines) WithGroup(name string) slog.Handler {
+	return markerLines{next: h.next.WithGroup(name), say: h.say}
 }
 
 // cluster drives the nodes that scripts/cassandra started.
@@ -582,11 +618,14 @@ type recorder struct {
 	want   map[uuid.UUID]time.Time // scheduled tasks and when each is due
 	maybe  map[uuid.UUID]time.Time // tasks whose write was not confirmed (see env.write)
 	runs   map[uuid.UUID][]delivery
-	killed map[int]time.Time  // worker processes killed, and when
-	lost   int                // LeaseLost events
-	lostOf map[uuid.UUID]bool // tasks a LeaseLost event named
-	failed map[string]int     // PartitionFailed events by op
-	bad    []string           // lines that made no sense
+	killed map[int]time.Time // worker processes killed, and when
+	// markers holds, per task, the worker processes that were about to write markers for
+	// it (a "markers" line).
+	markers map[uuid.UUID][]int
+	lost    int                // LeaseLost events
+	lostOf  map[uuid.UUID]bool // tasks a LeaseLost event named
+	failed  map[string]int     // PartitionFailed events by op
+	bad     []string           // lines that made no sense
 	// waiters are told when the number of scheduled tasks that started, or whose handler
 	// returned nil, reaches theirs.
 	waiters map[*waiter]bool
@@ -602,7 +641,7 @@ type waiter struct {
 
 func newRecorder() *recorder {
 	return &recorder{want: map[uuid.UUID]time.Time{}, maybe: map[uuid.UUID]time.Time{}, runs: map[uuid.UUID][]delivery{},
-		killed: map[int]time.Time{},
+		killed: map[int]time.Time{}, markers: map[uuid.UUID][]int{},
 		lostOf: map[uuid.UUID]bool{},
 		failed: map[string]int{}, waiters: map[*waiter]bool{}}
 }
@@ -648,6 +687,12 @@ func (r *recorder) line(proc int, line string) {
 		r.lost++
 		if id, err := uuid.Parse(f[1]); err == nil {
 			r.lostOf[id] = true
+		}
+	case len(f) == 2 && f[0] == "markers":
+		if id, err := uuid.Parse(f[1]); err == nil {
+			r.markers[id] = append(r.markers[id], proc)
+		} else {
+			r.bad = append(r.bad, line)
 		}
 	case len(f) == 2 && f[0] == "done":
 		r.finished(proc, line, f[1])
@@ -789,8 +834,8 @@ type report struct {
 	// Lost counts tasks no handler finished; that every task was acked as well is
 	// env.waitDrained's to show.
 	Lost int `json:"lost"`
-	// Duplicates counts starts after a task's first; Unfinished those that came from a
-	// killed worker's swap that never finished (see unfinishedSwap); Unexplained those
+	// Duplicates counts starts after a task's first; Unfinished those that came from the
+	// markers of a killed worker's swap that never finished (see unfinishedSwap); Unexplained those
 	// neither such nor after a run in a worker process killed before they started or
 	// killed without having acked it.
 	Duplicates  int `json:"duplicates"`
@@ -876,8 +921,13 @@ func (r *recorder) report(fault string) report {
 	if len(r.bad) > 0 {
 		rep.Extra["unexpected_lines"] = len(r.bad)
 	}
-	unknown := 0
+	unknown, unmarked := 0, 0
 	for id, runs := range r.runs {
+		for _, d := range runs {
+			if !slices.Contains(r.markers[id], d.proc) {
+				unmarked++
+			}
+		}
 		// The worker reports the due time as stored (whole milliseconds), which a row's
 		// visible time, kept to 100 ns, equals.
 		for _, d := range runs {
@@ -898,6 +948,11 @@ func (r *recorder) report(fault string) report {
 	if unknown > 0 {
 		rep.Extra["unknown_tasks"] = unknown
 	}
+	// Every lease writes markers first: a run with no "markers" line before it means those
+	// lines, which unfinishedSwap relies on, are not coming through.
+	if unmarked > 0 {
+		rep.Extra["runs_without_markers_line"] = unmarked
+	}
 	return rep
 }
 
@@ -906,15 +961,16 @@ func (r *recorder) report(fault string) report {
 // between the two writes of a lease delivers the task once more at the marker's deadline
 // (docs/design.md, The protocol). Such a marker leases the same attempt as the one a live worker
 // took the task under next, so the two runs' leases overlap, their attempts are adjacent,
-// and the live one's ack still finds its own marker (no LeaseLost names the task); the
-// worker was killed after the task came due and before cur started. A run that took a
-// lease still held would have made the holder's ack fail. The caller holds r.mu.
+// and the live one's ack still finds its own marker (no LeaseLost names the task); and
+// the worker killed before cur started is one that was writing markers for this very task
+// (its "markers" line). A run that took a lease still held would have made the holder's
+// ack fail. The caller holds r.mu.
 func (r *recorder) unfinishedSwap(id uuid.UUID, prev, cur delivery) bool {
 	if !cur.start.Before(prev.deadline) || (cur.attempt-prev.attempt != 1 && prev.attempt-cur.attempt != 1) || r.lostOf[id] {
 		return false
 	}
-	for _, at := range r.killed {
-		if at.After(cur.due) && at.Before(cur.start) {
+	for _, proc := range r.markers[id] {
+		if at, ok := r.killed[proc]; ok && at.After(cur.due) && at.Before(cur.start) {
 			return true
 		}
 	}
@@ -971,6 +1027,7 @@ func finish(t *testing.T, rep report) {
 	require.Zero(t, rep.Unexplained, "tasks started again though no worker that ran them, or left a swap unfinished, was killed")
 	require.NotContains(t, rep.Extra, "unexpected_lines")
 	require.NotContains(t, rep.Extra, "unknown_tasks")
+	require.NotContains(t, rep.Extra, "runs_without_markers_line")
 }
 
 // logTimeline logs the lateness of the tasks due in each second from from to to.
