@@ -34,7 +34,7 @@ func (ThumbnailArgs) InsertOpts() shardq.InsertOpts {
 // number of handlers.
 func ExampleClient() {
 	ctx := context.Background()
-	session, done := cassandratest.ExampleSession("example_client") // any session bound to a keyspace
+	session, done := cassandratest.ExampleSession() // any session bound to a keyspace
 	defer done()
 	if err := shardq.ApplySchema(ctx, session); err != nil {
 		panic(err)
@@ -81,7 +81,7 @@ func ExampleClient() {
 // headers. An insert-only client (no Queues) serves producers.
 func ExampleClient_Insert() {
 	ctx := context.Background()
-	session, done := cassandratest.ExampleSession("example_client_insert")
+	session, done := cassandratest.ExampleSession()
 	defer done()
 	if err := shardq.ApplySchema(ctx, session); err != nil {
 		panic(err)
@@ -128,7 +128,7 @@ func ExampleClient_Insert() {
 // dead letters.
 func ExampleSnooze() {
 	ctx := context.Background()
-	session, done := cassandratest.ExampleSession("example_snooze")
+	session, done := cassandratest.ExampleSession()
 	defer done()
 	if err := shardq.ApplySchema(ctx, session); err != nil {
 		panic(err)

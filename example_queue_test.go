@@ -14,7 +14,7 @@ import (
 // Example schedules a task, takes it as a consumer would, and acks it.
 func Example() {
 	ctx := context.Background()
-	session, done := cassandratest.ExampleSession("example") // any session bound to a keyspace
+	session, done := cassandratest.ExampleSession() // any session bound to a keyspace
 	defer done()
 
 	if err := shardq.ApplySchema(ctx, session); err != nil {

@@ -18,7 +18,7 @@ import (
 // and the dead letters, which a producer then replays.
 func Example() {
 	ctx := context.Background()
-	session, done := cassandratest.ExampleSession("inspect") // any session bound to a keyspace
+	session, done := cassandratest.ExampleSession() // any session bound to a keyspace
 	defer done()
 	if err := shardq.ApplySchema(ctx, session); err != nil {
 		panic(err)

@@ -17,7 +17,7 @@ import (
 // same key, moves the first, looks it up, and cancels it.
 func Example_lifecycle() {
 	ctx := context.Background()
-	session, done := cassandratest.ExampleSession("lifecycle") // any session bound to a keyspace
+	session, done := cassandratest.ExampleSession() // any session bound to a keyspace
 	defer done()
 	if err := shardq.ApplySchema(ctx, session); err != nil {
 		panic(err)

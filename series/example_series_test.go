@@ -15,7 +15,7 @@ import (
 // nothing), and pauses it.
 func Example() {
 	ctx := context.Background()
-	session, done := cassandratest.ExampleSession("series") // any session bound to a keyspace
+	session, done := cassandratest.ExampleSession() // any session bound to a keyspace
 	defer done()
 	if err := shardq.ApplySchema(ctx, session); err != nil {
 		panic(err)

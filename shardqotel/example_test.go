@@ -26,7 +26,7 @@ import (
 // usually through otel.SetTracerProvider and otel.SetMeterProvider, which New defaults to.
 func Example() {
 	ctx := context.Background()
-	session, done := cassandratest.ExampleSession("exampleotel") // any session bound to a keyspace
+	session, done := cassandratest.ExampleSession() // any session bound to a keyspace
 	defer done()
 	if err := shardq.ApplySchema(ctx, session); err != nil {
 		panic(err)

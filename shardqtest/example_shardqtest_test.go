@@ -43,7 +43,7 @@ func ExampleWork() {
 func ExampleRequireScheduled() {
 	ctx := context.Background()
 	// In a test: session := shardqtest.Session(t).
-	session, done := cassandratest.ExampleSession("shardqtest_example")
+	session, done := cassandratest.ExampleSession()
 	defer done()
 	if err := shardq.ApplySchema(ctx, session); err != nil {
 		panic(err)

@@ -16,7 +16,7 @@ import (
 // Example runs a handler on a queue's tasks with a worker, and stops it gracefully.
 func Example() {
 	ctx := context.Background()
-	session, done := cassandratest.ExampleSession("worker_example") // any session bound to a keyspace
+	session, done := cassandratest.ExampleSession() // any session bound to a keyspace
 	defer done()
 	if err := shardq.ApplySchema(ctx, session); err != nil {
 		panic(err)

@@ -67,14 +67,17 @@ func SchemaKeyspace(t testing.TB) string {
 	// In use: a process that takes it over after this one died mid-test rests it from then.
 	_ = os.Chtimes(lockPath(ks), inUse, inUse)
 	t.Logf("keyspace %s", ks)
-	t.Cleanup(func() {
-		now := time.Now()
-		_ = os.Chtimes(lockPath(ks), now, now) // when it was returned, for a process that takes it over
-		pool.Lock()
-		pool.free = append(pool.free, pooled{ks, now})
-		pool.Unlock()
-	})
+	t.Cleanup(func() { giveBack(ks) })
 	return ks
+}
+
+// giveBack returns keyspace ks to the pool once its test ended.
+func giveBack(ks string) {
+	now := time.Now()
+	_ = os.Chtimes(lockPath(ks), now, now) // when it was returned, for a process that takes it over
+	pool.Lock()
+	pool.free = append(pool.free, pooled{ks, now})
+	pool.Unlock()
 }
 
 // takeKeyspace empties a rested pooled keyspace and returns it, or one a gone process
