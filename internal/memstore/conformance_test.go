@@ -137,6 +137,21 @@ var scenarios = []scenario{
 		}
 	}},
 
+	// The simulator's stragglers (NoResponseLate) land late with the stamps they were sent
+	// with: what a write stamped before a delete does, landing after it, is what they do.
+	{"a write landing after a delete stamped later stays deleted", func(t *testing.T, ctx context.Context, s store.Store) {
+		key := "q:3:0"
+		row := taskRow(1, time.Now(), "straggler")
+		row.Key = key
+		sent := time.Now().Add(-time.Second).UnixMicro()
+		tasks := s.Tasks()
+		require.NoError(t, tasks.Write(ctx, []store.Mutation{{Op: store.Delete, Row: row, Stamp: sent + 1}}))
+		require.NoError(t, tasks.Write(ctx, []store.Mutation{{Op: store.Insert, Row: row, Stamp: sent}}))
+		there, err := tasks.Exists(ctx, row)
+		require.NoError(t, err)
+		require.False(t, there)
+	}},
+
 	{"headers are kept by plain and conditional writes", func(t *testing.T, ctx context.Context, s store.Store) {
 		plain, gone, lwt := taskRow(1, time.Now(), "plain"), taskRow(1, time.Now(), "gone"), taskRow(2, time.Now(), "lwt")
 		plain.Headers = map[string]string{"a": "1", "z": ""}

@@ -65,7 +65,7 @@ const timedOut = "Operation timed out - received only 0 responses."
 
 // timeout is the error of request r under a timeout fault.
 func timeout(f Fault, r Request, writeType string) error {
-	if f == NoResponseLost || f == NoResponseApplied {
+	if f == NoResponseLost || f == NoResponseApplied || f == NoResponseLate {
 		return gocql.ErrTimeoutNoResponse
 	}
 	c := consistency(r.Conditional || r.Serial)

@@ -88,6 +88,9 @@ type ClientConfig struct {
 	// would send: each page of a paged read, each batch, each statement). It may block
 	// and decides the request's fault. nil: none.
 	Gate Gate
+	// Later receives the write of each request that met NoResponseLate, to run when it
+	// chooses (or never). nil: it applies at once.
+	Later func(apply func())
 }
 
 // Client returns the store as the client cfg describes sees it. It panics without a
@@ -96,7 +99,7 @@ func (c *Cluster) Client(cfg ClientConfig) store.Store {
 	if cfg.Clock == nil {
 		panic(ErrNoClock)
 	}
-	return &client{c: c, clock: cfg.Clock, gate: cfg.Gate}
+	return &client{c: c, clock: cfg.Clock, gate: cfg.Gate, later: cfg.Later}
 }
 
 // Request is one CQL request, as the Gate sees it.
@@ -128,6 +131,13 @@ const (
 	NoResponseLost
 	// NoResponseApplied is the same error, but the write applied.
 	NoResponseApplied
+	// NoResponseLate is the same error, and a plain write (not conditional) applies
+	// later, when the client's Later runs it: a straggler, which a coordinator or a
+	// replica still applies after its client gave up, with the write timestamps it was
+	// sent with (a coordinator's, of the time it was sent) and TTLs counted from when it
+	// lands. Conditional requests, whose Paxos round a later one on the partition would
+	// finish or void, and reads meet it as NoResponseApplied.
+	NoResponseLate
 )
 
 // Gate decides a request's fault; an error (the ctx ended: the process crashed) is
@@ -138,6 +148,7 @@ type client struct {
 	c     *Cluster
 	clock func() time.Time
 	gate  Gate
+	later func(apply func())
 }
 
 func (cl *client) Tasks() store.Tasks             { return tasks{cl} }
@@ -175,10 +186,21 @@ func (cl *client) exec(ctx context.Context, r Request, writeType string, run fun
 		return overloaded()
 	case TimeoutLost, NoResponseLost:
 		return timeout(fault, r, writeType)
-	case TimeoutApplied, NoResponseApplied:
+	case TimeoutApplied, NoResponseApplied, NoResponseLate:
 		if !r.Write {
 			return timeout(fault, r, writeType)
 		}
+	}
+	if fault == NoResponseLate && !r.Conditional && cl.later != nil {
+		sent := cl.c.now()
+		cl.later(func() {
+			cl.c.mu.Lock()
+			defer cl.c.mu.Unlock()
+			s := cl.c.state()
+			s.sent = sent.UnixMicro()
+			_ = run(s)
+		})
+		return timeout(fault, r, writeType)
 	}
 	cl.c.mu.Lock()
 	err := run(cl.c.state())
@@ -193,6 +215,9 @@ func (cl *client) exec(ctx context.Context, r Request, writeType string, run fun
 type state struct {
 	c   *Cluster
 	sec int64 // nowInSec: TTL expiry and local deletion times
+	// sent is when a straggler was sent, in Unix microseconds (zero for a request that
+	// applies when sent): the coordinator stamped it then.
+	sent int64
 }
 
 func (c *Cluster) state() *state { return &state{c: c, sec: c.now().Unix()} }
@@ -200,6 +225,10 @@ func (c *Cluster) state() *state { return &state{c: c, sec: c.now().Unix()} }
 // serverStamp is a timestamp the coordinator chooses: a ballot, or the write timestamp
 // of a statement sent without one. Each is greater than every one before.
 func (s *state) serverStamp() int64 {
+	if s.sent != 0 {
+		s.sent++
+		return s.sent - 1
+	}
 	m := s.c.now().UnixMicro()
 	if m <= s.c.lastMicros {
 		m = s.c.lastMicros + 1

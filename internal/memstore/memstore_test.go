@@ -13,6 +13,7 @@ import (
 	"github.com/shardq/shardq/internal/deadletters"
 	"github.com/shardq/shardq/internal/lwt"
 	"github.com/shardq/shardq/internal/memstore"
+	"github.com/shardq/shardq/internal/signal"
 	"github.com/shardq/shardq/internal/store"
 	"github.com/shardq/shardq/internal/taskrow"
 	"github.com/shardq/shardq/internal/testclock"
@@ -383,4 +384,66 @@ func TestTTLsAsTheStatementsGiveThem(t *testing.T) {
 	row, err := s.Locks().Read(ctx, key)
 	require.NoError(t, err)
 	require.Equal(t, h, row.Holder, "TTL 0 never expires")
+}
+
+// A straggler (NoResponseLate) answers as NoResponseApplied does, lands only when Later
+// runs it, with the stamps it was sent with: a delete sent after it, stamped later, wins
+// over it though it lands first; coordinator stamps are those of when it was sent.
+// Conditional writes meet it as NoResponseApplied.
+func TestStragglers(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c, clock, clean := cluster(t, 0)
+	var landing []func()
+	late := func(op string) store.Store {
+		return c.Client(memstore.ClientConfig{Clock: clock.Now, Later: func(apply func()) { landing = append(landing, apply) },
+			Gate: func(_ context.Context, r memstore.Request) (memstore.Fault, error) {
+				if r.Op == op {
+					return memstore.NoResponseLate, nil
+				}
+				return memstore.None, nil
+			}})
+	}
+	at := clock.Now()
+	kept, shadowed := taskRow(1, at, "kept"), taskRow(1, at, "shadowed")
+	err := late("Tasks.Write").Tasks().Write(ctx, []store.Mutation{
+		{Op: store.Insert, Row: kept, Stamp: at.UnixMicro()}, {Op: store.Insert, Row: shadowed, Stamp: at.UnixMicro()}})
+	require.ErrorIs(t, err, gocql.ErrTimeoutNoResponse)
+	require.Len(t, landing, 1)
+	for _, r := range []taskrow.Row{kept, shadowed} {
+		there, err := clean.Tasks().Exists(ctx, r)
+		require.NoError(t, err)
+		require.False(t, there, "landed before Later ran it: %s", string(r.Payload))
+	}
+	clock.Add(time.Second)
+	require.NoError(t, clean.Tasks().Write(ctx, []store.Mutation{{Op: store.Delete, Row: shadowed, Stamp: clock.Now().UnixMicro()}}))
+	landing[0]()
+	for _, r := range []taskrow.Row{kept, shadowed} {
+		there, err := clean.Tasks().Exists(ctx, r)
+		require.NoError(t, err)
+		require.Equal(t, string(r.Payload) == "kept", there, string(r.Payload))
+	}
+
+	// A touch the coordinator stamped when it was sent, landing after one sent later.
+	l := shard.Layout{ShardCount: 1, BucketCount: 10, BucketDuration: time.Second}
+	var first, second signal.Touches
+	first.Add(l, shard.NewID(at), uuid.New())
+	second.Add(l, shard.NewID(at.Add(100*time.Millisecond)), uuid.New())
+	require.ErrorIs(t, late("Signals.Touch").Signals().Touch(ctx, first.List()), gocql.ErrTimeoutNoResponse)
+	clock.Add(time.Second)
+	require.NoError(t, clean.Signals().Touch(ctx, second.List()))
+	landing[1]()
+	cells, err := clean.Signals().Cells(ctx, l.Ring(), l.Bucket(at), l.Bucket(at))
+	require.NoError(t, err)
+	require.Len(t, cells, 1)
+	for _, id := range cells {
+		require.Equal(t, at.Add(100*time.Millisecond).UnixMilli(), shard.IDTime(uuid.UUID(id)).UnixMilli(), "the touch sent later, stamped later, wins")
+	}
+
+	applied, _, err := late("Keys.Claim").Keys().Claim(ctx, "q", "k", store.Claim{Holder: shard.NewID(at), ClaimedAt: at}, time.Minute, store.Claim{})
+	require.ErrorIs(t, err, gocql.ErrTimeoutNoResponse)
+	require.False(t, applied)
+	require.Len(t, landing, 2, "a conditional write is no straggler")
+	_, err = clean.Keys().Get(ctx, "q", "k", true)
+	require.NoError(t, err, "applied when sent")
 }

@@ -90,6 +90,8 @@ type task struct {
 	// writes are the spans of the calls that wrote it, each until its deferred touch
 	// (signal.Coalesce) was sent and admitted.
 	writes [][2]time.Time
+	// moves are the spans of the reschedules of it, from their start to their return.
+	moves [][2]time.Time
 	// cancelled is when a cancel of it returned success (zero: never), and afterLease
 	// whether that cancel let a delivery in flight finish; maybeCancelled that one
 	// returned an error that leaves it unknown.
@@ -278,6 +280,7 @@ func (o *oracle) rescheduled(p *proc, id uuid.UUID, due, began time.Time, err er
 	}
 	t.written = time.Now()
 	t.writes = append(t.writes, [2]time.Time{began, t.written.Add(time.Second)})
+	t.moves = append(t.moves, [2]time.Time{began, t.written})
 	t.writerDied = p.crashed()
 }
 
@@ -538,8 +541,12 @@ func checkDeliveries(t *task, leaseFaults, workerCrashes []time.Time, backoff ti
 					t.id, stamp(d.leased()), d.source, stamp(e.leased()), e.proc.name, e.source))
 			}
 			// The retry a failure writes is due Backoff after it, by the failing
-			// process's cluster clock; the consumer leases it by its own.
+			// process's cluster clock; the consumer leases it by its own. A delivery from
+			// e's marker (visible at e's deadline: the lease ran out before the retry's move)
+			// is no retry, nor one a reschedule moved (a retrying task runs at the time
+			// Reschedule gives it).
 			if d.attempt == e.attempt+1 && !e.ok && !e.ended.IsZero() && !crashedBy(e.proc, e.ended) &&
+				d.made.Add(d.timeout).Sub(e.deadline).Abs() > tolerance && !t.movedBetween(e.ended, d.leased()) &&
 				!t.replayedBetween(e.ended, d.leased()) && d.leased().Add(tolerance).Before(e.ended.Add(backoff)) {
 				v = append(v, fmt.Sprintf("task %s attempt %d leased at %s, before the backoff from attempt %d's failure at %s",
 					t.id, d.attempt, stamp(d.leased()), e.attempt, stamp(e.ended)))
@@ -560,6 +567,11 @@ func (t *task) copyPair(e, d *delivery, leaseFaults, workerCrashes []time.Time) 
 		return true
 	}
 	return slices.ContainsFunc(t.unknownFrom, func(from time.Time) bool { return from.Before(d.leased().Add(tolerance)) })
+}
+
+// movedBetween reports whether a reschedule of it ran at some time between a and b.
+func (t *task) movedBetween(a, b time.Time) bool {
+	return slices.ContainsFunc(t.moves, func(m [2]time.Time) bool { return m[0].Before(b) && m[1].After(a) })
 }
 
 // unsettle records that a call which began at from left it unknown whether the task was

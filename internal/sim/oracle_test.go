@@ -71,3 +71,16 @@ func TestCheckDeliveries(t *testing.T) {
 		require.Contains(t, v[0], tc.wants, tc.name)
 	}
 }
+
+// A failed attempt whose lease ran out before its retry's move is delivered again from
+// its marker, at its deadline, whatever the backoff.
+func TestCheckDeliveriesMarkerBeforeBackoff(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2000, 1, 1, 0, 1, 0, 0, time.UTC)
+	w := &proc{name: "w", clock: &clock{}, dead: make(chan struct{})}
+	e := &delivery{proc: w, source: "row-1", attempt: 1, token: 1, at: t0.Add(10 * time.Second), timeout: 10 * time.Second,
+		deadline: t0.Add(10*time.Second + 12*time.Millisecond), ended: t0.Add(10 * time.Second), made: t0.Add(-10 * time.Second)}
+	d := &delivery{proc: w, source: "marker-1", attempt: 2, token: 2, at: t0.Add(19 * time.Second), timeout: 10 * time.Second,
+		deadline: e.deadline.Add(10 * time.Second), ended: t0.Add(20 * time.Second), ok: true, made: e.deadline.Add(-10 * time.Second)}
+	require.Empty(t, checkDeliveries(&task{id: uuid.New(), deliveries: []*delivery{e, d}}, nil, nil, simBackoff))
+}

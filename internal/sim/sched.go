@@ -49,7 +49,11 @@ type sched struct {
 	// forced is the fault that the next request of an operation by a process meets,
 	// whatever the seed draws (see force).
 	forced map[*proc]map[string]memstore.Fault
-	counts [memstore.NoResponseApplied + 1]int
+	counts [memstore.NoResponseLate + 1]int
+	// late is the identity of the request last admitted as a straggler, whose write
+	// later receives next: an admitted request runs until it blocks before drive admits
+	// another, so none comes between.
+	late string
 }
 
 type request struct {
@@ -58,6 +62,9 @@ type request struct {
 	ident string
 	due   time.Time
 	admit chan memstore.Fault
+	// apply, for a straggler's write (memstore.NoResponseLate), applies it when admitted:
+	// it has no process, and meets no fault.
+	apply func()
 }
 
 func newSched(seed uint64) *sched {
@@ -170,7 +177,34 @@ func (s *sched) fault(q *request) memstore.Fault {
 	case 4:
 		return memstore.NoResponseLost
 	}
+	// Half the plain writes that apply unanswered land late.
+	if q.req.Write && !q.req.Conditional && s.draw("straggle", q.ident)%2 == 0 {
+		return memstore.NoResponseLate
+	}
 	return memstore.NoResponseApplied
+}
+
+// later is p's memstore.ClientConfig.Later: the straggler's write lands after a delay
+// drawn for its request, mostly within half a second, now and then seconds or a minute
+// late (a coordinator's backlog, a hint).
+func (s *sched) later(apply func()) {
+	s.mu.Lock()
+	ident := s.late + "|late"
+	var by time.Duration
+	switch h := s.draw("late", ident); {
+	case h%100 < 70:
+		by = time.Duration(1+h/100%500) * time.Millisecond
+	case h%100 < 95:
+		by = time.Duration(500+h/100%4500) * time.Millisecond
+	default:
+		by = time.Duration(5+h/100%55) * time.Second
+	}
+	s.pending = append(s.pending, &request{ident: ident, due: time.Now().Add(by), apply: apply})
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
 }
 
 // next returns the request to admit now, or how long until one is due (zero with none).
@@ -206,8 +240,19 @@ func compare(a, b string) int {
 }
 
 func (s *sched) admit(q *request) {
+	if q.apply != nil {
+		q.apply()
+		s.mu.Lock()
+		s.steps++
+		s.trace = mix(s.trace ^ s.draw("landed", q.ident))
+		s.mu.Unlock()
+		return
+	}
 	f := s.fault(q)
 	s.mu.Lock()
+	if f == memstore.NoResponseLate {
+		s.late = q.ident
+	}
 	s.steps++
 	s.counts[f]++
 	if f != memstore.None {

@@ -278,7 +278,7 @@ func (w *world) drive(until time.Time) {
 // restarts: the host is the same).
 func (w *world) newProc(name string, c *clock) *proc {
 	p := &proc{name: name, clock: c, dead: make(chan struct{}), session: new(gocql.Session)}
-	tables := w.cluster.Client(memstore.ClientConfig{Clock: c.Now, Gate: w.sched.gate(p)})
+	tables := w.cluster.Client(memstore.ClientConfig{Clock: c.Now, Gate: w.sched.gate(p), Later: w.sched.later})
 	p.state = sessionstate.New(tables, c, nil)
 	p.unbind = sessionstate.Bind(p.session, p.state)
 	w.mu.Lock()
