@@ -15,6 +15,7 @@ package memstore
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -42,6 +43,18 @@ type Cluster struct {
 	signals    *table
 	series     *table
 	names      *table
+	// proposals are the conditional writes sent as stragglers (NoResponseLate) and not
+	// yet committed, per table and partition key, oldest first.
+	proposals map[string][]*proposal
+}
+
+// proposal is a conditional write whose Paxos round was accepted but not committed: its
+// coordinator commits it late, or the next round on its partition finds it and commits it
+// first, under the ballot it was sent with.
+type proposal struct {
+	run    func(s *state) error
+	ballot int64
+	done   bool
 }
 
 // Config configures a Cluster.
@@ -131,12 +144,15 @@ const (
 	NoResponseLost
 	// NoResponseApplied is the same error, but the write applied.
 	NoResponseApplied
-	// NoResponseLate is the same error, and a plain write (not conditional) applies
-	// later, when the client's Later runs it: a straggler, which a coordinator or a
-	// replica still applies after its client gave up, with the write timestamps it was
-	// sent with (a coordinator's, of the time it was sent) and TTLs counted from when it
-	// lands. Conditional requests, whose Paxos round a later one on the partition would
-	// finish or void, and reads meet it as NoResponseApplied.
+	// NoResponseLate is the same error, and the write applies later: a straggler, which a
+	// coordinator or a replica still applies after its client gave up. A plain write lands
+	// when the client's Later runs it, with the write timestamps it was sent with (a
+	// coordinator's, of the time it was sent) and TTLs counted from when it lands. A
+	// conditional write's round was accepted and is committed when Later runs it or, if
+	// sooner, by the next conditional write or SERIAL read of its partition (which
+	// finishes an accepted round before its own), under its ballot of when it was sent;
+	// its condition is judged when it is committed (a real round judged it when sent, which
+	// differs only where a plain write came between). Reads meet it as NoResponseApplied.
 	NoResponseLate
 )
 
@@ -191,24 +207,74 @@ func (cl *client) exec(ctx context.Context, r Request, writeType string, run fun
 			return timeout(fault, r, writeType)
 		}
 	}
-	if fault == NoResponseLate && !r.Conditional && cl.later != nil {
-		sent := cl.c.now()
-		cl.later(func() {
-			cl.c.mu.Lock()
-			defer cl.c.mu.Unlock()
-			s := cl.c.state()
-			s.sent = sent.UnixMicro()
-			_ = run(s)
-		})
+	if fault == NoResponseLate && cl.later != nil {
+		cl.straggle(r, run)
 		return timeout(fault, r, writeType)
 	}
 	cl.c.mu.Lock()
+	if r.Conditional || r.Serial {
+		cl.c.commit(r)
+	}
 	err := run(cl.c.state())
 	cl.c.mu.Unlock()
 	if err != nil || fault == None {
 		return err
 	}
 	return timeout(fault, r, writeType)
+}
+
+// straggle hands run, the write of request r sent now, to the client's Later, and for a
+// conditional write records it as its partition's accepted proposal.
+func (cl *client) straggle(r Request, run func(s *state) error) {
+	cl.c.mu.Lock()
+	defer cl.c.mu.Unlock()
+	if !r.Conditional {
+		sent := cl.c.now().UnixMicro()
+		cl.later(func() {
+			cl.c.mu.Lock()
+			defer cl.c.mu.Unlock()
+			s := cl.c.state()
+			s.sent = sent
+			_ = run(s)
+		})
+		return
+	}
+	p := &proposal{run: run, ballot: cl.c.state().serverStamp()}
+	k := r.Table + "|" + r.Key
+	if cl.c.proposals == nil {
+		cl.c.proposals = map[string][]*proposal{}
+	}
+	cl.c.proposals[k] = append(cl.c.proposals[k], p)
+	cl.later(func() {
+		cl.c.mu.Lock()
+		defer cl.c.mu.Unlock()
+		cl.c.commitOne(k, p)
+	})
+}
+
+// commit commits the accepted proposals of r's partition, as the Paxos round of r does
+// before its own. The caller holds c.mu.
+func (c *Cluster) commit(r Request) {
+	k := r.Table + "|" + r.Key
+	for _, p := range slices.Clone(c.proposals[k]) {
+		c.commitOne(k, p)
+	}
+}
+
+// commitOne commits p, a proposal of partition k, unless it was already. The caller holds
+// c.mu.
+func (c *Cluster) commitOne(k string, p *proposal) {
+	if p.done {
+		return
+	}
+	p.done = true
+	c.proposals[k] = slices.DeleteFunc(c.proposals[k], func(q *proposal) bool { return q == p })
+	if len(c.proposals[k]) == 0 {
+		delete(c.proposals, k)
+	}
+	s := c.state()
+	s.sent = p.ballot
+	_ = p.run(s)
 }
 
 // state is the cluster at the time of one request: the servers' clock read once.

@@ -389,7 +389,6 @@ func TestTTLsAsTheStatementsGiveThem(t *testing.T) {
 // A straggler (NoResponseLate) answers as NoResponseApplied does, lands only when Later
 // runs it, with the stamps it was sent with: a delete sent after it, stamped later, wins
 // over it though it lands first; coordinator stamps are those of when it was sent.
-// Conditional writes meet it as NoResponseApplied.
 func TestStragglers(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -440,10 +439,23 @@ func TestStragglers(t *testing.T) {
 		require.Equal(t, at.Add(100*time.Millisecond).UnixMilli(), shard.IDTime(uuid.UUID(id)).UnixMilli(), "the touch sent later, stamped later, wins")
 	}
 
-	applied, _, err := late("Keys.Claim").Keys().Claim(ctx, "q", "k", store.Claim{Holder: shard.NewID(at), ClaimedAt: at}, time.Minute, store.Claim{})
-	require.ErrorIs(t, err, gocql.ErrTimeoutNoResponse)
-	require.False(t, applied)
-	require.Len(t, landing, 2, "a conditional write is no straggler")
-	_, err = clean.Keys().Get(ctx, "q", "k", true)
-	require.NoError(t, err, "applied when sent")
+	// A conditional write's accepted round: committed by the next SERIAL read of its
+	// partition, or when Later runs it, not seen before by a plain read.
+	claims := late("Keys.Claim").Keys()
+	for i, k := range []string{"by-read", "by-coordinator"} {
+		applied, _, err := claims.Claim(ctx, "q", k, store.Claim{Holder: shard.NewID(at), ClaimedAt: at}, time.Minute, store.Claim{})
+		require.ErrorIs(t, err, gocql.ErrTimeoutNoResponse)
+		require.False(t, applied)
+		require.Len(t, landing, 3+i)
+		_, err = clean.Keys().Get(ctx, "q", k, false)
+		require.ErrorIs(t, err, store.ErrNotFound, "committed before its time: %s", k)
+	}
+	_, err = clean.Keys().Get(ctx, "q", "by-read", true)
+	require.NoError(t, err, "the SERIAL read commits the round it finds")
+	landing[3]()
+	_, err = clean.Keys().Get(ctx, "q", "by-coordinator", false)
+	require.NoError(t, err, "its coordinator commits it")
+	landing[2]() // committed already: nothing more
+	_, err = clean.Keys().Get(ctx, "q", "by-read", false)
+	require.NoError(t, err)
 }

@@ -177,8 +177,8 @@ func (s *sched) fault(q *request) memstore.Fault {
 	case 4:
 		return memstore.NoResponseLost
 	}
-	// Half the plain writes that apply unanswered land late.
-	if q.req.Write && !q.req.Conditional && s.draw("straggle", q.ident)%2 == 0 {
+	// Half the writes that apply unanswered land late (memstore.NoResponseLate).
+	if q.req.Write && s.draw("straggle", q.ident)%2 == 0 {
 		return memstore.NoResponseLate
 	}
 	return memstore.NoResponseApplied
