@@ -94,7 +94,10 @@ func TestContentionHasOneHolderAtATime(t *testing.T) {
 			defer wg.Done()
 			for range 10 {
 				le, err := l.Acquire(ctx, "hot:0:0")
-				if errors.Is(err, lock.ErrLockHeld) {
+				// Eight contending rounds on one partition can time out on loaded nodes
+				// (seen at RF 3): an acquire of unknown outcome holds the lock for no one
+				// this test knows, until its TTL, as a held lock does.
+				if errors.Is(err, lock.ErrLockHeld) || errors.Is(err, lock.ErrOutcomeUnknown) {
 					continue
 				}
 				if !assertNoErr(t, err) {
