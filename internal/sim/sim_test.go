@@ -28,7 +28,7 @@ var (
 // skewed clocks and crashes, and checks the queue's promises after each.
 func TestSim(t *testing.T) {
 	start := time.Now()
-	var runs, requests, faults, crashes, deliveries int
+	var runs, requests, faults, crashes, deliveries, changes int
 	for seed := *first; ; seed++ {
 		if *budget > 0 {
 			if time.Since(start) > *budget {
@@ -44,6 +44,7 @@ func TestSim(t *testing.T) {
 			faults += res.Faults
 			crashes += res.Crashes
 			deliveries += res.Deliveries
+			changes += res.LayoutChanges
 			if len(res.Violations) > 0 {
 				t.Errorf("seed %d (run %d) broke %d promises:\n  %s\n%s%sreplay: go test ./internal/sim -run '^TestSim$' -sim.seed=%d -sim.seeds=1 -sim.repeat=20 -v",
 					seed, try, len(res.Violations), strings.Join(res.Violations, "\n  "), res.World, res.Processes, seed)
@@ -51,8 +52,8 @@ func TestSim(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d runs in %s: %d requests, %d faults, %d crashes, %d deliveries", runs, time.Since(start).Round(time.Millisecond),
-		requests, faults, crashes, deliveries)
+	t.Logf("%d runs in %s: %d requests, %d faults, %d crashes, %d deliveries, %d layout changes during runs", runs, time.Since(start).Round(time.Millisecond),
+		requests, faults, crashes, deliveries, changes)
 }
 
 func runSeed(t *testing.T, seed uint64) sim.Result {

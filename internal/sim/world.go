@@ -68,7 +68,9 @@ type Result struct {
 	Crashes    int
 	Scheduled  int
 	Deliveries int
-	Violations []string
+	// LayoutChanges counts the layout changes made during the run (reshaper).
+	LayoutChanges int
+	Violations    []string
 	// World describes the run's queue and processes as the seed made them; Processes
 	// what became of each incarnation.
 	World, Processes string
@@ -132,6 +134,10 @@ type world struct {
 
 	mu    sync.Mutex
 	procs []*proc
+	// reshapes are the layout changes asked during the run, and what each returned;
+	// changes counts those that returned success.
+	reshapes []string
+	changes  int
 }
 
 // Run runs one seed in a synctest bubble and returns what the oracle found.
@@ -184,6 +190,9 @@ func run(cfg Config) (Result, error) {
 		wg.Go(func() { w.producer(i, start.Add(workload)) })
 	}
 	wg.Go(func() { w.seriesOwner(start.Add(workload)) })
+	if w.rngFor("reshape").IntN(reshapeEvery) == 0 {
+		wg.Go(func() { w.reshaper(start.Add(workload)) })
+	}
 	workers := 1 + rng.IntN(3)
 	for i := range workers {
 		wg.Go(func() { w.worker(i, start.Add(workload), end) })
@@ -226,6 +235,7 @@ func run(cfg Config) (Result, error) {
 		}
 	}
 	res.Scheduled, res.Deliveries = w.oracle.totals()
+	res.LayoutChanges = w.changes
 	res.Violations = w.oracle.check(w, end, left)
 	res.World, res.Processes = w.describe()
 	for _, p := range w.procs {
@@ -243,6 +253,9 @@ func (w *world) describe() (world, diag string) {
 	procs := slices.SortedFunc(slices.Values(w.procs), func(a, b *proc) int { return strings.Compare(a.name, b.name) })
 	var wb, db strings.Builder
 	fmt.Fprintf(&wb, "queue %+v, faults %d/10000\n", w.queue, w.cfg.Faults)
+	for _, r := range w.reshapes {
+		fmt.Fprintf(&wb, "  %s\n", r)
+	}
 	for _, p := range procs {
 		if strings.HasSuffix(p.name, ".0") {
 			fmt.Fprintf(&wb, "  %s: skew %s drift %.0f ppm\n", strings.TrimSuffix(p.name, ".0"), p.clock.skew, p.clock.drift*1e6)
@@ -976,3 +989,36 @@ func (w *world) resizedQueue() {
 
 // resizeEvery: one seed in resizeEvery changes its queue's layout after the run.
 const resizeEvery = 8
+
+// reshapeEvery: one seed in reshapeEvery changes its queue's layout during the run.
+const reshapeEvery = 4
+
+// reshaper changes the queue's layout during the run, every 5 to 30 s, to a random shard
+// count, bucket length and bucket count (laps shorter and longer than the queue's), over
+// the simulated network, while producers schedule, cancel, move and replay, the series and
+// its keeper run, and processes crash. A change the queue cannot take (its DefaultTimeout
+// does not fit the lap) or asked while another has yet to take effect is refused; one
+// whose outcome stayed unknown may have been made. Every promise the oracle checks holds
+// through them.
+func (w *world) reshaper(until time.Time) {
+	rng := w.rngFor("reshape-0")
+	p := w.newProc("reshape.0", newClock(rng))
+	for {
+		time.Sleep(time.Duration(5+rng.IntN(26)) * time.Second)
+		if !time.Now().Before(until) {
+			return
+		}
+		cfg := shardqtype.LayoutConfig{
+			ShardCount:     1 + rng.IntN(4),
+			BucketCount:    []int{4, 8, 30, 60}[rng.IntN(4)],
+			BucketDuration: []time.Duration{time.Second, 5 * time.Second, 10 * time.Second, time.Minute}[rng.IntN(4)],
+		}
+		ch, err := shardq.ChangeLayout(context.Background(), p.session, w.queue.Name, cfg)
+		w.mu.Lock()
+		w.reshapes = append(w.reshapes, fmt.Sprintf("layout change at %s to %+v: %+v, %v", stamp(time.Now()), cfg, ch, err))
+		if err == nil {
+			w.changes++
+		}
+		w.mu.Unlock()
+	}
+}
