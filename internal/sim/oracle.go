@@ -861,9 +861,9 @@ func (o *oracle) checkSeries(w *world, end time.Time) []string {
 // whose outcome stayed unknown, a drop that failed) or of a worker's crash (one that
 // died between its markers and its swap), or after an ack that may have come after its
 // lease (ackRaced), or from the marker of a delivery of such a copy (the row made when
-// that one was leased), or from the marker of a delivery whose end (a Retry's move, an
-// ack) met a lease request's fault that may have left the marker ("a marker not deleted
-// by its deadline delivers the task again").
+// that one was leased) or the retry its failure wrote, or from the marker of a delivery
+// whose end (a Retry's move, an ack) met a lease request's fault that may have left the
+// marker ("a marker not deleted by its deadline delivers the task again").
 func (t *task) isCopy(d *delivery, leaseFaults, workerCrashes []time.Time) bool {
 	if d.attempt <= 1 {
 		return false
@@ -872,8 +872,16 @@ func (t *task) isCopy(d *delivery, leaseFaults, workerCrashes []time.Time) bool 
 		return true
 	}
 	return slices.ContainsFunc(t.deliveries, func(e *delivery) bool {
-		return e.attempt < d.attempt && d.made.Sub(e.leased()).Abs() <= tolerance &&
-			(t.isCopy(e, leaseFaults, workerCrashes) || !e.ended.IsZero() && faultNear(leaseFaults, e.ended))
+		if e.attempt < d.attempt && d.made.Sub(e.leased()).Abs() <= tolerance &&
+			(t.isCopy(e, leaseFaults, workerCrashes) || !e.ended.IsZero() && faultNear(leaseFaults, e.ended)) {
+			return true
+		}
+		// The retry a copy's failure wrote, due Backoff after it (its move's requests may
+		// take a slow request or two): the copy lives on through its retries.
+		visible := d.made.Add(d.timeout)
+		return e.attempt == d.attempt-1 && !e.ok && !e.ended.IsZero() &&
+			!visible.Before(e.ended.Add(simBackoff-tolerance)) && !visible.After(e.ended.Add(simBackoff+2*time.Second)) &&
+			t.isCopy(e, leaseFaults, workerCrashes)
 	})
 }
 

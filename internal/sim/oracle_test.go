@@ -84,3 +84,27 @@ func TestCheckDeliveriesMarkerBeforeBackoff(t *testing.T) {
 		deadline: e.deadline.Add(10 * time.Second), ended: t0.Add(20 * time.Second), ok: true, made: e.deadline.Add(-10 * time.Second)}
 	require.Empty(t, checkDeliveries(&task{id: uuid.New(), deliveries: []*delivery{e, d}}, nil, nil, simBackoff))
 }
+
+// A copy of a task (an orphan marker a lease fault left) that fails is retried like the
+// task: its retry and the task's own may hold leases at once, both copies.
+func TestCheckDeliveriesCopyRetried(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2000, 1, 1, 0, 1, 0, 0, time.UTC)
+	w := &proc{name: "w", clock: &clock{}, dead: make(chan struct{})}
+	// lease is a delivery leased at from a row visible then, ended (ok or failed) at ended.
+	lease := func(source string, attempt int, at time.Duration, ended time.Duration, ok bool) *delivery {
+		from := t0.Add(at)
+		return &delivery{proc: w, source: source, attempt: attempt, token: int64(attempt), at: from, timeout: 10 * time.Second,
+			deadline: from.Add(10 * time.Second), ended: t0.Add(ended), ok: ok, made: from.Add(-10 * time.Second)}
+	}
+	fault := t0.Add(-8 * time.Second) // a swap whose outcome stayed unknown, then a drop that failed
+	tk := &task{id: uuid.New(), deliveries: []*delivery{
+		lease("row", 1, -5*time.Second, 0, false),
+		lease("retry", 2, time.Second, 1500*time.Millisecond, false),
+		lease("orphan", 2, 2*time.Second, 2*time.Second, false), // the marker the fault left
+		lease("own-retry", 3, 2500*time.Millisecond, 5*time.Second, true),
+		lease("copy-retry", 3, 3*time.Second, 4*time.Second, true),
+	}}
+	require.Empty(t, checkDeliveries(tk, []time.Time{fault}, nil, simBackoff))
+	require.NotEmpty(t, checkDeliveries(tk, nil, nil, simBackoff), "with no fault, leases at once")
+}
