@@ -2,6 +2,7 @@ package series_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/inspect"
 	"github.com/shardq/shardq/internal/cassandratest"
+	"github.com/shardq/shardq/internal/cql"
 	"github.com/shardq/shardq/internal/layouts"
 	iseries "github.com/shardq/shardq/internal/series"
 	"github.com/shardq/shardq/internal/taskid"
@@ -402,7 +404,15 @@ func TestKeeperLeavesEndedOccurrenceUnrecorded(t *testing.T) {
 	// the move on its ack never happened, so neither did the next occurrence.
 	moved, err := e.c.Get(ctx, e.q.Name, "e")
 	require.NoError(t, err)
-	require.NoError(t, e.p.Cancel(ctx, moved.NextID, producer.CancelOptions{}))
+	// A cancel that timed out on a loaded node (a clean CI run) may have applied: sent
+	// again, it finds the task gone.
+	err = e.p.Cancel(ctx, moved.NextID, producer.CancelOptions{})
+	for tries := 1; tries < 5 && cql.TimedOut(err); tries++ {
+		if err = e.p.Cancel(ctx, moved.NextID, producer.CancelOptions{}); errors.Is(err, shardqtype.ErrTaskNotFound) {
+			err = nil
+		}
+	}
+	require.NoError(t, err)
 	require.NoError(t, e.s.Query(`INSERT INTO series JSON ?`, saved).Exec())
 	require.NoError(t, e.s.Query(`UPDATE series SET written = null WHERE queue = ? AND name = ?`, e.q.Name, "e").Exec())
 
