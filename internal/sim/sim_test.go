@@ -148,6 +148,9 @@ var regressions = []struct {
 	{61000691, "a series occurrence whose write failed (and applied) is touched all the same, and a keeper that finds one unrecorded touches it again: a row written late with no touch lay below consumers' floors for a lap, and the series stalled (found by the final run on c5377d8)"},
 	{61005317, "oracle: a lease by a process whose clock was not yet measured is dated by that clock, off by up to its skew: leased before a pause, it is left to finish (found by the final run on c5377d8)"},
 	{462, "a copy left by a crashed take acked first and the series moved on beside the still-running original: the oracle counts both runs of an occurrence with a copy as copies"},
+	{161, "oracle: a failed attempt whose lease ran out before its retry's move is delivered again from its marker, not early for its backoff"},
+	{238, "oracle: a retry that Reschedule moved runs at its new time, whatever the backoff"},
+	{1074, "oracle: a copy's retry is a copy (a swap with no response and a refused drop of markers, during layout changes)"},
 }
 
 func TestRegressionSeeds(t *testing.T) {
