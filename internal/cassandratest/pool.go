@@ -64,8 +64,6 @@ func SchemaKeyspace(t testing.TB) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// In use: a process that takes it over after this one died mid-test rests it from then.
-	_ = os.Chtimes(lockPath(ks), inUse, inUse)
 	t.Logf("keyspace %s", ks)
 	t.Cleanup(func() { giveBack(ks) })
 	return ks
@@ -81,8 +79,18 @@ func giveBack(ks string) {
 }
 
 // takeKeyspace empties a rested pooled keyspace and returns it, or one a gone process
-// left, or makes a new one.
+// left, or makes a new one, marked in use.
 func takeKeyspace(admin *gocql.Session) (string, error) {
+	ks, err := takePooled(admin)
+	if err == nil {
+		// In use: a process that takes it over after this one died mid-test rests it from then.
+		_ = os.Chtimes(lockPath(ks), inUse, inUse)
+	}
+	return ks, err
+}
+
+// takePooled is takeKeyspace's work, before the keyspace is marked in use.
+func takePooled(admin *gocql.Session) (string, error) {
 	pool.Lock()
 	if !pool.swept {
 		pool.swept = true

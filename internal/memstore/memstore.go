@@ -54,7 +54,6 @@ type Cluster struct {
 type proposal struct {
 	run    func(s *state) error
 	ballot int64
-	done   bool
 }
 
 // Config configures a Cluster.
@@ -255,20 +254,23 @@ func (cl *client) straggle(r Request, run func(s *state) error) {
 // commit commits the accepted proposals of r's partition, as the Paxos round of r does
 // before its own. The caller holds c.mu.
 func (c *Cluster) commit(r Request) {
+	if len(c.proposals) == 0 {
+		return
+	}
 	k := r.Table + "|" + r.Key
 	for _, p := range slices.Clone(c.proposals[k]) {
 		c.commitOne(k, p)
 	}
 }
 
-// commitOne commits p, a proposal of partition k, unless it was already. The caller holds
-// c.mu.
+// commitOne commits p, a proposal of partition k, unless it was already (it is no longer
+// among k's). The caller holds c.mu.
 func (c *Cluster) commitOne(k string, p *proposal) {
-	if p.done {
+	i := slices.Index(c.proposals[k], p)
+	if i < 0 {
 		return
 	}
-	p.done = true
-	c.proposals[k] = slices.DeleteFunc(c.proposals[k], func(q *proposal) bool { return q == p })
+	c.proposals[k] = slices.Delete(c.proposals[k], i, i+1)
 	if len(c.proposals[k]) == 0 {
 		delete(c.proposals, k)
 	}

@@ -8,18 +8,23 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// testWorker is a live worker process for hand-made histories.
+func testWorker() *proc { return &proc{name: "w", clock: &clock{}, dead: make(chan struct{})} }
+
+// leaseOf is a delivery by p, at attempt (and token) attempt, leased at from from a row
+// visible then, with a 10 s timeout, that ended (ok or failed) at ended (zero: runs on).
+func leaseOf(p *proc, source string, attempt int, from, ended time.Time, ok bool) *delivery {
+	return &delivery{proc: p, source: source, attempt: attempt, token: int64(attempt), at: from, timeout: 10 * time.Second,
+		deadline: from.Add(10 * time.Second), ended: ended, ok: ok, made: from.Add(-10 * time.Second)}
+}
+
 // The oracle judges deliveries of one task by their leases, whatever rows they came
 // from: a marker taken early, or a retry before its backoff, is a violation unless a
 // documented fault excuses that pair.
 func TestCheckDeliveries(t *testing.T) {
 	t.Parallel()
 	t0 := time.Date(2000, 1, 1, 0, 1, 0, 0, time.UTC)
-	worker := func() *proc { return &proc{name: "w", clock: &clock{}, dead: make(chan struct{})} }
-	deliver := func(p *proc, source string, attempt int, token int64, at time.Time, ended time.Time, ok bool) *delivery {
-		return &delivery{proc: p, source: source, attempt: attempt, token: token, at: at,
-			timeout: 10 * time.Second, deadline: at.Add(10 * time.Second), ended: ended, ok: ok, made: at.Add(-10 * time.Second)}
-	}
-	a, b := worker(), worker()
+	a, b := testWorker(), testWorker()
 	for _, tc := range []struct {
 		name  string
 		task  func() *task
@@ -28,8 +33,8 @@ func TestCheckDeliveries(t *testing.T) {
 		name: "a marker taken while its lease lasts",
 		task: func() *task {
 			return &task{id: uuid.New(), deliveries: []*delivery{
-				deliver(a, "row-1", 1, 1, t0, time.Time{}, false),
-				deliver(b, "marker-1", 2, 2, t0.Add(3*time.Second), t0.Add(4*time.Second), true),
+				leaseOf(a, "row-1", 1, t0, time.Time{}, false),
+				leaseOf(b, "marker-1", 2, t0.Add(3*time.Second), t0.Add(4*time.Second), true),
 			}}
 		},
 		wants: "while the lease taken at",
@@ -37,8 +42,8 @@ func TestCheckDeliveries(t *testing.T) {
 		name: "a retry before its backoff",
 		task: func() *task {
 			return &task{id: uuid.New(), deliveries: []*delivery{
-				deliver(a, "row-1", 1, 1, t0, t0.Add(time.Second), false),
-				deliver(b, "retry-1", 2, 2, t0.Add(1500*time.Millisecond), t0.Add(2*time.Second), true),
+				leaseOf(a, "row-1", 1, t0, t0.Add(time.Second), false),
+				leaseOf(b, "retry-1", 2, t0.Add(1500*time.Millisecond), t0.Add(2*time.Second), true),
 			}}
 		},
 		wants: "before the backoff",
@@ -46,8 +51,8 @@ func TestCheckDeliveries(t *testing.T) {
 		name: "a copy after a move whose outcome stayed unknown",
 		task: func() *task {
 			tk := &task{id: uuid.New(), deliveries: []*delivery{
-				deliver(a, "row-1", 1, 1, t0, time.Time{}, false),
-				deliver(b, "row-2", 1, 1, t0.Add(3*time.Second), t0.Add(4*time.Second), true),
+				leaseOf(a, "row-1", 1, t0, time.Time{}, false),
+				leaseOf(b, "row-2", 1, t0.Add(3*time.Second), t0.Add(4*time.Second), true),
 			}}
 			tk.unsettle(t0.Add(-time.Minute))
 			return tk
@@ -56,9 +61,9 @@ func TestCheckDeliveries(t *testing.T) {
 		name: "a retry after its backoff, then its marker at its deadline",
 		task: func() *task {
 			return &task{id: uuid.New(), deliveries: []*delivery{
-				deliver(a, "row-1", 1, 1, t0, t0.Add(time.Second), false),
-				deliver(b, "retry-1", 2, 2, t0.Add(2*time.Second), time.Time{}, false),
-				deliver(a, "marker-2", 3, 3, t0.Add(12*time.Second), t0.Add(13*time.Second), true),
+				leaseOf(a, "row-1", 1, t0, t0.Add(time.Second), false),
+				leaseOf(b, "retry-1", 2, t0.Add(2*time.Second), time.Time{}, false),
+				leaseOf(a, "marker-2", 3, t0.Add(12*time.Second), t0.Add(13*time.Second), true),
 			}}
 		},
 	}} {
@@ -77,7 +82,7 @@ func TestCheckDeliveries(t *testing.T) {
 func TestCheckDeliveriesMarkerBeforeBackoff(t *testing.T) {
 	t.Parallel()
 	t0 := time.Date(2000, 1, 1, 0, 1, 0, 0, time.UTC)
-	w := &proc{name: "w", clock: &clock{}, dead: make(chan struct{})}
+	w := testWorker()
 	e := &delivery{proc: w, source: "row-1", attempt: 1, token: 1, at: t0.Add(10 * time.Second), timeout: 10 * time.Second,
 		deadline: t0.Add(10*time.Second + 12*time.Millisecond), ended: t0.Add(10 * time.Second), made: t0.Add(-10 * time.Second)}
 	d := &delivery{proc: w, source: "marker-1", attempt: 2, token: 2, at: t0.Add(19 * time.Second), timeout: 10 * time.Second,
@@ -90,12 +95,9 @@ func TestCheckDeliveriesMarkerBeforeBackoff(t *testing.T) {
 func TestCheckDeliveriesCopyRetried(t *testing.T) {
 	t.Parallel()
 	t0 := time.Date(2000, 1, 1, 0, 1, 0, 0, time.UTC)
-	w := &proc{name: "w", clock: &clock{}, dead: make(chan struct{})}
-	// lease is a delivery leased at from a row visible then, ended (ok or failed) at ended.
-	lease := func(source string, attempt int, at time.Duration, ended time.Duration, ok bool) *delivery {
-		from := t0.Add(at)
-		return &delivery{proc: w, source: source, attempt: attempt, token: int64(attempt), at: from, timeout: 10 * time.Second,
-			deadline: from.Add(10 * time.Second), ended: t0.Add(ended), ok: ok, made: from.Add(-10 * time.Second)}
+	w := testWorker()
+	lease := func(source string, attempt int, at, ended time.Duration, ok bool) *delivery {
+		return leaseOf(w, source, attempt, t0.Add(at), t0.Add(ended), ok)
 	}
 	fault := t0.Add(-8 * time.Second) // a swap whose outcome stayed unknown, then a drop that failed
 	tk := &task{id: uuid.New(), deliveries: []*delivery{
