@@ -112,7 +112,13 @@ func TestContentionHasOneHolderAtATime(t *testing.T) {
 				}
 				acquired.Add(1)
 				inside.Add(-1)
-				assertNoErr(t, le.Release(ctx))
+				// A release that times out on a loaded node reads the lock back; when a
+				// contender took it in between (after the release applied, or after the
+				// holding expired: the two cannot be told apart), that is ErrLockLost, as
+				// Release documents. Only a holder that overlapped another breaks the lock.
+				if err := le.Release(ctx); !errors.Is(err, lock.ErrLockLost) {
+					assertNoErr(t, err)
+				}
 			}
 		}()
 	}
@@ -132,13 +138,19 @@ func assertNoErr(t *testing.T, err error) bool {
 func TestExpiredLeaseCannotRenewOrReleaseAnothers(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	l := newLocker(t, lock.Config{TTL: 2 * time.Second})
+	s := cassandratest.SchemaSession(t)
+	short, err := lock.New(s, lock.Config{TTL: 2 * time.Second})
+	require.NoError(t, err)
+	// The next holding must outlast the stale one's attempts even on a slow node, so that
+	// "still held" afterwards can only mean they changed nothing.
+	long, err := lock.New(s, lock.Config{TTL: time.Minute})
+	require.NoError(t, err)
 
-	stale, err := l.Acquire(ctx, "q:2:0")
+	stale, err := short.Acquire(ctx, "q:2:0")
 	require.NoError(t, err)
 	waitExpired(t, stale)
 
-	next, err := l.Acquire(ctx, "q:2:0")
+	next, err := long.Acquire(ctx, "q:2:0")
 	require.NoError(t, err)
 	require.Greater(t, next.Token(), stale.Token())
 
