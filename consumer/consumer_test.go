@@ -556,6 +556,24 @@ func TestSkippedPartitionKeepsNextDue(t *testing.T) {
 	require.NoError(t, held.Release(context.Background()))
 }
 
+// A consumer that looks again more than a lap later (its queue paused, or a lap shorter
+// than its idle interval) finds a task written in the lap it missed at once, not at its
+// next full scan: the ring brought the task's partition round to a bucket whose signal
+// cell shows no write.
+func TestTaskOfAMissedLap(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 1, BucketCount: 4, BucketDuration: time.Second, DefaultTimeout: 2 * time.Second})
+	// Full scans a minute apart: the one below is the last before the task is looked for.
+	c, err := consumer.New(e.s, consumer.Config{Queue: e.q.Name, Clock: e.clock, LookAhead: 2 * time.Minute})
+	require.NoError(t, err)
+	require.Empty(t, e.acquire(c, 10))
+	require.Empty(t, e.acquire(c, 10), "the idle call's full scan")
+	e.clock.Add(500 * time.Millisecond)
+	want := e.schedule(producer.Task{})
+	e.clock.Add(5 * time.Second)
+	require.Equal(t, want, ids(e.acquire(c, 10)))
+}
+
 // A producer's insert replayed after its task was taken (a driver retry that lands
 // late) does not bring the task back: its write timestamp is older than the delete's.
 func TestReplayedInsertStaysDeleted(t *testing.T) {

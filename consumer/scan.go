@@ -168,7 +168,7 @@ func (c *Consumer) peekAll(ctx context.Context, parts []scanplan.Part, want int,
 		op := "floors"
 		switch {
 		case pt.Ahead:
-		case cells.Untouched(pt):
+		case cells.Untouched(pt) && !pt.Lapped:
 			c.plan.StartFloors(pt, nil)
 		default:
 			err = c.loadFloors(ctx, pt)

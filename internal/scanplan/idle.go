@@ -28,14 +28,16 @@ func Split(parts []Part) (current, ahead []int) {
 // for this lap, which saves reading them. Between full scans (one per half LookAhead),
 // only partitions with a row the last full scan saw coming due, or whose cell changed
 // since, are read: rows written since were touched, and earlier ones due before the next
-// full scan were seen. Parts not read get what is known of them (Finished, Next).
+// full scan were seen. That holds of the lap the cells are read for: a Lapped partition
+// not yet read in this lap is read, for rows written into a lap the scans missed. Parts
+// not read get what is known of them (Finished, Next).
 func (p *Plan) IdleReads(parts []Part, now time.Time, cells Cells) (read []int, full bool) {
 	full = p.fullScan(now, cells)
 	current, ahead := Split(parts)
 	for _, i := range append(current, ahead...) {
 		pt := &parts[i]
 		switch {
-		case p.comingDue(pt, now):
+		case p.comingDue(pt, now), pt.Lapped && !p.HasFloors(pt):
 			read = append(read, i)
 		case cells.Untouched(pt) && (pt.Ahead || p.HasFloors(pt)):
 			// Nothing was written into it this lap, and rows left from the last lap

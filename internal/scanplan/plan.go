@@ -58,6 +58,10 @@ type Part struct {
 	Finished bool      // a past bucket with nothing of its lap left: the cursor may pass it
 	Err      error     // reading it failed
 	Blind    bool      // taken without a peek (Plan.Known): busy, assumed to hold PeekLimit
+	// Lapped: a bucket up to now whose partition held an earlier bucket the shard's cursor
+	// had not passed when the ring came round to it (the consumer paused, or away longer
+	// than a lap), so rows of that lap may wait in it whatever its cell shows of this lap.
+	Lapped bool
 }
 
 // See counts a row read from pt with this ID: visible at now, or coming due.
@@ -172,7 +176,7 @@ func (p *Plan) Candidates(now time.Time) []Part {
 		s := (first + i) % l.ShardCount
 		for b := max(p.cursors[s], p.lapStart(now)); b <= bLast; b++ {
 			key := l.Key(b, s)
-			pt := Part{Key: key, Shard: s, Bucket: b, Ahead: b > bNow}
+			pt := Part{Key: key, Shard: s, Bucket: b, Ahead: b > bNow, Lapped: b <= bNow && b-int64(l.BucketCount) >= p.cursors[s]}
 			if p.hot[key] && !pt.Ahead {
 				pt.Avail = PeekLimit
 			}

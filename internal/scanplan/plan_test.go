@@ -477,3 +477,37 @@ func TestIdleReads(t *testing.T) {
 	_, full = p.IdleReads(p.Candidates(t0), at(2.6), nil)
 	require.True(t, full)
 }
+
+// A consumer away longer than a lap (paused, or its lap shorter than its idle interval)
+// comes back to partitions that held a bucket its cursor had not passed: an idle scan
+// reads each of them once in its lap, even between full scans and with its cell
+// untouched in this lap, since rows of the lap it missed may wait there.
+func TestLappedPartitionsRead(t *testing.T) {
+	t.Parallel()
+	p := New(Config{Layout: testLayout, Skew: testSkew, LookAhead: 2 * time.Minute, MaxTakeBytes: 4 << 20,
+		MaxPageRows: 1000, SlotStart: func(b int64, slot int) time.Time { return signal.SlotStart(testLayout, b, slot) },
+	}, t0, 0)
+	parts := p.Candidates(t0)
+	for _, pt := range parts {
+		require.False(t, pt.Lapped, "nothing is lapped within the cursor's lap: %s", pt.Key)
+	}
+	_, full := p.IdleReads(parts, t0, Cells{})
+	require.True(t, full)
+
+	now := at(42) // bucket b0+4: the ring came round to every partition of the cursor's lap
+	parts = p.Candidates(now)
+	var current []int
+	for i, pt := range parts {
+		require.Equal(t, !pt.Ahead, pt.Lapped, pt.Key)
+		if !pt.Ahead {
+			current = append(current, i)
+		}
+	}
+	read, full := p.IdleReads(parts, now, Cells{})
+	require.False(t, full, "within half LookAhead of the last full scan")
+	require.Equal(t, current, read, "every lapped partition, though no cell shows a write")
+
+	p.StartFloors(&parts[current[0]], nil)
+	read, _ = p.IdleReads(parts, now, Cells{})
+	require.Equal(t, current[1:], read, "not one read in this lap already")
+}
