@@ -633,7 +633,8 @@ const lateness = worker.DefaultSignalInterval + worker.DefaultBatchDelay + signa
 // a crash from a lock's TTL before (a dead holder's lock lasts its LockTTL; a dead
 // worker's tasks wait for another),
 // or any worker running as many handlers as its Concurrency (the task may be leased by it
-// and wait in its queue, as worker.Config.Prefetch says), or no worker alive throughout;
+// and wait in its queue, as worker.Config.Prefetch says), or no worker alive throughout,
+// or a late task ahead of it in line (waitedInLine);
 // and tasks whose due time a call may have changed without telling (an unknown outcome,
 // a cancel, a replay), or whose writer died before its call returned.
 func (o *oracle) checkLateness(w *world, end time.Time) []string {
@@ -665,13 +666,33 @@ func (o *oracle) checkLateness(w *world, end time.Time) []string {
 		first := slices.MinFunc(append(slices.Clone(t.deliveries), &delivery{at: end}), func(a, b *delivery) int { return a.at.Compare(b.at) })
 		// A first delivery of a later attempt follows a lease whose handler never started:
 		// its holder crashed, or it ran out waiting for a handler (docs/recipe.md, Workers).
-		if !first.at.After(by.Add(tolerance)) || first.attempt > 1 || !o.workersReady(workers, due, by) {
+		if !first.at.After(by.Add(tolerance)) || first.attempt > 1 || !o.workersReady(workers, due, by) || o.waitedInLine(id, due, first.at) {
 			continue
 		}
 		v = append(v, fmt.Sprintf("task %s due %s first delivered at %s, %s late (bound %s)%s", id, stamp(due), stamp(first.at),
 			first.at.Sub(due), lateness, t.history()))
 	}
 	return v
+}
+
+// waitedInLine reports whether task id, due at due and first started at first, waited
+// behind a late one: a delivery of another task due before it that had not started when
+// it came due, started before it, and was itself more than lateness late. Workers take
+// what is due oldest first (per partition, and keep their prefetched tasks in that order),
+// so a backlog (left by a crash, a pause, workers starting) delays everything due behind
+// it; the head of the line is the one checked, and excused only by what delayed it.
+func (o *oracle) waitedInLine(id uuid.UUID, due, first time.Time) bool {
+	for other, t := range o.tasks {
+		if other == id {
+			continue
+		}
+		for _, d := range t.deliveries {
+			if d.due.Before(due) && d.at.After(due) && !d.at.After(first) && d.at.Sub(d.due) > lateness {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // workersReady reports whether a worker was alive from from to to, and none of those alive

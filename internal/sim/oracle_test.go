@@ -110,3 +110,21 @@ func TestCheckDeliveriesCopyRetried(t *testing.T) {
 	require.Empty(t, checkDeliveries(tk, []time.Time{fault}, nil, simBackoff))
 	require.NotEmpty(t, checkDeliveries(tk, nil, nil, simBackoff), "with no fault, leases at once")
 }
+
+// A task late only because a late task due before it went first is not blamed: the head
+// of the line is.
+func TestWaitedInLine(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2000, 1, 1, 0, 1, 0, 0, time.UTC)
+	w := testWorker()
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	head := &task{id: uuid.New(), deliveries: []*delivery{{proc: w, due: at(0), at: at(4 * time.Second)}}}
+	o := &oracle{tasks: map[uuid.UUID]*task{head.id: head}}
+	behind := uuid.New()
+	require.True(t, o.waitedInLine(behind, at(time.Second), at(5*time.Second)), "behind a late task")
+	require.False(t, o.waitedInLine(behind, at(5*time.Second), at(9*time.Second)), "due after the head started")
+	require.False(t, o.waitedInLine(behind, at(time.Second), at(3*time.Second)), "started before the head")
+	require.False(t, o.waitedInLine(head.id, at(0), at(4*time.Second)), "not behind itself")
+	head.deliveries[0].at = at(lateness)
+	require.False(t, o.waitedInLine(behind, at(time.Second), at(5*time.Second)), "behind a head that was on time")
+}

@@ -151,6 +151,8 @@ var regressions = []struct {
 	{161, "oracle: a failed attempt whose lease ran out before its retry's move is delivered again from its marker, not early for its backoff"},
 	{238, "oracle: a retry that Reschedule moved runs at its new time, whatever the backoff"},
 	{1074, "oracle: a copy's retry is a copy (a swap with no response and a refused drop of markers, during layout changes)"},
+	{4987, "a consumer back from a pause longer than its queue's lap reads the partitions the ring brought round (scanplan.Part.Lapped): the tasks due during the pause waited for its next full scan (found, with 8170 and 8606, by a 10,000-seed run on f00c19f)"},
+	{2292, "oracle: a task due behind a late one waits with it (a restarted worker's backlog after a crash, during layout changes)"},
 }
 
 func TestRegressionSeeds(t *testing.T) {
