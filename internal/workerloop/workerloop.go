@@ -895,13 +895,39 @@ func (w *Worker) ack() {
 				by = at
 				timer.Reset(time.Until(by))
 			}
-			if len(batch) >= ackBatch || !time.Now().Before(by) {
-				flush()
+			if len(batch) < ackBatch && time.Now().Before(by) {
+				continue
 			}
 		case <-timer.C:
-			flush()
+		}
+		// Due now. Acks that finished while an earlier flush was under way are late too:
+		// they go in this batch rather than one call each, or a slow node that delayed
+		// one flush makes every ack after it a conditional batch of its own, which falls
+		// further behind until leases run out under the acks.
+		var open bool
+		batch, open = w.gatherAcks(batch)
+		flush()
+		if !open {
+			return
 		}
 	}
+}
+
+// gatherAcks adds the acks already waiting to batch, up to ackBatch, and reports false
+// once acks is closed.
+func (w *Worker) gatherAcks(batch []*consumer.Task) ([]*consumer.Task, bool) {
+	for len(batch) < ackBatch {
+		select {
+		case t, ok := <-w.acks:
+			if !ok {
+				return batch, false
+			}
+			batch = append(batch, t)
+		default:
+			return batch, true
+		}
+	}
+	return batch, true
 }
 
 // ackBy is when the ack of t, which just finished, must go (by the real clock): when it
