@@ -109,9 +109,8 @@ func TestHelperProcess(t *testing.T) {
 func TestConcurrentProcesses(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	ks := cassandratest.Keyspace(t)
+	ks := cassandratest.SchemaKeyspace(t)
 	s := cassandratest.SessionFor(t, ks)
-	cassandratest.ApplySchema(t, s)
 	q, err := shardq.CreateQueue(ctx, s, shardqtype.QueueConfig{Name: helperQueue, ShardCount: 8,
 		BucketCount: 60, BucketDuration: time.Second, DefaultTimeout: 50 * time.Second})
 	require.NoError(t, err)

@@ -225,10 +225,11 @@ func TestReplayMakesItsRowAfterTheClaim(t *testing.T) {
 	ctx := context.Background()
 	id, letter := deadLetterOf(t, s, p, clock, "k")
 	// Its claim expired meanwhile: the replay claims the key afresh.
+	stored := map[string]any{}
 	applied, err := s.Query(`DELETE FROM task_keys WHERE queue = 'q' AND key = 'k' IF task_id = ?`, gocql.UUID(id)).
-		MapScanCAS(map[string]any{})
+		MapScanCAS(stored)
 	require.NoError(t, err)
-	require.True(t, applied)
+	require.True(t, applied, "task %s's claim as stored: %v", id, stored)
 
 	clock.step.Store(int64(time.Second))
 	_, err = p.ReplayDeadLetter(ctx, "q", letter.DeadLetterID)

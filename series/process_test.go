@@ -94,9 +94,8 @@ type delivery struct {
 func TestSeriesAcrossKilledProcess(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	ks := cassandratest.Keyspace(t)
+	ks := cassandratest.SchemaKeyspace(t)
 	s := cassandratest.SessionFor(t, ks)
-	cassandratest.ApplySchema(t, s)
 	q, err := shardq.CreateQueue(ctx, s, shardqtype.QueueConfig{Name: "q" + strings.ReplaceAll(uuid.NewString()[:8], "-", ""),
 		DefaultTimeout: 2 * time.Second})
 	require.NoError(t, err)

@@ -46,9 +46,8 @@ func newEnv(t *testing.T, start time.Time) *env {
 // newQueueEnv is newEnv with a queue of settings cfg, named here.
 func newQueueEnv(t *testing.T, start time.Time, cfg shardqtype.QueueConfig) *env {
 	t.Helper()
-	ks := cassandratest.Keyspace(t)
+	ks := cassandratest.SchemaKeyspace(t)
 	s := cassandratest.SessionFor(t, ks)
-	cassandratest.ApplySchema(t, s)
 	cfg.Name = "q" + strings.ReplaceAll(uuid.NewString()[:8], "-", "")
 	q, err := shardq.CreateQueue(context.Background(), s, cfg)
 	require.NoError(t, err)
