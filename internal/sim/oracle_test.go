@@ -66,6 +66,28 @@ func TestCheckDeliveries(t *testing.T) {
 				leaseOf(a, "marker-2", 3, t0.Add(12*time.Second), t0.Add(13*time.Second), true),
 			}}
 		},
+	}, {
+		name: "a retry that Reschedule moved, at its new time",
+		task: func() *task {
+			tk := &task{id: uuid.New(), deliveries: []*delivery{
+				leaseOf(a, "row-1", 1, t0, t0.Add(time.Second), false),
+				leaseOf(b, "moved-retry-1", 2, t0.Add(1300*time.Millisecond), t0.Add(2*time.Second), true),
+			}}
+			tk.moves = [][2]time.Time{{t0.Add(1100 * time.Millisecond), t0.Add(1200 * time.Millisecond)}}
+			return tk
+		},
+	}, {
+		name: "a copy from before a replay, leased after the replay's first lease with its old life's token",
+		task: func() *task {
+			old := leaseOf(a, "copy", 3, t0.Add(11*time.Second), t0.Add(12*time.Second), true)
+			old.made = t0.Add(-time.Minute) // made in the old life, before the replay
+			tk := &task{id: uuid.New(), replays: []time.Time{t0.Add(-time.Second)}, deliveries: []*delivery{
+				leaseOf(b, "replayed", 1, t0, t0.Add(time.Second), true),
+				old,
+			}}
+			tk.deliveries[0].token = 10 // a replay's token is above every delivery of the old life
+			return tk
+		},
 	}} {
 		v := checkDeliveries(tc.task(), nil, nil, simBackoff)
 		if tc.wants == "" {

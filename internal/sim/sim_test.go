@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -113,46 +114,83 @@ func TestSeedReplays(t *testing.T) {
 // the simulator on HEAD with that fix undone, or the seed that found the defect); they
 // pass with it. A seed's world survives
 // edits that keep its code paths, so these replay the defect's scenario.
+// Each names the deterministic tests that pin the same defect or rule (pinned, as
+// "package-dir:TestName" or "package-dir:TestName/case name"), so that a seed whose world
+// a later edit changed, and which no longer reaches its scenario, loses nothing.
+// TestRegressionSeedsPinned checks that those tests exist.
 var regressions = []struct {
-	seed uint64
-	fix  string
+	seed   uint64
+	fix    string
+	pinned []string
 }{
-	{12, "b3b0246: drops of markers and of a failed move's row carry the rows' stamp"},
-	{1, "c8de518: plain writes stamped by the cluster's time less WriteLag"},
-	{6, "c8de518: consumers judge due-ness by the cluster's clock"},
+	{12, "b3b0246: drops of markers and of a failed move's row carry the rows' stamp", nil},
+	{1, "c8de518: plain writes stamped by the cluster's time less WriteLag", []string{"consumer:TestLeadingClockDeletesWin", "internal/clustertime:TestMeasuresOffsetAndStampsBehindCluster"}},
+	{6, "c8de518: consumers judge due-ness by the cluster's clock", []string{"consumer:TestHostAheadNeverDeliversEarly"}},
 	// Since 3a8c4fb a consumer also drops a marker whose task has ended, so undoing that
 	// fix alone breaks no promise; 193 keeps the scenario that found it.
-	{193, "1c26f2f: Cancel and Reschedule delete the copy a move left"},
-	{7000425, "a Reschedule measures the cluster's clock before it stamps"},
-	{101, "ae913fe: a series client measures the cluster's clock before it stamps an occurrence"},
-	{1759, "a keeper writes an occurrence left unwritten for over half a lap at a new place"},
-	{5017033, "a host whose first clock measure failed stamps its writes Unmeasured earlier"},
-	{647, "3371003: signal touches stamped by the coordinator, not the writer's clock"},
-	{22, "232a2c2: a key claim is an UPDATE, whose row lives exactly as long as its cells"},
-	{1, "f06d8c4: Reschedule renews the key's claim until its new time plus Keep"},
-	{3, "a write that failed touches the signals of every row it may have written (the quiet write after each run)"},
-	{10000586, "6b4285f: a signal touch that fails is tried again until it applies (the quiet write's refused touch; this seed found it on 224f908)"},
-	{5168, "b2438bc, reverted: dropping a copy whose index entry names another row lost the task when the same swap deleted that row (and, found by review, when two takes each dropped theirs citing the other)"},
-	{789, "5e2871f: Locate follows a never-moved task's first lease landing between its reads (the series keeper started the next occurrence beside it)"},
-	{1251, "a row a crashed Reschedule left beside the old one is looked up before it is leased: a cancel that could not see it ended the task (found by make sim on 202bedc)"},
-	{40001298, "a moved row never delivered is dropped only when the ended entry's delivery reaches its token: a dead letter's replay (a new life) ran no more once a cancel had outranked it (found by the simulator on 8705d88)"},
-	{41008710, "oracle: a Retry whose move met a fault may leave the old marker, which delivers the occurrence again beside the next (a documented copy)"},
-	{41006298, "oracle: a copy from before a replay, running after the replay's first lease, carries its old life's token (docs/recipe.md, Fencing tokens)"},
-	{40011824, "two takes of one row announce its lease at stamps their lock tokens order: at one stamp the entry named the marker a failed swap dropped, Locate found the task in flight nowhere and the series keeper started the next occurrence beside it"},
-	{40002880, "a marker left by a take that died before its swap is dropped once a later lease is announced: it delivered the occurrence beside that lease, and beside the next occurrence"},
-	{40006380, "a keeper finds an occurrence that ran to its end while its series recorded neither its write nor its end, and does not write it again at a new place"},
-	{50013077, "a dead letter's replay takes a token above every delivery the index saw: a copy its death could not delete ran on and was cancelled, and the cancel's entry ended the replay's row (found by the hour run on fde5d8b)"},
-	{50006435, "oracle: an occurrence whose first leases, none started, ran out one after another from before a pause is in flight at the pause and left to finish (found by the hour run on fde5d8b)"},
-	{788, "oracle: a write whose call returned after its process crashed leaves its touch undone and its row to the ring, with no lateness bound (found on the steady branch)"},
-	{61004694, "a cancel whose removal's outcome stayed unknown and then found the task gone records the cancel: the marker of a take whose swap failed ran the task after Cancel returned success (found by the final run on c5377d8)"},
-	{61000691, "a series occurrence whose write failed (and applied) is touched all the same, and a keeper that finds one unrecorded touches it again: a row written late with no touch lay below consumers' floors for a lap, and the series stalled (found by the final run on c5377d8)"},
-	{61005317, "oracle: a lease by a process whose clock was not yet measured is dated by that clock, off by up to its skew: leased before a pause, it is left to finish (found by the final run on c5377d8)"},
-	{462, "a copy left by a crashed take acked first and the series moved on beside the still-running original: the oracle counts both runs of an occurrence with a copy as copies"},
-	{161, "oracle: a failed attempt whose lease ran out before its retry's move is delivered again from its marker, not early for its backoff"},
-	{238, "oracle: a retry that Reschedule moved runs at its new time, whatever the backoff"},
-	{1074, "oracle: a copy's retry is a copy (a swap with no response and a refused drop of markers, during layout changes)"},
-	{4987, "a consumer back from a pause longer than its queue's lap reads the partitions the ring brought round (scanplan.Part.Lapped): the tasks due during the pause waited for its next full scan (found, with 8170 and 8606, by a 10,000-seed run on f00c19f)"},
-	{2292, "oracle: a task due behind a late one waits with it (a restarted worker's backlog after a crash, during layout changes)"},
+	{193, "1c26f2f: Cancel and Reschedule delete the copy a move left", []string{"consumer:TestRescheduleAfterUnfinishedSwap"}},
+	{7000425, "a Reschedule measures the cluster's clock before it stamps", []string{"producer:TestRescheduleStampsByTheClusterClock"}},
+	{101, "ae913fe: a series client measures the cluster's clock before it stamps an occurrence", []string{"series:TestCreateStampsByTheClusterClock"}},
+	{1759, "a keeper writes an occurrence left unwritten for over half a lap at a new place", []string{"series:TestKeeperReplacesOccurrenceLostForALap"}},
+	{5017033, "a host whose first clock measure failed stamps its writes Unmeasured earlier", []string{"consumer:TestUnmeasuredClockTakesNothing", "internal/clustertime:TestFailedMeasureRetriedSoon"}},
+	{647, "3371003: signal touches stamped by the coordinator, not the writer's clock", []string{"consumer:TestLateWritesFoundBySweep"}},
+	{22, "232a2c2: a key claim is an UPDATE, whose row lives exactly as long as its cells", []string{"producer:TestKeyFreeOnceItsClaimExpires", "producer:TestLeftoverKeyRowBlocksNothing"}},
+	{1, "f06d8c4: Reschedule renews the key's claim until its new time plus Keep", []string{"producer:TestRescheduleKeepsTheKeyClaimed"}},
+	{3, "a write that failed touches the signals of every row it may have written (the quiet write after each run)", []string{"producer:TestFailedWriteStillSignals"}},
+	{10000586, "6b4285f: a signal touch that fails is tried again until it applies (the quiet write's refused touch; this seed found it on 224f908)", []string{"internal/signal:TestFailedTouchRetried"}},
+	{5168, "b2438bc, reverted: dropping a copy whose index entry names another row lost the task when the same swap deleted that row (and, found by review, when two takes each dropped theirs citing the other)", []string{"consumer:TestCopiesOfAMovedTaskInOneTake"}},
+	{789, "5e2871f: Locate follows a never-moved task's first lease landing between its reads (the series keeper started the next occurrence beside it)", []string{"internal/tasklookup:TestLocateFollowsAFirstMoveDuringTheLookup"}},
+	{1251, "a row a crashed Reschedule left beside the old one is looked up before it is leased: a cancel that could not see it ended the task (found by make sim on 202bedc)", []string{"consumer:TestCancelledRescheduledRowDropped"}},
+	{40001298, "a moved row never delivered is dropped only when the ended entry's delivery reaches its token: a dead letter's replay (a new life) ran no more once a cancel had outranked it (found by the simulator on 8705d88)", []string{"consumer:TestReplayAfterCancel"}},
+	{41008710, "oracle: a Retry whose move met a fault may leave the old marker, which delivers the occurrence again beside the next (a documented copy)", nil},
+	{41006298, "oracle: a copy from before a replay, running after the replay's first lease, carries its old life's token (docs/recipe.md, Fencing tokens)", []string{"internal/sim:TestCheckDeliveries/a copy from before a replay, leased after the replay's first lease with its old life's token"}},
+	{40011824, "two takes of one row announce its lease at stamps their lock tokens order: at one stamp the entry named the marker a failed swap dropped, Locate found the task in flight nowhere and the series keeper started the next occurrence beside it", nil},
+	{40002880, "a marker left by a take that died before its swap is dropped once a later lease is announced: it delivered the occurrence beside that lease, and beside the next occurrence", []string{"consumer:TestOrphanMarkerOfCrashedTakeDropped"}},
+	{40006380, "a keeper finds an occurrence that ran to its end while its series recorded neither its write nor its end, and does not write it again at a new place", []string{"series:TestKeeperLeavesEndedOccurrenceUnrecorded"}},
+	{50013077, "a dead letter's replay takes a token above every delivery the index saw: a copy its death could not delete ran on and was cancelled, and the cancel's entry ended the replay's row (found by the hour run on fde5d8b)", []string{"consumer:TestReplayAboveLaterDeliveries"}},
+	{50006435, "oracle: an occurrence whose first leases, none started, ran out one after another from before a pause is in flight at the pause and left to finish (found by the hour run on fde5d8b)", nil},
+	{788, "oracle: a write whose call returned after its process crashed leaves its touch undone and its row to the ring, with no lateness bound (found on the steady branch)", nil},
+	{61004694, "a cancel whose removal's outcome stayed unknown and then found the task gone records the cancel: the marker of a take whose swap failed ran the task after Cancel returned success (found by the final run on c5377d8)", []string{"producer:TestCancelUnsettledThenGoneIsRecorded"}},
+	{61000691, "a series occurrence whose write failed (and applied) is touched all the same, and a keeper that finds one unrecorded touches it again: a row written late with no touch lay below consumers' floors for a lap, and the series stalled (found by the final run on c5377d8)", nil},
+	{61005317, "oracle: a lease by a process whose clock was not yet measured is dated by that clock, off by up to its skew: leased before a pause, it is left to finish (found by the final run on c5377d8)", nil},
+	{462, "a copy left by a crashed take acked first and the series moved on beside the still-running original: the oracle counts both runs of an occurrence with a copy as copies", nil},
+	{161, "oracle: a failed attempt whose lease ran out before its retry's move is delivered again from its marker, not early for its backoff", []string{"internal/sim:TestCheckDeliveriesMarkerBeforeBackoff"}},
+	{238, "oracle: a retry that Reschedule moved runs at its new time, whatever the backoff", []string{"internal/sim:TestCheckDeliveries/a retry that Reschedule moved, at its new time"}},
+	{1074, "oracle: a copy's retry is a copy (a swap with no response and a refused drop of markers, during layout changes)", []string{"internal/sim:TestCheckDeliveriesCopyRetried"}},
+	{4987, "a consumer back from a pause longer than its queue's lap reads the partitions the ring brought round (scanplan.Part.Lapped): the tasks due during the pause waited for its next full scan (found, with 8170 and 8606, by a 10,000-seed run on f00c19f)", []string{"consumer:TestTaskOfAMissedLap", "internal/scanplan:TestLappedPartitionsRead"}},
+	{2292, "oracle: a task due behind a late one waits with it (a restarted worker's backlog after a crash, during layout changes)", []string{"internal/sim:TestWaitedInLine"}},
+}
+
+// TestRegressionSeedsPinned checks that every test a kept seed names as pinning its
+// defect exists (and, for a table case, that the case does), so that renaming or removing
+// one shows here.
+func TestRegressionSeedsPinned(t *testing.T) {
+	t.Parallel()
+	tests := map[string]string{} // "dir:TestName" -> the source of its file
+	for _, r := range regressions {
+		for _, pin := range r.pinned {
+			dir, name, ok := strings.Cut(pin, ":")
+			require.True(t, ok, "seed %d: %q is not package-dir:TestName", r.seed, pin)
+			name, tc, _ := strings.Cut(name, "/")
+			key := dir + ":" + name
+			if _, ok := tests[key]; !ok {
+				files, err := filepath.Glob(filepath.Join("..", "..", dir, "*_test.go"))
+				require.NoError(t, err)
+				for _, f := range files {
+					src, err := os.ReadFile(f)
+					require.NoError(t, err)
+					if bytes.Contains(src, []byte("\nfunc "+name+"(t *testing.T) {")) {
+						tests[key] = string(src)
+					}
+				}
+			}
+			src, ok := tests[key]
+			require.True(t, ok, "seed %d: no test %s in %s", r.seed, name, dir)
+			if tc != "" {
+				require.Contains(t, src, strconv.Quote(tc), "seed %d: no case %q in %s", r.seed, tc, name)
+			}
+		}
+	}
 }
 
 func TestRegressionSeeds(t *testing.T) {
