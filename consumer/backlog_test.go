@@ -56,6 +56,20 @@ func TestFloorsHideNothing(t *testing.T) {
 		visible time.Time      // when it may be delivered next
 		held    *consumer.Task // the lease we hold, if any
 		done    bool
+		// again: an ack or move of it timed out on a busy node, having applied, in part
+		// or not at all, so a copy may be delivered after it is done (the README's
+		// duplicate, never a loss), never before it is visible.
+		again bool
+	}
+	// settled takes an ack's or a move's error: nil, or a timeout, which leaves st's task
+	// liable to come again.
+	settled := func(st *state, err error) {
+		if cql.TimedOut(err) {
+			t.Logf("may come again after: %v", err)
+			st.again = true
+			return
+		}
+		require.NoError(t, err)
 	}
 	model := map[uuid.UUID]*state{}
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -93,16 +107,16 @@ func TestFloorsHideNothing(t *testing.T) {
 			for _, task := range got {
 				st := model[task.ID]
 				require.NotNil(t, st, "unknown task %s", task.ID)
-				require.False(t, st.done, "task %s delivered after its ack", task.ID)
+				require.False(t, st.done && !st.again, "task %s delivered after its ack", task.ID)
 				require.False(t, st.visible.After(now), "task %s delivered early: visible at %v, now %v", task.ID, st.visible, now)
 				st.held = task
 				switch r := rng.IntN(10); {
 				case r < 6:
-					require.NoError(t, c.AckTasks(ctx, task))
+					settled(st, c.AckTasks(ctx, task))
 					st.done, st.held = true, nil
 				case r < 8:
 					delay := time.Duration(rng.IntN(1500)) * time.Millisecond
-					require.NoError(t, c.Retry(ctx, task, delay))
+					settled(st, c.Retry(ctx, task, delay))
 					st.visible, st.held = now.Add(delay), nil
 				default: // left to expire: visible again at its deadline
 					st.visible = task.Deadline
@@ -129,9 +143,11 @@ func TestFloorsHideNothing(t *testing.T) {
 			require.Less(t, retries, 20, "a partition read kept timing out")
 			continue
 		}
-		require.NoError(t, c.AckTasks(ctx, got...))
+		err = c.AckTasks(ctx, got...)
 		for _, task := range got {
-			model[task.ID].done = true
+			st := model[task.ID]
+			settled(st, err)
+			st.done = true
 		}
 	}
 	for id, st := range model {
