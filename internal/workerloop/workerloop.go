@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -878,8 +879,19 @@ func (w *Worker) ack() {
 		}
 		ctx, cancel := context.WithTimeout(w.cleanupCtx, cleanupTimeout)
 		defer cancel()
-		if err := w.consumer.AckTasks(ctx, batch...); err != nil {
-			w.log.WarnContext(ctx, "acking tasks", "queue", w.cfg.Queue, "tasks", len(batch), "error", err)
+		// Acks whose lease has ended go in a call of their own, after the others: one
+		// whose task another consumer took since fails its partition's conditional batch,
+		// which AckTasks then acks task by task, and would take the live ones with it.
+		now := w.cfg.Clock.Now()
+		ended := slices.DeleteFunc(slices.Clone(batch), func(t *consumer.Task) bool { return now.Before(t.Deadline) })
+		live := slices.DeleteFunc(batch, func(t *consumer.Task) bool { return !now.Before(t.Deadline) })
+		for _, tasks := range [][]*consumer.Task{live, ended} {
+			if len(tasks) == 0 {
+				continue
+			}
+			if err := w.consumer.AckTasks(ctx, tasks...); err != nil {
+				w.log.WarnContext(ctx, "acking tasks", "queue", w.cfg.Queue, "tasks", len(tasks), "error", err)
+			}
 		}
 		batch, by = batch[:0], time.Time{}
 	}
