@@ -150,3 +150,23 @@ func TestWaitedInLine(t *testing.T) {
 	head.deliveries[0].at = at(lateness)
 	require.False(t, o.waitedInLine(behind, at(time.Second), at(5*time.Second)), "behind a head that was on time")
 }
+
+// A task whose writing call returned after its process crashed has no lateness bound: its
+// deferred touch never went, and the ring finds its row (seed 788). The same task written
+// by a live process is late.
+func TestCheckLatenessWriterDied(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2000, 1, 1, 0, 1, 0, 0, time.UTC)
+	w := testWorker()
+	w.concurrency = 4
+	o := newOracle()
+	tk := o.get(uuid.New())
+	tk.ok, tk.dueCeil, tk.written = true, t0, t0
+	tk.deliveries = []*delivery{leaseOf(w, "row", 1, t0.Add(7*time.Second), t0.Add(8*time.Second), true)}
+	tk.deliveries[0].due = t0
+	wd := &world{sched: &sched{}, procs: []*proc{w}}
+	end := t0.Add(time.Minute)
+	require.Len(t, o.checkLateness(wd, end), 1, "late, written by a live process")
+	tk.writerDied = true
+	require.Empty(t, o.checkLateness(wd, end))
+}
