@@ -170,3 +170,88 @@ func TestCheckLatenessWriterDied(t *testing.T) {
 	tk.writerDied = true
 	require.Empty(t, o.checkLateness(wd, end))
 }
+
+// The series rules the oracle excuses, each shown firing on the same history without its
+// excuse: an occurrence started beside a copy of the one before (462: the copy acked
+// first and moved the series on; 41008710: a failed attempt's marker that a faulty Retry
+// move left), an occurrence in flight at a pause whose unstarted leases ran out one after
+// another (50006435), and one leased just before a pause by a process whose clock was not
+// yet measured (61005317).
+func TestCheckSeries(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2000, 1, 1, 0, 1, 0, 0, time.UTC)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	occurrence := func(o *oracle, nominal time.Time, ds ...*delivery) {
+		tk := o.get(uuid.New())
+		tk.series, tk.nominal, tk.deliveries = seriesName, nominal, ds
+	}
+	check := func(o *oracle, w *proc, leaseFaults []time.Time) []string {
+		if o.series == nil {
+			o.series = &seriesLog{every: 2 * time.Second, timeout: 10 * time.Second}
+		}
+		return o.checkSeries(&world{sched: &sched{leaseFaults: leaseFaults}, procs: []*proc{w}}, at(120))
+	}
+	w := testWorker()
+	for _, tc := range []struct {
+		name string
+		run  func(excuse bool) []string
+	}{{
+		name: "the next occurrence beside a copy that acked first",
+		run: func(excuse bool) []string {
+			o := newOracle()
+			ds := []*delivery{leaseOf(w, "row", 1, at(0), time.Time{}, false)}
+			var faults []time.Time
+			if excuse {
+				cp := leaseOf(w, "orphan", 2, at(1), at(2), true)
+				faults = []time.Time{cp.made}
+				ds = append(ds, cp)
+			}
+			occurrence(o, at(0), ds...)
+			occurrence(o, at(2), leaseOf(w, "next", 1, at(3), at(4), true))
+			return check(o, w, faults)
+		},
+	}, {
+		name: "the next occurrence beside the marker a faulty Retry left",
+		run: func(excuse bool) []string {
+			o := newOracle()
+			marker := leaseOf(w, "marker", 2, at(10), time.Time{}, false)
+			marker.made = at(0) // the first lease's marker, visible at its deadline
+			occurrence(o, at(0), leaseOf(w, "row", 1, at(0), at(3), false), marker)
+			occurrence(o, at(2), leaseOf(w, "next", 1, at(11), at(12), true))
+			var faults []time.Time
+			if excuse {
+				faults = []time.Time{at(3)} // the failed attempt's Retry move met a fault
+			}
+			return check(o, w, faults)
+		},
+	}, {
+		name: "an occurrence whose unstarted leases ran out from before a pause",
+		run: func(excuse bool) []string {
+			o := newOracle()
+			o.series = &seriesLog{every: 2 * time.Second, timeout: 10 * time.Second,
+				calls: []seriesCall{{op: "pause", from: at(4), to: at(5)}}}
+			attempt := 2 // its row made at 10 s, after the pause
+			if excuse {
+				attempt = 3 // its first lease's row made at 0 s, before the pause
+			}
+			occurrence(o, at(0), leaseOf(w, "row", attempt, at(20), at(21), true))
+			return check(o, w, nil)
+		},
+	}, {
+		name: "an occurrence leased before a pause by a process not yet measured",
+		run: func(excuse bool) []string {
+			o := newOracle()
+			o.series = &seriesLog{every: 2 * time.Second, timeout: 10 * time.Second,
+				calls: []seriesCall{{op: "pause", from: at(4), to: at(5)}}}
+			ahead := testWorker()
+			if excuse {
+				ahead.clock.skew = 1900 * time.Millisecond
+			}
+			occurrence(o, at(0), leaseOf(ahead, "row", 1, at(6), at(7), true))
+			return check(o, ahead, nil)
+		},
+	}} {
+		require.Empty(t, tc.run(true), tc.name)
+		require.Len(t, tc.run(false), 1, "%s, without its excuse", tc.name)
+	}
+}
