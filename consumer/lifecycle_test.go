@@ -383,6 +383,12 @@ func (e *env) consume(n int, d *deliveries, stop <-chan struct{}) (wait func()) 
 			defer tick.Stop()
 			for {
 				got, err := c.AcquireTasks(context.Background(), 10)
+				// Every read of the call timed out on a busy node: it leased nothing, and a
+				// worker would call again.
+				if cql.TimedOut(err) && !errors.Is(err, consumer.ErrOutcomeUnknown) {
+					e.t.Logf("taking again after: %v", err)
+					continue
+				}
 				require.NoError(e.t, err)
 				now := e.clock.Now()
 				for _, task := range got {
@@ -467,6 +473,11 @@ func TestCancelRacesAcquire(t *testing.T) {
 		case errors.Is(err, shardqtype.ErrTaskInFlight), errors.Is(err, shardqtype.ErrTaskNotFound):
 			raced++
 			require.Len(t, d.of(id), 1, "task %d: %v", i, err)
+		case cql.TimedOut(err) && !errors.Is(err, consumer.ErrOutcomeUnknown):
+			// Timed out on a busy node before it changed anything: the task runs as if
+			// never cancelled, once at most here.
+			t.Logf("task %d: cancel timed out: %v", i, err)
+			require.LessOrEqual(t, len(d.of(id)), 1, "task %d", i)
 		default:
 			require.NoError(t, err, "task %d", i)
 		}
