@@ -191,6 +191,13 @@ func TestCheckSeries(t *testing.T) {
 		}
 		return o.checkSeries(&world{sched: &sched{leaseFaults: leaseFaults}, procs: []*proc{w}}, at(120))
 	}
+	// pausedAt5 is an oracle of a series paused by a call that returned at 5 s.
+	pausedAt5 := func() *oracle {
+		o := newOracle()
+		o.series = &seriesLog{every: 2 * time.Second, timeout: 10 * time.Second,
+			calls: []seriesCall{{op: "pause", from: at(4), to: at(5)}}}
+		return o
+	}
 	w := testWorker()
 	for _, tc := range []struct {
 		name string
@@ -227,9 +234,7 @@ func TestCheckSeries(t *testing.T) {
 	}, {
 		name: "an occurrence whose unstarted leases ran out from before a pause",
 		run: func(excuse bool) []string {
-			o := newOracle()
-			o.series = &seriesLog{every: 2 * time.Second, timeout: 10 * time.Second,
-				calls: []seriesCall{{op: "pause", from: at(4), to: at(5)}}}
+			o := pausedAt5()
 			attempt := 2 // its row made at 10 s, after the pause
 			if excuse {
 				attempt = 3 // its first lease's row made at 0 s, before the pause
@@ -240,9 +245,7 @@ func TestCheckSeries(t *testing.T) {
 	}, {
 		name: "an occurrence leased before a pause by a process not yet measured",
 		run: func(excuse bool) []string {
-			o := newOracle()
-			o.series = &seriesLog{every: 2 * time.Second, timeout: 10 * time.Second,
-				calls: []seriesCall{{op: "pause", from: at(4), to: at(5)}}}
+			o := pausedAt5()
 			ahead := testWorker()
 			if excuse {
 				ahead.clock.skew = 1900 * time.Millisecond

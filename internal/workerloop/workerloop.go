@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -883,8 +882,14 @@ func (w *Worker) ack() {
 		// whose task another consumer took since fails its partition's conditional batch,
 		// which AckTasks then acks task by task, and would take the live ones with it.
 		now := w.cfg.Clock.Now()
-		ended := slices.DeleteFunc(slices.Clone(batch), func(t *consumer.Task) bool { return now.Before(t.Deadline) })
-		live := slices.DeleteFunc(batch, func(t *consumer.Task) bool { return !now.Before(t.Deadline) })
+		var live, ended []*consumer.Task
+		for _, t := range batch {
+			if now.Before(t.Deadline) {
+				live = append(live, t)
+			} else {
+				ended = append(ended, t)
+			}
+		}
 		for _, tasks := range [][]*consumer.Task{live, ended} {
 			if len(tasks) == 0 {
 				continue
