@@ -515,8 +515,13 @@ func (w *Worker) acquire(ctx context.Context, n int) (int, error) {
 // so workers spread out), whichever is first.
 func (w *Worker) idleWake() time.Time {
 	wake := time.Now().Add(time.Duration(float64(w.cfg.MaxIdleInterval) * (0.8 + 0.2*random.Float64())))
-	if next := w.consumer.NextDue(); !next.IsZero() && next.Before(wake) {
-		return next
+	// NextDue is by the worker's clock; the timer runs on this host's. Taken as a host
+	// time, a due time by a clock that trails would wake the worker before it is due by
+	// that clock, again and again, for as long as the clocks differ.
+	if next := w.consumer.NextDue(); !next.IsZero() {
+		if at := time.Now().Add(next.Sub(w.cfg.Clock.Now())); at.Before(wake) {
+			return at
+		}
 	}
 	return wake
 }
