@@ -699,6 +699,17 @@ var scenarios = []scenario{
 		for _, when := range touched {
 			require.WithinDuration(t, time.Now(), when, time.Minute)
 		}
+		other := touch(5, 2, 4, at(4*time.Second))
+		other.Queue = "r"
+		require.NoError(t, s.Signals().Touch(ctx, []signal.Touch{other}))
+		ofSlots, ofTouched, err := s.Signals().LastTouchesOf(ctx, []string{"q", "r"}, 5, 5)
+		require.NoError(t, err)
+		require.Len(t, ofSlots, 3, "both rings' cells")
+		require.Equal(t, at(4*time.Second), shard.IDTime(uuid.UUID(ofSlots[other.Cell][4])))
+		require.Len(t, ofTouched, 4)
+		ofCells, err := s.Signals().CellsOf(ctx, []string{"q", "r"}, 5, 6)
+		require.NoError(t, err)
+		require.Len(t, ofCells, 4)
 		before := cells[signal.Cell{Queue: "q", Bucket: 5, Shard: 0}]
 		require.NoError(t, s.Signals().Touch(ctx, []signal.Touch{touch(5, 0, 0, at(0))}))
 		cells, err = s.Signals().Cells(ctx, "q", 5, 5)
@@ -749,6 +760,10 @@ var scenarios = []scenario{
 		names, err := series.Names(ctx, "q")
 		require.NoError(t, err)
 		require.Equal(t, []string{"a", "s"}, names)
+		require.NoError(t, series.AddName(ctx, "r", "b", time.Now().UnixMicro()))
+		of, err := series.NamesOf(ctx, []string{"q", "r", "none"})
+		require.NoError(t, err)
+		require.Equal(t, map[string][]string{"q": {"a", "s"}, "r": {"b"}}, of, "a queue without series is left out")
 		require.NoError(t, series.DeleteName(ctx, "q", "s", time.Now().UnixMicro()))
 		names, err = series.Names(ctx, "q")
 		require.NoError(t, err)

@@ -72,6 +72,22 @@ func (g series) Get(ctx context.Context, queue, name string, serial bool) (store
 	return r, nil
 }
 
+// NamesOf lists each queue's series as Names does: the gate sees a request per queue,
+// where Cassandra serves one.
+func (g series) NamesOf(ctx context.Context, queues []string) (map[string][]string, error) {
+	out := make(map[string][]string, len(queues))
+	for _, q := range queues {
+		names, err := g.Names(ctx, q)
+		if err != nil {
+			return nil, err
+		}
+		if len(names) > 0 {
+			out[q] = names
+		}
+	}
+	return out, nil
+}
+
 func (g series) Names(ctx context.Context, queue string) ([]string, error) {
 	var names []string
 	q := query{req: Request{Table: "series_names", Op: "Series.Names", Key: queue}, t: g.c.names, pk: queue,

@@ -91,6 +91,21 @@ func (g signals) CellsOf(ctx context.Context, rings []string, from, to int64) (m
 	return cells, nil
 }
 
+// LastTouchesOf reads each ring's slots as LastTouches does: the gate sees a request per
+// ring, where Cassandra serves one.
+func (g signals) LastTouchesOf(ctx context.Context, rings []string, from, to int64) (map[signal.Cell]signal.Slots, map[signal.Entry]time.Time, error) {
+	cells, touched := map[signal.Cell]signal.Slots{}, map[signal.Entry]time.Time{}
+	for _, ring := range rings {
+		c, t, err := g.LastTouches(ctx, ring, from, to)
+		if err != nil {
+			return nil, nil, err
+		}
+		maps.Copy(cells, c)
+		maps.Copy(touched, t)
+	}
+	return cells, touched, nil
+}
+
 func (g signals) LastTouches(ctx context.Context, queue string, from, to int64) (map[signal.Cell]signal.Slots, map[signal.Entry]time.Time, error) {
 	rows, err := buckets(ctx, g, "Signals.LastTouches", queue, from, to, func(s *state, r *row) bucketEntries {
 		return bucketEntries{r.key[0].(int64), r.entries(colSlots, s.sec)}

@@ -4,7 +4,8 @@
 // buckets coming due a few times a second, which costs one small read, and fetches when a
 // cell changed. Consumers also read the cells of buckets ahead of now to peek only the
 // partitions that something was written into, and sweep the lap's cells for rows written
-// below their read floors.
+// below their read floors. Every writer also touches a cell before its first row into it
+// (Announcer), so a cell no touch reached proves its partition holds no row of its bucket.
 //
 // A cell's row holds two maps, each entry the earliest row time of its last touch: one
 // entry per shard, which wake-ups and idle scans read, and one per slot (SlotWidth of its
@@ -127,7 +128,8 @@ const (
 	// (their layouts' buckets are as long) in one request.
 	readRingsStmt = `SELECT queue, bucket, shards FROM queue_signals WHERE queue IN ? AND bucket >= ? AND bucket <= ?`
 	// Write times of a map come in the order of its keys.
-	readSlotsStmt = `SELECT bucket, slots, writetime(slots) FROM queue_signals WHERE queue = ? AND bucket >= ? AND bucket <= ?`
+	readSlotsStmt      = `SELECT bucket, slots, writetime(slots) FROM queue_signals WHERE queue = ? AND bucket >= ? AND bucket <= ?`
+	readRingsSlotsStmt = `SELECT queue, bucket, slots, writetime(slots) FROM queue_signals WHERE queue IN ? AND bucket >= ? AND bucket <= ?`
 )
 
 // maxTTL is Cassandra's longest time to live, 20 years: a cell for a bucket further
@@ -151,12 +153,15 @@ const Coalesce = 20 * time.Millisecond
 // twice as long after each further one (up to MaxRetryDelay), until it applies or is no
 // longer Needed. Consumers take a cell that shows no touch in a lap for proof that its
 // partition holds nothing written since they last read it: an idle scan reads such a
-// partition once, when its bucket comes round, and never again before the cursor passes
-// it, and a sweep looks only at touched cells. So a row written into the current bucket
-// whose touch failed, by a writer that lived on and reported the write done, would wait a
-// whole lap. Retried, its touch shows it to the next idle scan or, once the bucket was
-// passed, to the next sweep, as a late write. Only a writer that dies before its touch
-// applies leaves a row for the ring to find.
+// partition at most once, when its bucket comes round (and only if the cell of the bucket
+// a lap before shows a touch), and never again before the cursor passes it, and a sweep
+// looks only at touched cells. The touch that announced the cell before the write
+// (Announcer) may have been read before the row landed, so a row written into the current
+// bucket whose touch after the write failed, by a writer that lived on and reported the
+// write done, would wait a whole lap. Retried, its touch shows it to the next idle scan
+// or, once the bucket was passed, to the next sweep, as a late write. Only a writer that
+// dies before its touch applies leaves a row for the ring to find: the first read of its
+// partition in the next lap, which the announced cell calls for.
 type Toucher struct {
 	cells Writer
 	log   *slog.Logger
@@ -404,12 +409,29 @@ func CellsOf(ctx context.Context, session *gocql.Session, rings []string, from, 
 // LastTouches reads the slots of the cells of queue's buckets from..to, and when each slot
 // was last touched, by the cluster's clock. Only sweeps need them, once per SweepInterval.
 func LastTouches(ctx context.Context, session *gocql.Session, queue string, from, to int64) (map[Cell]Slots, map[Entry]time.Time, error) {
-	cells, touched := map[Cell]Slots{}, map[Entry]time.Time{}
 	iter := cql.Query(session, readSlotsStmt, queue, from, to).WithContext(ctx).Iter()
+	return scanSlots(iter, queue, false)
+}
+
+// LastTouchesOf is LastTouches on buckets from..to of each of rings, whose layouts'
+// buckets are equally long, in one request.
+func LastTouchesOf(ctx context.Context, session *gocql.Session, rings []string, from, to int64) (map[Cell]Slots, map[Entry]time.Time, error) {
+	iter := cql.Query(session, readRingsSlotsStmt, rings, from, to).WithContext(ctx).Iter()
+	return scanSlots(iter, "", true)
+}
+
+// scanSlots reads the rows of iter, each a bucket's slots and their write times, after
+// its ring withRing (queue's otherwise).
+func scanSlots(iter *gocql.Iter, queue string, withRing bool) (map[Cell]Slots, map[Entry]time.Time, error) {
+	cells, touched := map[Cell]Slots{}, map[Entry]time.Time{}
 	var bucket int64
 	var shards map[int]gocql.UUID
 	var times []int64
-	for iter.Scan(&bucket, &shards, &times) {
+	dest := []any{&bucket, &shards, &times}
+	if withRing {
+		dest = append([]any{&queue}, dest...)
+	}
+	for iter.Scan(dest...) {
 		keys := slices.Sorted(maps.Keys(shards))
 		if len(keys) != len(times) {
 			_ = iter.Close()
@@ -427,7 +449,7 @@ func LastTouches(ctx context.Context, session *gocql.Session, queue string, from
 		shards, times = nil, nil
 	}
 	if err := iter.Close(); err != nil {
-		return nil, nil, fmt.Errorf("signal: reading %s: %w", queue, err)
+		return nil, nil, fmt.Errorf("signal: reading the slots of %s: %w", queue, err)
 	}
 	return cells, touched, nil
 }

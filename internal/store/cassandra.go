@@ -100,3 +100,7 @@ func (s signals) CellsOf(ctx context.Context, rings []string, from, to int64) (m
 func (s signals) LastTouches(ctx context.Context, queue string, from, to int64) (map[signal.Cell]signal.Slots, map[signal.Entry]time.Time, error) {
 	return signal.LastTouches(ctx, s.session, queue, from, to)
 }
+
+func (s signals) LastTouchesOf(ctx context.Context, rings []string, from, to int64) (map[signal.Cell]signal.Slots, map[signal.Entry]time.Time, error) {
+	return signal.LastTouchesOf(ctx, s.session, rings, from, to)
+}

@@ -45,6 +45,19 @@ func (s series) Get(ctx context.Context, queue, name string, serial bool) (Serie
 	return r, nil
 }
 
+func (s series) NamesOf(ctx context.Context, queues []string) (map[string][]string, error) {
+	iter := cql.Query(s.session, `SELECT queue, name FROM series_names WHERE queue IN ?`, queues).WithContext(ctx).Iter()
+	names := make(map[string][]string, len(queues))
+	var queue, name string
+	for iter.Scan(&queue, &name) {
+		names[queue] = append(names[queue], name)
+	}
+	if err := iter.Close(); err != nil {
+		return nil, err
+	}
+	return names, nil
+}
+
 func (s series) Names(ctx context.Context, queue string) ([]string, error) {
 	iter := cql.Query(s.session, `SELECT name FROM series_names WHERE queue = ?`, queue).WithContext(ctx).Iter()
 	var names []string

@@ -208,6 +208,9 @@ type Signals interface {
 	CellsOf(ctx context.Context, rings []string, from, to int64) (map[signal.Cell]gocql.UUID, error)
 	// LastTouches reads the slots of those cells and when each was last touched.
 	LastTouches(ctx context.Context, queue string, from, to int64) (map[signal.Cell]signal.Slots, map[signal.Entry]time.Time, error)
+	// LastTouchesOf is LastTouches on buckets from..to of rings whose buckets are equally
+	// long, in one request.
+	LastTouchesOf(ctx context.Context, rings []string, from, to int64) (map[signal.Cell]signal.Slots, map[signal.Entry]time.Time, error)
 }
 
 // SeriesRow is one series as stored; Spec is its encoded spec.
@@ -236,6 +239,9 @@ type Series interface {
 	Get(ctx context.Context, queue, name string, serial bool) (SeriesRow, error)
 	// Names lists the series of a queue, in name order.
 	Names(ctx context.Context, queue string) ([]string, error)
+	// NamesOf lists the series of each of queues, in name order, in one request; a queue
+	// with none is left out.
+	NamesOf(ctx context.Context, queues []string) (map[string][]string, error)
 	// AddName lists name in queue, at write timestamp stamp (the cluster's time, see
 	// internal/series).
 	AddName(ctx context.Context, queue, name string, stamp int64) error
