@@ -203,7 +203,7 @@ func (c *Client) Start(ctx context.Context) error {
 			clock = c.cfg.Clock
 		}
 		watch := wakewatch.New(st, wakewatch.Config{Queues: names, Interval: worker.DefaultSignalInterval,
-			Ahead: worker.DefaultMaxIdleInterval, MaxClockSkew: consumer.DefaultMaxClockSkew,
+			Ahead: worker.DefaultMaxIdleInterval, LookAhead: workerloop.LookAhead(worker.DefaultMaxIdleInterval), MaxClockSkew: consumer.DefaultMaxClockSkew,
 			Clock: clock, Logger: c.cfg.Logger})
 		go func() {
 			defer close(c.watched)

@@ -166,8 +166,6 @@ type shared struct {
 	q       shardqtype.QueueConfig
 	locker  *locking.Locker
 	signals *signal.Toucher
-	// seen holds the signal cells known touched in their lap (see writeMarkers).
-	seen    *seenCells
 	series  *series.Env
 	leasing store.Leasing
 	// moves writes the index entries of takes: those of takes running at once go in one
@@ -216,7 +214,7 @@ func New(session *gocql.Session, cfg Config) (*Consumer, error) {
 		_, err := index.Write(ctx, ws, cfg.PartitionsInFlight)
 		return err
 	}, 2*MaxAcquire, math.MaxInt)
-	return &Consumer{shared: shared{cfg: cfg, log: cfg.Logger, state: st, cluster: cluster, signals: signals, seen: &seenCells{}, leasing: st.Store.Leasing(), moves: moves,
+	return &Consumer{shared: shared{cfg: cfg, log: cfg.Logger, state: st, cluster: cluster, signals: signals, leasing: st.Store.Leasing(), moves: moves,
 		series: &series.Env{Store: st.Store.Series(), Tasks: st.Store.Tasks(), Clock: cfg.Clock, Cluster: cluster, Log: cfg.Logger, Signals: signals, Bus: st.Bus, Layout: st.Fixed}}}, nil
 }
 
@@ -457,29 +455,72 @@ func (c *Consumer) touch(ctx context.Context, rows []taskrow.Row) {
 }
 
 // touchedCells reads which signal cells of the buckets of parts were touched, or nil when
-// they cannot be read.
+// they cannot be read; a read of them that a client's watch shared within
+// sessionstate.SharedAge serves instead.
 func (c *Consumer) touchedCells(ctx context.Context, parts []scanplan.Part) scanplan.Cells {
 	if len(parts) == 0 {
 		return nil
 	}
-	from, to := parts[0].Bucket, parts[0].Bucket
+	from, to := bucketsOf(parts)
+	return c.cellsOf(ctx, from, to)
+}
+
+// idleCells is touchedCells for an idle scan of parts at now, with the cells of the
+// buckets a lap before that the plan asks for (scanplan.Plan.Lookback), and whether
+// those were read. Without shared reads, one read covers both.
+func (c *Consumer) idleCells(ctx context.Context, parts []scanplan.Part, now time.Time) (scanplan.Cells, bool) {
+	if len(parts) == 0 {
+		return nil, false
+	}
+	from, to := bucketsOf(parts)
+	backFrom, backTo, back := c.plan.Lookback(parts, now)
+	if _, shared := c.state.SharedCells(c.layout.Ring(), from, to); !shared && back {
+		cells := c.cellsOf(ctx, min(from, backFrom), to)
+		return cells, cells != nil
+	}
+	cells := c.cellsOf(ctx, from, to)
+	if cells == nil || !back {
+		return cells, false
+	}
+	before, ok := c.state.SharedLookback(c.layout.Ring(), backFrom, backTo)
+	if !ok {
+		var err error
+		if before, err = c.state.Store.Signals().Cells(ctx, c.layout.Ring(), backFrom, backTo); err != nil {
+			c.log.WarnContext(ctx, "reading the signals of a lap before", "queue", c.q.Name, "error", err)
+			return cells, false
+		}
+	}
+	for cell, v := range before {
+		cells[scanplan.Cell{Bucket: cell.Bucket, Shard: cell.Shard}] = uuid.UUID(v)
+	}
+	return cells, true
+}
+
+// bucketsOf returns the first and last of parts' buckets.
+func bucketsOf(parts []scanplan.Part) (from, to int64) {
+	from, to = parts[0].Bucket, parts[0].Bucket
 	for _, pt := range parts {
 		from, to = min(from, pt.Bucket), max(to, pt.Bucket)
 	}
-	cells, err := c.state.Store.Signals().Cells(ctx, c.layout.Ring(), from, to)
-	if err != nil {
-		c.log.WarnContext(ctx, "reading wake-up signals; reading every partition", "queue", c.q.Name, "error", err)
-		return nil
+	return from, to
+}
+
+// cellsOf reads the signal cells of buckets from..to, or takes them from a read the
+// client's watch shared, or returns nil when they cannot be read.
+func (c *Consumer) cellsOf(ctx context.Context, from, to int64) scanplan.Cells {
+	cells, ok := c.state.SharedCells(c.layout.Ring(), from, to)
+	if !ok {
+		var err error
+		cells, err = c.state.Store.Signals().Cells(ctx, c.layout.Ring(), from, to)
+		if err != nil {
+			c.log.WarnContext(ctx, "reading wake-up signals; reading every partition", "queue", c.q.Name, "error", err)
+			return nil
+		}
 	}
 	out := make(scanplan.Cells, len(cells))
 	for cell, v := range cells {
 		out[scanplan.Cell{Bucket: cell.Bucket, Shard: cell.Shard}] = uuid.UUID(v)
 	}
-	seen := make(map[signal.Cell]time.Time, len(cells))
-	for cell := range cells {
-		seen[cell] = c.layout.BucketStart(cell.Bucket + 1)
-	}
-	c.seen.add(c.cfg.Clock.Now(), seen)
 	return out
 }
 
@@ -492,10 +533,17 @@ func (c *Consumer) sweep(ctx context.Context, now time.Time) {
 	}
 	c.checkSkew(ctx, now)
 	bNow := c.layout.Bucket(now)
-	cells, touched, err := c.state.Store.Signals().LastTouches(ctx, c.layout.Ring(), bNow-int64(c.layout.BucketCount)+1, bNow)
-	if err != nil {
-		c.log.WarnContext(ctx, "reading wake-up signals for late rows", "queue", c.q.Name, "error", err)
-		return
+	from := bNow - int64(c.layout.BucketCount) + 1
+	// A read the client's watch shared since the last sweep serves as a sweep at its time.
+	cells, touched, at, ok := c.state.SharedSweep(c.layout.Ring(), from, bNow, c.plan.LastSweep())
+	if !ok {
+		var err error
+		cells, touched, err = c.state.Store.Signals().LastTouches(ctx, c.layout.Ring(), from, bNow)
+		if err != nil {
+			c.log.WarnContext(ctx, "reading wake-up signals for late rows", "queue", c.q.Name, "error", err)
+			return
+		}
+		at = now
 	}
 	slots := make(map[scanplan.Cell]scanplan.Slots, len(cells))
 	for cell, ss := range cells {
@@ -509,7 +557,7 @@ func (c *Consumer) sweep(ctx context.Context, now time.Time) {
 	for e, t := range touched {
 		touches[scanplan.Entry{Cell: scanplan.Cell{Bucket: e.Bucket, Shard: e.Shard}, Slot: e.Slot}] = t
 	}
-	late, unsure := c.plan.Swept(now, now.Sub(c.cluster.Now()), slots, touches)
+	late, unsure := c.plan.Swept(at, now.Sub(c.cluster.Now()), slots, touches)
 	for cell := range unsure {
 		pt := scanplan.Part{Key: c.layout.Key(cell.Bucket, cell.Shard), Shard: cell.Shard, Bucket: cell.Bucket}
 		switch at, ok, err := c.firstVisible(ctx, &pt, now); {

@@ -147,8 +147,9 @@ func (c *Consumer) peekAll(ctx context.Context, parts []scanplan.Part, want int,
 	read := current
 	if idle {
 		upper = now.Add(c.cfg.LookAhead)
-		cells = c.touchedCells(ctx, parts)
-		current, full = c.plan.IdleReads(parts, now, cells)
+		var lookedBack bool
+		cells, lookedBack = c.idleCells(ctx, parts, now)
+		current, full = c.plan.IdleReads(parts, now, cells, lookedBack)
 		read, ahead = current, nil
 	} else {
 		// Busy partitions of the current bucket are taken without a peek; quiet ones whose

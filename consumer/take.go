@@ -17,7 +17,6 @@ import (
 	"github.com/shardq/shardq/internal/locking"
 	"github.com/shardq/shardq/internal/lwt"
 	"github.com/shardq/shardq/internal/scanplan"
-	"github.com/shardq/shardq/internal/signal"
 	"github.com/shardq/shardq/internal/taskindex"
 	"github.com/shardq/shardq/internal/taskmeta"
 	"github.com/shardq/shardq/internal/taskrow"
@@ -385,17 +384,9 @@ func (c *Consumer) marker(r taskrow.Row, at time.Time) taskrow.Row {
 // round's written instead: the round touches the cells of every take's markers in one
 // write once its takes are over. Their markers share a bucket (their leases' deadline's)
 // and so a signal row: touched take by take, a round of takes from every shard cost as
-// many touches as takes.
-//
-// A take whose consumer dies after its swap, before that touch, leaves its markers
-// untouched. A consumer that read their partition while its cell showed no touch passes
-// it by for the rest of the lap, so the tasks would wait for the ring, not their timeout;
-// a cell that shows a touch has its partition read at every full scan. Only a bucket
-// consumers may have read already can be such (now's, or the next within MaxClockSkew: a
-// lease shorter than a bucket), so markers there in a cell this consumer does not know
-// touched are touched before the swap, and a touch that fails fails the take. That costs
-// a write per cell and lap at most: touching before every swap cost one per take, and
-// idle consumers reading untouched partitions again, reads at every poll.
+// many touches as takes. A consumer that dies before that touch leaves no marker in a
+// cell nothing touched: the store announces every marker's cell before writing it
+// (signal.Announcer), so consumers that read its partition later in the lap see it.
 // It returns the write timestamp, which dropMarkers needs.
 func (c *Consumer) writeMarkers(ctx context.Context, rows []taskrow.Row, written *touchSet) (int64, error) {
 	ts := c.cluster.Stamp(c.cfg.Clock.Now())
@@ -413,77 +404,8 @@ func (c *Consumer) writeMarkers(ctx context.Context, rows []taskrow.Row, written
 		c.touch(ctx, rows)
 		return ts, err
 	}
-	if err == nil {
-		var first []taskrow.Row
-		if rows, first = c.unseen(rows); len(first) > 0 {
-			if err = c.touchFirst(ctx, first); err != nil {
-				rows = append(rows, first...)
-			}
-		}
-	}
 	written.add(rows)
 	return ts, err
-}
-
-// unseen splits markers into those that may lie in a cell consumers read untouched
-// (first: in a bucket up to now's plus MaxClockSkew, in a cell not known touched) and the
-// others (rest).
-func (c *Consumer) unseen(markers []taskrow.Row) (rest, first []taskrow.Row) {
-	now := c.cfg.Clock.Now()
-	for _, m := range markers {
-		l := c.state.LayoutOf(c.q, m.Key)
-		b := l.Bucket(shard.IDTime(uuid.UUID(m.ID)))
-		cell := signal.Cell{Queue: l.Ring(), Bucket: b, Shard: l.ShardFor(uuid.UUID(m.TaskID))}
-		if b <= l.Bucket(now.Add(c.cfg.MaxClockSkew)) && !c.seen.has(cell) {
-			first = append(first, m)
-		} else {
-			rest = append(rest, m)
-		}
-	}
-	return rest, first
-}
-
-// touchFirst touches the cells of markers at once, not through the signal.Toucher, which may
-// leave a touch for later, and records them seen.
-func (c *Consumer) touchFirst(ctx context.Context, markers []taskrow.Row) error {
-	var touches signal.Touches
-	for _, m := range markers {
-		touches.Add(c.state.LayoutOf(c.q, m.Key), uuid.UUID(m.ID), uuid.UUID(m.TaskID))
-	}
-	if err := c.state.Store.Signals().Touch(ctx, touches.List()); err != nil {
-		return fmt.Errorf("touching the signal cells of markers: %w", err)
-	}
-	touched := map[signal.Cell]time.Time{}
-	for _, t := range touches.List() {
-		touched[t.Cell] = t.Until
-	}
-	c.seen.add(c.cfg.Clock.Now(), touched)
-	return nil
-}
-
-// seenCells are the signal cells a consumer knows touched in their lap, each with its
-// bucket's end, after which no marker comes due in it and it is forgotten.
-type seenCells struct {
-	mu sync.Mutex
-	m  map[signal.Cell]time.Time
-}
-
-// add records cells, each with its bucket's end, at now.
-func (s *seenCells) add(now time.Time, cells map[signal.Cell]time.Time) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.m == nil {
-		s.m = map[signal.Cell]time.Time{}
-	}
-	maps.DeleteFunc(s.m, func(_ signal.Cell, end time.Time) bool { return end.Before(now) })
-	maps.Copy(s.m, cells)
-}
-
-func (s *seenCells) has(cell signal.Cell) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	_, ok := s.m[cell]
-	return ok
 }
 
 // touchSet gathers the markers written by a round of takes, for one touch of their cells.

@@ -309,9 +309,10 @@ func (p *Producer) scheduleTasks(ctx context.Context, tasks []Task) ([]uuid.UUID
 		return nil
 	})
 	<-indexDone
-	// Every row is announced whatever the outcome: rows reported written, and rows whose
-	// write failed, which may have applied all the same. A row that lands with no touch of
-	// its cell is read only when the ring comes back to it, or never once floors pass it.
+	// Every row's cell is touched whatever the outcome: rows reported written, and rows
+	// whose write failed, which may have applied all the same. A row that lands after the
+	// last touch of its cell (only the one that announced it came before the write) is
+	// read only when the ring comes back to it, or never once floors pass it.
 	p.wake(ctx, tasks, rows, queues)
 	if err = errors.Join(err, indexErr); err != nil {
 		// A task whose index entry failed is written but could not be found by ID:

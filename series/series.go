@@ -166,7 +166,7 @@ func New(session *gocql.Session, cfg Config) (*Client, error) {
 		return nil, err
 	}
 	return &Client{producer: p, state: st, tasks: tasklookup.New(st.Store, cfg.Clock, st.Queue),
-		env: &iseries.Env{Store: st.Store.Series(), Tasks: st.Store.Tasks(), Clock: cfg.Clock, Cluster: cluster, Log: cfg.Logger, Signals: st.Signals, Bus: st.Bus, Layout: st.Fixed}}, nil
+		env: &iseries.Env{Store: st.Store.Series(), Tasks: st.Store.Tasks(), Clock: cfg.Clock, Cluster: cluster, Log: cfg.Logger, Signals: st.Signals, Bus: st.Bus, Layout: st.Fixed, KeptNames: st.KeptNames}}, nil
 }
 
 // Create creates a series and schedules its first occurrence. Creating a series that

@@ -1,6 +1,10 @@
 package scanplan
 
-import "time"
+import (
+	"time"
+
+	"github.com/shardq/shardq/internal/signal"
+)
 
 // Untouched reports whether cells (when known) show that nothing was written into pt in
 // its lap: no task, no marker, so no swap either.
@@ -22,16 +26,21 @@ func Split(parts []Part) (current, ahead []int) {
 }
 
 // IdleReads chooses which of parts an idle scan at now reads, current buckets first, given
-// the signal cells of their buckets (nil if they could not be read); full reports a full
-// scan. Every task and marker write touches its signal cell. A look-ahead partition whose
-// cell was not touched holds nothing of its lap; a current one cannot have floors recorded
-// for this lap, which saves reading them. Between full scans (one per half LookAhead),
-// only partitions with a row the last full scan saw coming due, or whose cell changed
-// since, are read: rows written since were touched, and earlier ones due before the next
-// full scan were seen. That holds of the lap the cells are read for: a Lapped partition
-// not yet read in this lap is read, for rows written into a lap the scans missed. Parts
-// not read get what is known of them (Finished, Next).
-func (p *Plan) IdleReads(parts []Part, now time.Time, cells Cells) (read []int, full bool) {
+// the signal cells of their buckets (nil if they could not be read) and, when lookedBack,
+// of the buckets Lookback returned; full reports a full scan. Every task and marker
+// write touches its signal cell, and is sent only once its cell was touched
+// (signal.Announcer), so a cell that shows no touch proves its partition holds no row of
+// its bucket. A look-ahead partition whose cell was not touched holds nothing of its lap;
+// a current one cannot have floors recorded for this lap, which saves reading them, and
+// is not read at all when the cell of its partition's bucket a lap before shows no touch
+// either: a first read of a partition in a lap reads from that bucket's start on, for
+// rows written late in the lap before. Between full scans (one per half LookAhead), only
+// partitions with a row the last full scan saw coming due, or whose cell changed since,
+// are read: rows written since were touched, and earlier ones due before the next full
+// scan were seen. That holds of the lap the cells are read for: a Lapped partition not yet
+// read in this lap is read, for rows written into a lap the scans missed. Parts not read
+// get what is known of them (Finished, Next).
+func (p *Plan) IdleReads(parts []Part, now time.Time, cells Cells, lookedBack bool) (read []int, full bool) {
 	full = p.fullScan(now, cells)
 	current, ahead := Split(parts)
 	for _, i := range append(current, ahead...) {
@@ -39,9 +48,10 @@ func (p *Plan) IdleReads(parts []Part, now time.Time, cells Cells) (read []int, 
 		switch {
 		case p.comingDue(pt, now), pt.Lapped && !p.HasFloors(pt):
 			read = append(read, i)
-		case cells.Untouched(pt) && (pt.Ahead || p.HasFloors(pt)):
+		case cells.Untouched(pt) && (pt.Ahead || p.HasFloors(pt) || p.quietLap(pt, now, cells, lookedBack)):
 			// Nothing was written into it this lap, and rows left from the last lap
-			// were looked for when it was first read: there is nothing to read.
+			// were looked for when it was first read, or none were written: there is
+			// nothing to read.
 			pt.Finished = p.Ended(pt, now)
 		case full || p.changedSinceScan(cells, pt):
 			read = append(read, i)
@@ -50,6 +60,68 @@ func (p *Plan) IdleReads(parts []Part, now time.Time, cells Cells) (read []int, 
 		}
 	}
 	return read, full
+}
+
+// Lookback returns the buckets, from..to, whose signal cells an idle scan of parts at now
+// reads besides theirs, when there are any (ok): the buckets a lap before its current
+// partitions that have no floors in this lap and are not known quiet (quietLap).
+func (p *Plan) Lookback(parts []Part, now time.Time) (from, to int64, ok bool) {
+	for _, pt := range parts {
+		if pt.Ahead || pt.Lapped || p.HasFloors(&pt) || p.knownQuiet(&pt) || !p.cellLives(pt.Bucket, now) {
+			continue
+		}
+		b := pt.Bucket - int64(p.cfg.Layout.BucketCount)
+		if !ok || b < from {
+			from = b
+		}
+		if !ok || b > to {
+			to = b
+		}
+		ok = true
+	}
+	return from, to, ok
+}
+
+// quietLap reports whether pt, a current partition without floors in this lap whose cell
+// shows no touch, held no row of the bucket a lap before either: that bucket's cell, read
+// with cells (lookedBack), shows no touch and still lives. A partition found quiet stays so
+// for its lap: a row of that bucket written later would come from a writer a lap behind.
+func (p *Plan) quietLap(pt *Part, now time.Time, cells Cells, lookedBack bool) bool {
+	if pt.Ahead || pt.Lapped {
+		return false
+	}
+	if p.knownQuiet(pt) {
+		return true
+	}
+	before := pt.Bucket - int64(p.cfg.Layout.BucketCount)
+	if cells == nil || !lookedBack || !p.cellLives(pt.Bucket, now) {
+		return false
+	}
+	if _, ok := cells[Cell{before, pt.Shard}]; ok {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.quiet[pt.pkey()] = true
+	return true
+}
+
+func (p *Plan) knownQuiet(pt *Part) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.quiet[pt.pkey()]
+}
+
+// cellLives reports whether the cell of the bucket a lap before bucket can prove its
+// partition quiet at now: it is still kept (with an hour to spare for clocks; one that
+// expired shows no touch, proving nothing), and the lap is long enough that no writer
+// within the skew can still write into it.
+func (p *Plan) cellLives(bucket int64, now time.Time) bool {
+	l := p.cfg.Layout
+	if l.Window() < 2*(p.cfg.Skew+l.BucketDuration) {
+		return false
+	}
+	return now.Before(l.BucketStart(bucket - int64(l.BucketCount) + 1).Add(signal.CellLife - time.Hour))
 }
 
 // fullScan decides whether an idle scan reads every candidate partition, and records

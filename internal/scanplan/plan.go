@@ -114,6 +114,7 @@ type Plan struct {
 	sweptCursors []int64              // the cursors when the cells were last read
 	known        map[pkey]*known      // per partition of the current bucket, its rows coming due as last peeked
 	dense        map[pkey]bool        // partitions too busy for a peek that reads ahead
+	quiet        map[pkey]bool        // current partitions found without a row of their lap or the lap before (quietLap)
 }
 
 // New returns the plan of a consumer starting at now, whose scans start at concurrency
@@ -123,7 +124,7 @@ func New(cfg Config, now time.Time, first int) *Plan {
 	p := &Plan{cfg: cfg, cursors: make([]int64, cfg.Layout.ShardCount), next: first % cfg.Layout.ShardCount,
 		hot: map[string]bool{}, floors: map[pkey]*floors{}, keptFloors: map[string]lapFloors{},
 		upcoming: map[pkey]time.Time{}, lateChecked: map[pkey]Slots{}, pageRows: cfg.MaxPageRows,
-		known: map[pkey]*known{}, dense: map[pkey]bool{}}
+		known: map[pkey]*known{}, dense: map[pkey]bool{}, quiet: map[pkey]bool{}}
 	start := p.lapStart(now)
 	for i := range p.cursors {
 		p.cursors[i] = start
@@ -221,6 +222,7 @@ func (p *Plan) Advance(parts []Part, now time.Time) {
 	bNow := p.cfg.Layout.Bucket(now)
 	maps.DeleteFunc(p.known, func(k pkey, _ *known) bool { return k.bucket < bNow })
 	maps.DeleteFunc(p.dense, func(k pkey, _ bool) bool { return k.bucket < bNow })
+	maps.DeleteFunc(p.quiet, func(k pkey, _ bool) bool { return k.bucket < lapStart })
 }
 
 // Cursors returns a copy of the per-shard cursors: the oldest bucket each may hold work in.

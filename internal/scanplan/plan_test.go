@@ -452,7 +452,7 @@ func TestIdleReads(t *testing.T) {
 	ahead := part(b0+1, 1)
 	cells[ahead.cell()] = shard.NewID(at(7))
 
-	read, full := p.IdleReads(parts, t0, cells)
+	read, full := p.IdleReads(parts, t0, cells, true)
 	require.True(t, full)
 	require.Equal(t, []int{0, 1, 3, 5, 6, 7, 8, 9}, read, "all but the quiet one and the untouched ahead one")
 	require.True(t, parts[2].Finished, "the quiet one ended, and nothing was written into it")
@@ -467,15 +467,67 @@ func TestIdleReads(t *testing.T) {
 	cells2 := maps.Clone(cells)
 	touchedSince := part(b0-2, 0)
 	cells2[touchedSince.cell()] = shard.NewID(at(1.5)) // touched since
-	read, full = p.IdleReads(parts, at(1), cells2)
+	read, full = p.IdleReads(parts, at(1), cells2, true)
 	require.False(t, full)
 	require.Equal(t, []int{1, 3, 5}, read)
 
 	// Half LookAhead on, or without cells, a full scan again.
-	_, full = p.IdleReads(p.Candidates(t0), at(2.5), cells2)
+	_, full = p.IdleReads(p.Candidates(t0), at(2.5), cells2, true)
 	require.True(t, full)
-	_, full = p.IdleReads(p.Candidates(t0), at(2.6), nil)
+	_, full = p.IdleReads(p.Candidates(t0), at(2.6), nil, true)
 	require.True(t, full)
+}
+
+// A partition of a current bucket that has no floors in its lap yet is read from the
+// bucket a lap before (for rows written late in that lap), unless the cells of both its
+// bucket and that one show no touch: writers touch a cell before their first row into it
+// (signal.Announcer), so neither holds a row. Cells that could not be read, or were not
+// read that far back, or may have expired, prove nothing.
+func TestQuietPartitionsNotRead(t *testing.T) {
+	t.Parallel()
+	p := newTestPlan(t0, 0)
+	parts := p.Candidates(t0) // shard 0: b0-3..b0+1 (indexes 0..4), then shard 1 (5..9)
+	from, to, ok := p.Lookback(parts, t0)
+	require.True(t, ok)
+	require.Equal(t, []int64{b0 - 3 - 4, b0 - 4}, []int64{from, to}, "a lap before the current buckets")
+	cells := Cells{Cell{b0 - 1 - int64(testLayout.BucketCount), 1}: shard.NewID(at(-45))} // b0-1, shard 1 (index 7): a row a lap before
+	read, full := p.IdleReads(parts, t0, cells, true)
+	require.True(t, full)
+	require.Equal(t, []int{7}, read, "only the partition whose bucket a lap before was touched")
+	require.True(t, parts[0].Finished, "an ended bucket with nothing written is finished")
+	p.StartFloors(&parts[7], nil) // as its read does
+
+	// Found quiet, a partition stays so for its lap, whatever is read later.
+	parts = p.Candidates(t0)
+	_, _, ok = p.Lookback(parts, t0)
+	require.False(t, ok, "no partition left to look back for")
+	read, _ = p.IdleReads(parts, t0, Cells{}, false)
+	require.Empty(t, read)
+
+	// A touch of its own bucket has it read, by the next full scan.
+	parts = p.Candidates(t0)
+	read, _ = p.IdleReads(parts, at(3), Cells{Cell{b0, 0}: shard.NewID(at(3))}, false)
+	require.Equal(t, []int{3}, read)
+
+	for _, tc := range []struct {
+		name       string
+		cells      Cells
+		lookedBack bool
+		l          shard.Layout
+	}{
+		{"cells unread", nil, true, testLayout},
+		{"not read a lap back", Cells{}, false, testLayout},
+		{"a lap longer than cells live", Cells{}, true, shard.Layout{Queue: "q", BucketCount: 4, BucketDuration: 7 * time.Hour, ShardCount: 2}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := New(Config{Layout: tc.l, Skew: testSkew, LookAhead: 5 * time.Second, MaxTakeBytes: 4 << 20, MaxPageRows: 1000,
+				SlotStart: func(b int64, slot int) time.Time { return signal.SlotStart(tc.l, b, slot) }}, t0, 0)
+			parts := p.Candidates(t0)
+			current, _ := Split(parts)
+			read, _ := p.IdleReads(parts, t0, tc.cells, tc.lookedBack)
+			require.Subset(t, read, current, "every current partition")
+		})
+	}
 }
 
 // A consumer away longer than a lap (paused, or its lap shorter than its idle interval)
@@ -491,7 +543,7 @@ func TestLappedPartitionsRead(t *testing.T) {
 	for _, pt := range parts {
 		require.False(t, pt.Lapped, "nothing is lapped within the cursor's lap: %s", pt.Key)
 	}
-	_, full := p.IdleReads(parts, t0, Cells{})
+	_, full := p.IdleReads(parts, t0, Cells{}, true)
 	require.True(t, full)
 
 	now := at(42) // bucket b0+4: the ring came round to every partition of the cursor's lap
@@ -503,11 +555,11 @@ func TestLappedPartitionsRead(t *testing.T) {
 			current = append(current, i)
 		}
 	}
-	read, full := p.IdleReads(parts, now, Cells{})
+	read, full := p.IdleReads(parts, now, Cells{}, true)
 	require.False(t, full, "within half LookAhead of the last full scan")
 	require.Equal(t, current, read, "every lapped partition, though no cell shows a write")
 
 	p.StartFloors(&parts[current[0]], nil)
-	read, _ = p.IdleReads(parts, now, Cells{})
+	read, _ = p.IdleReads(parts, now, Cells{}, true)
 	require.Equal(t, current[1:], read, "not one read in this lap already")
 }

@@ -30,6 +30,13 @@ func (p *Plan) SweepDue(now time.Time) bool {
 	return p.cells == nil || !now.Before(p.swept.Add(SweepInterval))
 }
 
+// LastSweep is when the last sweep's cells were read (zero before the first).
+func (p *Plan) LastSweep() time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.swept
+}
+
 // Swept takes in a sweep at now of the lap's signal cells (cells, and when each slot was
 // touched by the cluster's clock), offset being the consumer's clock less the cluster's.
 // It returns, per cell, where its floors must go below for a late write (late), and the
@@ -113,7 +120,7 @@ func lateSlots(st sweepState) (late map[Cell]time.Time, unsure map[Cell]bool) {
 	late, unsure = map[Cell]time.Time{}, map[Cell]bool{}
 	for cell, slots := range st.cells {
 		if st.last == nil || cell.Shard >= len(st.cursors) {
-			continue // a new consumer reads the whole lap anyway
+			continue // a new consumer reads every partition of the lap whose cells show a touch
 		}
 		f, haveFloors := st.floors[cell.key(st.layout)]
 		for slot, v := range slots {

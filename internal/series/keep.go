@@ -40,7 +40,11 @@ const (
 // without moving it on is moved, and a resumed series left closed is opened. status
 // tells what became of an occurrence.
 func (e *Env) Keep(ctx context.Context, q shardqtype.QueueConfig, status func(context.Context, uuid.UUID) (Status, error)) error {
-	names, err := e.Names(ctx, q.Name)
+	list := e.Names
+	if e.KeptNames != nil {
+		list = e.KeptNames
+	}
+	names, err := list(ctx, q.Name)
 	if err != nil {
 		return err
 	}

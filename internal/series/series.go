@@ -132,6 +132,9 @@ type Env struct {
 	// Layout returns the layout of an occurrence of q whose ID has time t (see
 	// sessionstate.State.Fixed); nil: q's first layout.
 	Layout func(ctx context.Context, q shardqtype.QueueConfig, t time.Time) (shard.Layout, error)
+	// KeptNames lists a queue's series for Keep, as read at most a keeping round ago
+	// (sessionstate.State.KeptNames); nil: Names.
+	KeptNames func(ctx context.Context, queue string) ([]string, error)
 }
 
 // recordStamp is the write timestamp of a series' name and written records: the

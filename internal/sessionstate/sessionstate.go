@@ -19,12 +19,14 @@ import (
 	"weak"
 
 	"github.com/gocql/gocql"
+	"github.com/google/uuid"
 
 	"github.com/shardq/shardq/internal/clustertime"
 	"github.com/shardq/shardq/internal/defaults"
 	"github.com/shardq/shardq/internal/layouts"
 	"github.com/shardq/shardq/internal/signal"
 	"github.com/shardq/shardq/internal/store"
+	"github.com/shardq/shardq/internal/taskrow"
 	"github.com/shardq/shardq/internal/wakeup"
 	"github.com/shardq/shardq/shard"
 	"github.com/shardq/shardq/shardqtype"
@@ -40,6 +42,10 @@ type State struct {
 	Signals *signal.Toucher
 	// Bus wakes idle workers of this session when a producer of it writes.
 	Bus *wakeup.Bus
+
+	announcer *signal.Announcer
+	shared    shared
+	kept      keptNames
 
 	queues sync.Map // name -> shardqtype.QueueConfig
 
@@ -61,13 +67,77 @@ func New(tables store.Store, host clustertime.Host, log *slog.Logger) *State {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &State{
-		Store:   tables,
+	s := &State{
 		Cluster: clustertime.New(tables, host, log),
 		Signals: signal.NewToucher(tables.Signals(), log),
 		Bus:     &wakeup.Bus{},
 		paused:  map[string]pauseRead{},
 	}
+	s.announcer = signal.NewAnnouncer(tables.Signals(), s.Cluster.Now)
+	s.Store = store.Announced(tables, s.announce)
+	return s
+}
+
+// announce touches the signal cells of rows about to be written that this State has not
+// touched yet (signal.Announcer).
+func (s *State) announce(ctx context.Context, rows []taskrow.Row) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	type place struct {
+		l          shard.Layout
+		tshard, cs int
+	}
+	places := map[string]place{}
+	var ts signal.Touches
+	for _, r := range rows {
+		pl, ok := places[r.Key]
+		if !ok {
+			l, err := s.layoutOfKey(ctx, r.Key)
+			if err != nil {
+				return err
+			}
+			_, tshard, cs, err := shard.ParseKey(r.Key)
+			if err != nil {
+				return err
+			}
+			pl = place{l, tshard, cs}
+			places[r.Key] = pl
+		}
+		id, taskID := uuid.UUID(r.ID), uuid.UUID(r.TaskID)
+		if pl.l.TimeShard(pl.l.Bucket(shard.IDTime(id))) != pl.tshard || pl.l.ShardFor(taskID) != pl.cs {
+			return fmt.Errorf("sessionstate: row %s of task %s does not belong at %s", id, taskID, r.Key)
+		}
+		ts.Add(pl.l, id, taskID)
+	}
+	return s.announcer.Announce(ctx, &ts)
+}
+
+// layoutOfKey returns the layout whose ring holds partition key, reading its queue's
+// settings and layout history when they are not known: a cell announced under a wrong
+// layout would be no proof at all.
+func (s *State) layoutOfKey(ctx context.Context, key string) (shard.Layout, error) {
+	ring, _, _ := strings.Cut(key, ":")
+	name, g, ok := shard.ParseRing(ring)
+	if !ok {
+		return shard.Layout{}, fmt.Errorf("sessionstate: %q names no queue's ring", key)
+	}
+	q, err := s.Queue(ctx, name)
+	if err != nil {
+		return shard.Layout{}, err
+	}
+	l := q.Layout()
+	if g > 0 {
+		h, err := s.Layouts(ctx, name)
+		if err != nil {
+			return shard.Layout{}, err
+		}
+		if g >= len(h.Gens) {
+			return shard.Layout{}, fmt.Errorf("sessionstate: %q names a layout of queue %q not in its history", key, name)
+		}
+		l = h.Gens[g].Layout
+	}
+	return l, nil
 }
 
 // states holds a State per live session; a session's entry goes when the session is

@@ -2,6 +2,7 @@ package sessionstate_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,7 +14,10 @@ import (
 	"github.com/shardq/shardq/internal/clustertime"
 	"github.com/shardq/shardq/internal/memstore"
 	"github.com/shardq/shardq/internal/sessionstate"
+	"github.com/shardq/shardq/internal/signal"
 	"github.com/shardq/shardq/internal/store"
+	"github.com/shardq/shardq/internal/taskrow"
+	"github.com/shardq/shardq/shard"
 	"github.com/shardq/shardq/shardqtype"
 )
 
@@ -72,8 +76,9 @@ func TestBoundSessionActsOnItsStore(t *testing.T) {
 	require.NoError(t, err)
 	tables := cluster.Client(memstore.ClientConfig{Clock: time.Now})
 	session := new(gocql.Session) // never connected: any request through it would panic
-	unbind := sessionstate.Bind(session, sessionstate.New(tables, nil, nil))
-	require.Same(t, tables, store.For(session))
+	st := sessionstate.New(tables, nil, nil)
+	unbind := sessionstate.Bind(session, st)
+	require.Same(t, st.Store, store.For(session), "the State's store, which announces writes on tables")
 	ctx := context.Background()
 	q, err := shardq.CreateQueue(ctx, session, shardqtype.QueueConfig{Name: "q"})
 	require.NoError(t, err)
@@ -81,10 +86,102 @@ func TestBoundSessionActsOnItsStore(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, q, loaded)
 	require.NoError(t, shardq.PauseQueue(ctx, session, "q"))
-	st, err := tables.Queues().Status(ctx, "q", false)
+	status, err := tables.Queues().Status(ctx, "q", false)
 	require.NoError(t, err)
-	require.True(t, st.Paused)
+	require.True(t, status.Paused)
 	require.NoError(t, shardq.ResumeQueue(ctx, session, "q"))
 	unbind()
 	require.Equal(t, store.Cassandra(session), store.For(session))
+}
+
+// Every task row and marker a State's store writes is sent only after its signal cell
+// was touched, once per cell: a cell that shows no touch proves its partition holds no row
+// of its bucket (signal.Announcer). A touch that fails keeps the rows unwritten, with
+// signal.ErrNotAnnounced, and is made again by the next write.
+func TestWritesAnnounceTheirCells(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1_900_000_000, 0)
+	cluster, err := memstore.New(memstore.Config{Now: func() time.Time { return now }})
+	require.NoError(t, err)
+	var mu sync.Mutex
+	var ops []string // the touches and writes of task rows, in order
+	refuse := false
+	tables := cluster.Client(memstore.ClientConfig{Clock: func() time.Time { return now },
+		Gate: func(_ context.Context, r memstore.Request) (memstore.Fault, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			switch r.Op {
+			case "Signals.Touch":
+				ops = append(ops, r.Op)
+				if refuse {
+					return memstore.Unavailable, nil
+				}
+			case "Tasks.Write", "Leasing.WriteMarkers":
+				ops = append(ops, r.Op)
+			}
+			return memstore.None, nil
+		}})
+	taken := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		got := ops
+		ops = nil
+		return got
+	}
+	st := sessionstate.New(tables, nil, nil)
+	session := new(gocql.Session) // never connected: any request through it would panic
+	t.Cleanup(sessionstate.Bind(session, st))
+	ctx := context.Background()
+	q, err := shardq.CreateQueue(ctx, session, shardqtype.QueueConfig{Name: "q", ShardCount: 1})
+	require.NoError(t, err)
+	l := q.Layout()
+	row := func(at time.Time) taskrow.Row {
+		id := gocql.UUID(shard.NewID(at))
+		return taskrow.Row{Key: l.Key(l.Bucket(at), 0), ID: id, TaskID: id, DueAt: at, Timeout: time.Minute}
+	}
+	write := func(r taskrow.Row) error {
+		return st.Store.Tasks().Write(ctx, []store.Mutation{{Op: store.Insert, Row: r, Stamp: now.UnixMicro()}})
+	}
+	cells := func(at time.Time) map[signal.Cell]gocql.UUID {
+		got, err := tables.Signals().Cells(ctx, l.Ring(), l.Bucket(at), l.Bucket(at))
+		require.NoError(t, err)
+		return got
+	}
+
+	taken()
+	require.NoError(t, write(row(now)))
+	require.Equal(t, []string{"Signals.Touch", "Tasks.Write"}, taken(), "the touch, then the write")
+	require.Len(t, cells(now), 1)
+	require.NoError(t, write(row(now.Add(time.Millisecond))))
+	require.Equal(t, []string{"Tasks.Write"}, taken(), "a cell touched once is not touched again")
+
+	later := now.Add(l.BucketDuration)
+	mu.Lock()
+	refuse = true
+	mu.Unlock()
+	err = write(row(later))
+	require.ErrorIs(t, err, signal.ErrNotAnnounced)
+	require.Empty(t, cells(later))
+	_, found, err := tables.Tasks().Read(ctx, row(later).Key, 0, row(later).ID)
+	require.NoError(t, err)
+	require.False(t, found, "not written")
+	mu.Lock()
+	refuse = false
+	mu.Unlock()
+	r := row(later)
+	require.NoError(t, write(r))
+	require.Len(t, cells(later), 1, "touched by the next write")
+	_, found, err = tables.Tasks().Read(ctx, r.Key, 0, r.ID)
+	require.NoError(t, err)
+	require.True(t, found)
+
+	// Markers too, and a row of a ring the store cannot place is refused.
+	marker := row(now.Add(3 * l.BucketDuration))
+	taken()
+	require.NoError(t, st.Store.Leasing().WriteMarkers(ctx, []taskrow.Row{marker}, now.UnixMicro(), 1))
+	require.Equal(t, []string{"Signals.Touch", "Leasing.WriteMarkers"}, taken())
+	require.Len(t, cells(now.Add(3*l.BucketDuration)), 1)
+	stray := row(now)
+	stray.Key = shard.FormatKey("q~7", 0, 0)
+	require.ErrorContains(t, write(stray), "not in its history")
 }

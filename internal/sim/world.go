@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"runtime"
 	"slices"
@@ -23,8 +25,11 @@ import (
 	"github.com/shardq/shardq/internal/memstore"
 	"github.com/shardq/shardq/internal/random"
 	"github.com/shardq/shardq/internal/sessionstate"
+	"github.com/shardq/shardq/internal/signal"
 	"github.com/shardq/shardq/internal/store"
 	"github.com/shardq/shardq/internal/taskindex"
+	"github.com/shardq/shardq/internal/wakewatch"
+	"github.com/shardq/shardq/internal/workerloop"
 	"github.com/shardq/shardq/producer"
 	"github.com/shardq/shardq/series"
 	"github.com/shardq/shardq/shardqtype"
@@ -544,19 +549,34 @@ func (w *world) runWorker(rng *rand.Rand, p *proc, concurrency int, wait func(),
 		concurrency = 1 + rng.IntN(4)
 	}
 	p.started, p.concurrency = time.Now(), concurrency
-	wk, err := worker.New(p.session, worker.Config{
-		Queue:       w.queue.Name,
-		Handler:     h,
-		Concurrency: p.concurrency,
-		MaxAttempts: maxAttempts,
-		Backoff:     func(int) time.Duration { return simBackoff },
-		Observer:    shardqtype.ObserverFunc(func(_ context.Context, e shardqtype.Event) { w.oracle.observed(p, e) }),
+	// Half the workers run as a client runs them: their signals, idle scans' cells and
+	// sweeps' slots read by a watch of the process (internal/wakewatch). Chosen by name,
+	// not drawn, so that the seed's draws stay as they were.
+	client := (crc32.ChecksumIEEE([]byte(p.name))^uint32(w.cfg.Seed))&1 == 0
+	wk, err := workerloop.New(p.session, workerloop.Config{
+		Queue:         w.queue.Name,
+		Handler:       h,
+		Concurrency:   p.concurrency,
+		MaxAttempts:   maxAttempts,
+		Backoff:       func(int) time.Duration { return simBackoff },
+		Observer:      shardqtype.ObserverFunc(func(_ context.Context, e shardqtype.Event) { w.oracle.observed(p, e) }),
+		SharedSignals: client,
 	})
 	if err != nil {
 		panic(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	var watching sync.WaitGroup
+	defer func() {
+		cancel()
+		watching.Wait()
+	}()
+	if client {
+		watch := wakewatch.New(p.state, wakewatch.Config{Queues: []string{w.queue.Name}, Interval: worker.DefaultSignalInterval,
+			Ahead: worker.DefaultMaxIdleInterval, LookAhead: workerloop.LookAhead(worker.DefaultMaxIdleInterval),
+			MaxClockSkew: consumer.DefaultMaxClockSkew, Clock: p.state.Cluster, Logger: slog.New(slog.DiscardHandler)})
+		watching.Go(func() { watch.Run(ctx) })
+	}
 	if err := wk.Start(ctx); err != nil {
 		panic(err)
 	}
@@ -815,18 +835,36 @@ func (w *world) quietWrite() {
 		ended(ids)
 
 		// The same with a write that applied and returned success, whose touch of the
-		// signals was refused: the failed touch must be tried again.
-		w.sched.force(pp, "Signals.Touch", memstore.Unavailable)
-		third := batch()
-		began = time.Now()
-		ids, err = pr.ScheduleTasks(ctx, third)
-		w.oracle.scheduled(pp, began, third, ids, err)
-		if err != nil {
-			w.oracle.violate("quiet write: scheduling tasks whose touch fails: %v", err)
-			return
+		// signals was refused: the failed touch must be tried again. The refusal may meet
+		// the touch that announces the rows' cells before the write instead, when the
+		// write falls into a bucket the producer has not written into: nothing is written
+		// then, and a write without a fault announces the cells for the next try.
+		var primed []uuid.UUID
+		for try := 0; ; try++ {
+			w.sched.force(pp, "Signals.Touch", memstore.Unavailable)
+			third := batch()
+			began = time.Now()
+			ids, err = pr.ScheduleTasks(ctx, third)
+			w.oracle.scheduled(pp, began, third, ids, err)
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, signal.ErrNotAnnounced) || try == 3 {
+				w.oracle.violate("quiet write: scheduling tasks whose touch fails: %v", err)
+				return
+			}
+			primer := batch()
+			began = time.Now()
+			ids, err = pr.ScheduleTasks(ctx, primer)
+			w.oracle.scheduled(pp, began, primer, ids, err)
+			if err != nil {
+				w.oracle.violate("quiet write: scheduling tasks after a refused announce: %v", err)
+				return
+			}
+			primed = append(primed, ids...)
 		}
 		w.startedWithin(ids, began, fmt.Sprintf("quiet write: tasks written at %s whose signal touch was refused", stamp(began)))
-		ended(ids)
+		ended(append(ids, primed...))
 	}()
 	w.driveUntil(done)
 }

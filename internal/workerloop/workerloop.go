@@ -213,7 +213,7 @@ func New(session *gocql.Session, cfg Config) (*Worker, error) {
 	c, err := consumer.New(session, consumer.Config{Queue: cfg.Queue, MaxClockSkew: cfg.MaxClockSkew,
 		// An idle worker scans fully once per 1.5 idle intervals, polling at least once per
 		// interval, so each full scan looks past the next one.
-		LookAhead: 3 * cfg.MaxIdleInterval, Clock: cfg.Clock, Logger: cfg.Logger,
+		LookAhead: LookAhead(cfg.MaxIdleInterval), Clock: cfg.Clock, Logger: cfg.Logger,
 		Observer: shardqtype.ObserverFunc(w.observe)})
 	if err != nil {
 		return nil, err
@@ -443,6 +443,11 @@ func (w *Worker) linger(got, n int, since time.Duration) time.Duration {
 	}
 	return d
 }
+
+// LookAhead is how far ahead of now a worker idle for up to maxIdle looks for tasks
+// (its consumer's LookAhead): three waits, so a full scan every one and a half finds what
+// comes due before the next.
+func LookAhead(maxIdle time.Duration) time.Duration { return 3 * maxIdle }
 
 // keepSeries repairs the queue's series at start and then every SeriesInterval, with
 // jitter so that workers started together spread their reads, until fetching stops.
