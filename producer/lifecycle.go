@@ -190,6 +190,9 @@ func (p *Producer) Reschedule(ctx context.Context, id uuid.UUID, opts Reschedule
 	if !opts.DueAt.IsZero() && (opts.DueAt.Before(shard.MinIDTime) || opts.DueAt.After(shard.MaxIDTime)) {
 		return defaults.Invalid("opts.DueAt", "%v is outside [%v, %v]", opts.DueAt, shard.MinIDTime.UTC(), shard.MaxIDTime)
 	}
+	if !opts.DueAt.IsZero() && opts.DueAt.After(p.cfg.Clock.Now().Add(MaxDueAhead)) {
+		return defaults.Invalid("opts.DueAt", "%v is more than MaxDueAhead (%v) after now", opts.DueAt, MaxDueAhead)
+	}
 	for range maxMoves {
 		l, err := p.tasks.Locate(ctx, id)
 		if err != nil {

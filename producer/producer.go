@@ -46,6 +46,10 @@ const (
 	MaxHeaderBytes = 4 << 10
 	// MaxKindBytes bounds a task's Kind.
 	MaxKindBytes = 200
+	// MaxDueAhead bounds how far ahead of now a task may be due: the signal cell a write
+	// touches lives at most Cassandra's longest TTL (20 years) and must outlive the
+	// task's bucket, whose partition idle consumers read only if its cell shows a write.
+	MaxDueAhead = 19 * 365 * 24 * time.Hour
 )
 
 var (
@@ -435,6 +439,8 @@ func (p *Producer) row(q shardqtype.QueueConfig, t Task, now time.Time, name str
 	switch {
 	case due.Before(shard.MinIDTime) || due.After(shard.MaxIDTime):
 		return taskrow.Row{}, defaults.Invalid(name+".DueAt", "%v is outside [%v, %v]", t.DueAt, shard.MinIDTime.UTC(), shard.MaxIDTime)
+	case due.After(now.Add(MaxDueAhead)):
+		return taskrow.Row{}, defaults.Invalid(name+".DueAt", "%v is more than MaxDueAhead (%v) after now", t.DueAt, MaxDueAhead)
 	case t.Priority < shardqtype.MinPriority || t.Priority > shardqtype.MaxPriority:
 		return taskrow.Row{}, defaults.Invalid(name+".Priority", "%d is not in [%d, %d]", t.Priority, shardqtype.MinPriority, shardqtype.MaxPriority)
 	}

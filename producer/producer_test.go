@@ -103,6 +103,7 @@ func TestBadInputWritesNothing(t *testing.T) {
 		"priority low":     {producer.Task{Queue: "q", Priority: -1}, "tasks[1].Priority", shardqtype.ErrInvalid},
 		"before epoch":     {producer.Task{Queue: "q", DueAt: time.Date(1969, 1, 1, 0, 0, 0, 0, time.UTC)}, "tasks[1].DueAt", shardqtype.ErrInvalid},
 		"far too late":     {producer.Task{Queue: "q", DueAt: time.Date(6000, 1, 1, 0, 0, 0, 0, time.UTC)}, "tasks[1].DueAt", shardqtype.ErrInvalid},
+		"too far ahead":    {producer.Task{Queue: "q", DueAt: time.Now().Add(producer.MaxDueAhead + time.Hour)}, "tasks[1].DueAt", shardqtype.ErrInvalid},
 		"timeout long":     {producer.Task{Queue: "q", Timeout: time.Hour}, "tasks[1].Timeout", shardqtype.ErrInvalid},
 		"timeout neg":      {producer.Task{Queue: "q", Timeout: -time.Second}, "tasks[1].Timeout", shardqtype.ErrInvalid},
 		"timeout frac":     {producer.Task{Queue: "q", Timeout: 1500 * time.Microsecond}, "tasks[1].Timeout", shardqtype.ErrInvalid},
