@@ -462,38 +462,40 @@ func (c *Consumer) touchedCells(ctx context.Context, parts []scanplan.Part) scan
 		return nil
 	}
 	from, to := bucketsOf(parts)
-	return c.cellsOf(ctx, from, to)
+	cells, _ := c.cellsOf(ctx, from, to)
+	return cells
 }
 
 // idleCells is touchedCells for an idle scan of parts at now, with the cells of the
-// buckets a lap before that the plan asks for (scanplan.Plan.Lookback), and whether
-// those were read. Without shared reads, one read covers both.
-func (c *Consumer) idleCells(ctx context.Context, parts []scanplan.Part, now time.Time) (scanplan.Cells, bool) {
+// buckets a lap before that the plan asks for (scanplan.Plan.Lookback), whether those
+// were read, and when the cells were read by the consumer's clock (at now, or earlier for
+// a shared read). Without shared reads, one read covers both.
+func (c *Consumer) idleCells(ctx context.Context, parts []scanplan.Part, now time.Time) (scanplan.Cells, bool, time.Time) {
 	if len(parts) == 0 {
-		return nil, false
+		return nil, false, now
 	}
 	from, to := bucketsOf(parts)
 	backFrom, backTo, back := c.plan.Lookback(parts, now)
-	if _, shared := c.state.SharedCells(c.layout.Ring(), from, to); !shared && back {
-		cells := c.cellsOf(ctx, min(from, backFrom), to)
-		return cells, cells != nil
+	if _, _, shared := c.state.SharedCells(c.layout.Ring(), from, to); !shared && back {
+		cells, age := c.cellsOf(ctx, min(from, backFrom), to)
+		return cells, cells != nil, now.Add(-age)
 	}
-	cells := c.cellsOf(ctx, from, to)
+	cells, age := c.cellsOf(ctx, from, to)
 	if cells == nil || !back {
-		return cells, false
+		return cells, false, now.Add(-age)
 	}
 	before, ok := c.state.SharedLookback(c.layout.Ring(), backFrom, backTo)
 	if !ok {
 		var err error
 		if before, err = c.state.Store.Signals().Cells(ctx, c.layout.Ring(), backFrom, backTo); err != nil {
 			c.log.WarnContext(ctx, "reading the signals of a lap before", "queue", c.q.Name, "error", err)
-			return cells, false
+			return cells, false, now.Add(-age)
 		}
 	}
 	for cell, v := range before {
 		cells[scanplan.Cell{Bucket: cell.Bucket, Shard: cell.Shard}] = uuid.UUID(v)
 	}
-	return cells, true
+	return cells, true, now.Add(-age)
 }
 
 // bucketsOf returns the first and last of parts' buckets.
@@ -506,22 +508,23 @@ func bucketsOf(parts []scanplan.Part) (from, to int64) {
 }
 
 // cellsOf reads the signal cells of buckets from..to, or takes them from a read the
-// client's watch shared, or returns nil when they cannot be read.
-func (c *Consumer) cellsOf(ctx context.Context, from, to int64) scanplan.Cells {
-	cells, ok := c.state.SharedCells(c.layout.Ring(), from, to)
+// client's watch shared (and returns how long before that read was sent), or returns
+// nil when they cannot be read.
+func (c *Consumer) cellsOf(ctx context.Context, from, to int64) (scanplan.Cells, time.Duration) {
+	cells, age, ok := c.state.SharedCells(c.layout.Ring(), from, to)
 	if !ok {
 		var err error
 		cells, err = c.state.Store.Signals().Cells(ctx, c.layout.Ring(), from, to)
 		if err != nil {
 			c.log.WarnContext(ctx, "reading wake-up signals; reading every partition", "queue", c.q.Name, "error", err)
-			return nil
+			return nil, 0
 		}
 	}
 	out := make(scanplan.Cells, len(cells))
 	for cell, v := range cells {
 		out[scanplan.Cell{Bucket: cell.Bucket, Shard: cell.Shard}] = uuid.UUID(v)
 	}
-	return out
+	return out, age
 }
 
 // sweep finds rows written later than MaxClockSkew, once per SweepInterval, by reading
@@ -534,8 +537,13 @@ func (c *Consumer) sweep(ctx context.Context, now time.Time) {
 	c.checkSkew(ctx, now)
 	bNow := c.layout.Bucket(now)
 	from := bNow - int64(c.layout.BucketCount) + 1
-	// A read the client's watch shared since the last sweep serves as a sweep at its time.
-	cells, touched, at, ok := c.state.SharedSweep(c.layout.Ring(), from, bNow, c.plan.LastSweep())
+	// A read the client's watch shared since the last sweep, and within a quarter of
+	// SweepInterval, serves as a sweep at its time.
+	after := c.plan.LastSweep()
+	if fresh := now.Add(-scanplan.SweepInterval / 4); fresh.After(after) {
+		after = fresh
+	}
+	cells, touched, at, ok := c.state.SharedSweep(c.layout.Ring(), from, bNow, after)
 	if !ok {
 		var err error
 		cells, touched, err = c.state.Store.Signals().LastTouches(ctx, c.layout.Ring(), from, bNow)

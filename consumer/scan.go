@@ -148,8 +148,9 @@ func (c *Consumer) peekAll(ctx context.Context, parts []scanplan.Part, want int,
 	if idle {
 		upper = now.Add(c.cfg.LookAhead)
 		var lookedBack bool
-		cells, lookedBack = c.idleCells(ctx, parts, now)
-		current, full = c.plan.IdleReads(parts, now, cells, lookedBack)
+		var cellsAt time.Time
+		cells, lookedBack, cellsAt = c.idleCells(ctx, parts, now)
+		current, full = c.plan.IdleReads(parts, now, cells, lookedBack, cellsAt)
 		read, ahead = current, nil
 	} else {
 		// Busy partitions of the current bucket are taken without a peek; quiet ones whose
@@ -190,6 +191,12 @@ func (c *Consumer) peekAll(ctx context.Context, parts []scanplan.Part, want int,
 	})
 	if idle {
 		c.plan.NoteUpcoming(parts, current, full)
+	} else {
+		for _, i := range read {
+			if parts[i].Err != nil {
+				c.plan.Revisit(&parts[i])
+			}
+		}
 	}
 	avail := 0
 	for _, i := range current {

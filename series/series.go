@@ -359,9 +359,10 @@ func (c *Client) Delete(ctx context.Context, queue, name string) error {
 	return fmt.Errorf("series: %s of queue %s changed under every one of 8 attempts to delete it", name, queue)
 }
 
-// Keep checks every series of a queue once, and repairs those whose consumer or
-// scheduler died between two steps: an occurrence not written is written, and a series
-// whose occurrence ended without moving it on is moved. Workers call it every
+// Keep checks every series of a queue once (as listed at most 15 s ago: one created
+// since is checked by the next call), and
+// repairs those whose consumer or scheduler died between two steps: an occurrence not
+// written is written, and a series whose occurrence ended without moving it on is moved. Workers call it every
 // worker.DefaultSeriesInterval; call it as often if you consume with package consumer
 // directly.
 func (c *Client) Keep(ctx context.Context, queue string) error {

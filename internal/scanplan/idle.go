@@ -27,7 +27,8 @@ func Split(parts []Part) (current, ahead []int) {
 
 // IdleReads chooses which of parts an idle scan at now reads, current buckets first, given
 // the signal cells of their buckets (nil if they could not be read) and, when lookedBack,
-// of the buckets Lookback returned; full reports a full scan. Every task and marker
+// of the buckets Lookback returned, as read at cellsAt (no later than the read was sent);
+// full reports a full scan. Every task and marker
 // write touches its signal cell, and is sent only once its cell was touched
 // (signal.Announcer), so a cell that shows no touch proves its partition holds no row of
 // its bucket. A look-ahead partition whose cell was not touched holds nothing of its lap;
@@ -40,7 +41,7 @@ func Split(parts []Part) (current, ahead []int) {
 // scan were seen. That holds of the lap the cells are read for: a Lapped partition not yet
 // read in this lap is read, for rows written into a lap the scans missed. Parts not read
 // get what is known of them (Finished, Next).
-func (p *Plan) IdleReads(parts []Part, now time.Time, cells Cells, lookedBack bool) (read []int, full bool) {
+func (p *Plan) IdleReads(parts []Part, now time.Time, cells Cells, lookedBack bool, cellsAt time.Time) (read []int, full bool) {
 	full = p.fullScan(now, cells)
 	current, ahead := Split(parts)
 	for _, i := range append(current, ahead...) {
@@ -51,8 +52,9 @@ func (p *Plan) IdleReads(parts []Part, now time.Time, cells Cells, lookedBack bo
 		case cells.Untouched(pt) && (pt.Ahead || p.HasFloors(pt) || p.quietLap(pt, now, cells, lookedBack)):
 			// Nothing was written into it this lap, and rows left from the last lap
 			// were looked for when it was first read, or none were written: there is
-			// nothing to read.
-			pt.Finished = p.Ended(pt, now)
+			// nothing to read. Ended as of when the cells were read: a write on time
+			// into its bucket may come later than that.
+			pt.Finished = p.Ended(pt, cellsAt)
 		case full || p.changedSinceScan(cells, pt):
 			read = append(read, i)
 		default:
@@ -67,7 +69,7 @@ func (p *Plan) IdleReads(parts []Part, now time.Time, cells Cells, lookedBack bo
 // partitions that have no floors in this lap and are not known quiet (quietLap).
 func (p *Plan) Lookback(parts []Part, now time.Time) (from, to int64, ok bool) {
 	for _, pt := range parts {
-		if pt.Ahead || pt.Lapped || p.HasFloors(&pt) || p.knownQuiet(&pt) || !p.cellLives(pt.Bucket, now) {
+		if pt.Ahead || pt.Lapped || p.HasFloors(&pt) || p.knownQuiet(&pt) || !p.wasRead(&pt) || !p.cellLives(pt.Bucket, now) {
 			continue
 		}
 		b := pt.Bucket - int64(p.cfg.Layout.BucketCount)
@@ -84,7 +86,10 @@ func (p *Plan) Lookback(parts []Part, now time.Time) (from, to int64, ok bool) {
 
 // quietLap reports whether pt, a current partition without floors in this lap whose cell
 // shows no touch, held no row of the bucket a lap before either: that bucket's cell, read
-// with cells (lookedBack), shows no touch and still lives. A partition found quiet stays so
+// with cells (lookedBack), shows no touch and still lives. Rows of earlier laps are ruled
+// out only for a partition this plan has read from its floors before (in any lap): that
+// read found every row left then, and since, each lap's first look at it read it or found
+// it quiet. A plan's first call, busy, reads them all; one that failed is read again. A partition found quiet stays so
 // for its lap: a row of that bucket written later would come from a writer a lap behind.
 func (p *Plan) quietLap(pt *Part, now time.Time, cells Cells, lookedBack bool) bool {
 	if pt.Ahead || pt.Lapped {
@@ -92,6 +97,9 @@ func (p *Plan) quietLap(pt *Part, now time.Time, cells Cells, lookedBack bool) b
 	}
 	if p.knownQuiet(pt) {
 		return true
+	}
+	if !p.wasRead(pt) {
+		return false
 	}
 	before := pt.Bucket - int64(p.cfg.Layout.BucketCount)
 	if cells == nil || !lookedBack || !p.cellLives(pt.Bucket, now) {
@@ -104,6 +112,12 @@ func (p *Plan) quietLap(pt *Part, now time.Time, cells Cells, lookedBack bool) b
 	defer p.mu.Unlock()
 	p.quiet[pt.pkey()] = true
 	return true
+}
+
+func (p *Plan) wasRead(pt *Part) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.everRead[pt.Key]
 }
 
 func (p *Plan) knownQuiet(pt *Part) bool {

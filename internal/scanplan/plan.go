@@ -115,6 +115,7 @@ type Plan struct {
 	known        map[pkey]*known      // per partition of the current bucket, its rows coming due as last peeked
 	dense        map[pkey]bool        // partitions too busy for a peek that reads ahead
 	quiet        map[pkey]bool        // current partitions found without a row of their lap or the lap before (quietLap)
+	everRead     map[string]bool      // partitions read from their floors since the plan began, in any lap
 }
 
 // New returns the plan of a consumer starting at now, whose scans start at concurrency
@@ -124,7 +125,7 @@ func New(cfg Config, now time.Time, first int) *Plan {
 	p := &Plan{cfg: cfg, cursors: make([]int64, cfg.Layout.ShardCount), next: first % cfg.Layout.ShardCount,
 		hot: map[string]bool{}, floors: map[pkey]*floors{}, keptFloors: map[string]lapFloors{},
 		upcoming: map[pkey]time.Time{}, lateChecked: map[pkey]Slots{}, pageRows: cfg.MaxPageRows,
-		known: map[pkey]*known{}, dense: map[pkey]bool{}, quiet: map[pkey]bool{}}
+		known: map[pkey]*known{}, dense: map[pkey]bool{}, quiet: map[pkey]bool{}, everRead: map[string]bool{}}
 	start := p.lapStart(now)
 	for i := range p.cursors {
 		p.cursors[i] = start
@@ -257,6 +258,13 @@ func (p *Plan) Skipped(pt *Part, now time.Time) {
 	}
 }
 
+// Revisit marks pt, whose read failed, to be read by the next scan, busy or idle.
+func (p *Plan) Revisit(pt *Part) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.upcoming[pt.pkey()] = revisit
+}
+
 // PageRows is how many rows a page of a locked read should ask for.
 func (p *Plan) PageRows() int {
 	p.mu.Lock()
@@ -344,6 +352,7 @@ func (p *Plan) Read(pt *Part, s Span) { p.raise(pt, s) }
 func (p *Plan) raise(pt *Part, s Span) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.everRead[pt.Key] = true
 	if f, ok := p.floors[pt.pkey()]; ok {
 		f.raise(s, p.cfg.Skew)
 	}

@@ -452,7 +452,7 @@ func TestIdleReads(t *testing.T) {
 	ahead := part(b0+1, 1)
 	cells[ahead.cell()] = shard.NewID(at(7))
 
-	read, full := p.IdleReads(parts, t0, cells, true)
+	read, full := p.IdleReads(parts, t0, cells, true, t0)
 	require.True(t, full)
 	require.Equal(t, []int{0, 1, 3, 5, 6, 7, 8, 9}, read, "all but the quiet one and the untouched ahead one")
 	require.True(t, parts[2].Finished, "the quiet one ended, and nothing was written into it")
@@ -467,31 +467,44 @@ func TestIdleReads(t *testing.T) {
 	cells2 := maps.Clone(cells)
 	touchedSince := part(b0-2, 0)
 	cells2[touchedSince.cell()] = shard.NewID(at(1.5)) // touched since
-	read, full = p.IdleReads(parts, at(1), cells2, true)
+	read, full = p.IdleReads(parts, at(1), cells2, true, at(1))
 	require.False(t, full)
 	require.Equal(t, []int{1, 3, 5}, read)
 
 	// Half LookAhead on, or without cells, a full scan again.
-	_, full = p.IdleReads(p.Candidates(t0), at(2.5), cells2, true)
+	_, full = p.IdleReads(p.Candidates(t0), at(2.5), cells2, true, at(2.5))
 	require.True(t, full)
-	_, full = p.IdleReads(p.Candidates(t0), at(2.6), nil, true)
+	_, full = p.IdleReads(p.Candidates(t0), at(2.6), nil, true, at(2.6))
 	require.True(t, full)
 }
 
-// A partition of a current bucket that has no floors in its lap yet is read from the
-// bucket a lap before (for rows written late in that lap), unless the cells of both its
-// bucket and that one show no touch: writers touch a cell before their first row into it
-// (signal.Announcer), so neither holds a row. Cells that could not be read, or were not
-// read that far back, or may have expired, prove nothing.
+// A partition of a current bucket that has no floors in its lap yet is read from its
+// stored floors (for rows left from earlier laps), unless the plan read it before and the
+// cells of both its bucket and the bucket a lap before show no touch: writers touch a
+// cell before their first row into it (signal.Announcer), so neither holds a row, and
+// older ones were found by the earlier read. Cells that could not be read, or were not
+// read that far back, or may have expired, prove nothing; nor do they for a partition the
+// plan never read, whose rows may be laps old.
 func TestQuietPartitionsNotRead(t *testing.T) {
 	t.Parallel()
 	p := newTestPlan(t0, 0)
 	parts := p.Candidates(t0) // shard 0: b0-3..b0+1 (indexes 0..4), then shard 1 (5..9)
+	_, _, ok := p.Lookback(parts, t0)
+	require.False(t, ok, "nothing read yet: no partition can be quiet")
+	current, _ := Split(parts)
+	read, _ := p.IdleReads(parts, t0, Cells{}, false, t0)
+	require.Subset(t, read, current, "never read: every current partition is read")
+	for _, i := range current {
+		p.Read(&parts[i], NewSpan(t0)) // as its read does
+	}
+
+	p.Candidates(t0)
+	parts = p.Candidates(t0) // back to shard 0 first
 	from, to, ok := p.Lookback(parts, t0)
 	require.True(t, ok)
 	require.Equal(t, []int64{b0 - 3 - 4, b0 - 4}, []int64{from, to}, "a lap before the current buckets")
 	cells := Cells{Cell{b0 - 1 - int64(testLayout.BucketCount), 1}: shard.NewID(at(-45))} // b0-1, shard 1 (index 7): a row a lap before
-	read, full := p.IdleReads(parts, t0, cells, true)
+	read, full := p.IdleReads(parts, t0.Add(testLayout.BucketDuration/2), cells, true, t0)
 	require.True(t, full)
 	require.Equal(t, []int{7}, read, "only the partition whose bucket a lap before was touched")
 	require.True(t, parts[0].Finished, "an ended bucket with nothing written is finished")
@@ -501,12 +514,12 @@ func TestQuietPartitionsNotRead(t *testing.T) {
 	parts = p.Candidates(t0)
 	_, _, ok = p.Lookback(parts, t0)
 	require.False(t, ok, "no partition left to look back for")
-	read, _ = p.IdleReads(parts, t0, Cells{}, false)
+	read, _ = p.IdleReads(parts, t0, Cells{}, false, t0)
 	require.Empty(t, read)
 
 	// A touch of its own bucket has it read, by the next full scan.
 	parts = p.Candidates(t0)
-	read, _ = p.IdleReads(parts, at(3), Cells{Cell{b0, 0}: shard.NewID(at(3))}, false)
+	read, _ = p.IdleReads(parts, at(3), Cells{Cell{b0, 0}: shard.NewID(at(3))}, false, at(3))
 	require.Equal(t, []int{3}, read)
 
 	for _, tc := range []struct {
@@ -524,7 +537,7 @@ func TestQuietPartitionsNotRead(t *testing.T) {
 				SlotStart: func(b int64, slot int) time.Time { return signal.SlotStart(tc.l, b, slot) }}, t0, 0)
 			parts := p.Candidates(t0)
 			current, _ := Split(parts)
-			read, _ := p.IdleReads(parts, t0, tc.cells, tc.lookedBack)
+			read, _ := p.IdleReads(parts, t0, tc.cells, tc.lookedBack, t0)
 			require.Subset(t, read, current, "every current partition")
 		})
 	}
@@ -543,7 +556,7 @@ func TestLappedPartitionsRead(t *testing.T) {
 	for _, pt := range parts {
 		require.False(t, pt.Lapped, "nothing is lapped within the cursor's lap: %s", pt.Key)
 	}
-	_, full := p.IdleReads(parts, t0, Cells{}, true)
+	_, full := p.IdleReads(parts, t0, Cells{}, true, t0)
 	require.True(t, full)
 
 	now := at(42) // bucket b0+4: the ring came round to every partition of the cursor's lap
@@ -555,11 +568,11 @@ func TestLappedPartitionsRead(t *testing.T) {
 			current = append(current, i)
 		}
 	}
-	read, full := p.IdleReads(parts, now, Cells{}, true)
+	read, full := p.IdleReads(parts, now, Cells{}, true, now)
 	require.False(t, full, "within half LookAhead of the last full scan")
 	require.Equal(t, current, read, "every lapped partition, though no cell shows a write")
 
 	p.StartFloors(&parts[current[0]], nil)
-	read, _ = p.IdleReads(parts, now, Cells{}, true)
+	read, _ = p.IdleReads(parts, now, Cells{}, true, now)
 	require.Equal(t, current[1:], read, "not one read in this lap already")
 }

@@ -82,15 +82,17 @@ func split(rings []string, from, to int64, sent time.Time, cells map[signal.Cell
 }
 
 // SharedCells returns the cells of ring's buckets from..to from a read the watch shared
-// within SharedAge, and false when there is none.
-func (s *State) SharedCells(ring string, from, to int64) (map[signal.Cell]gocql.UUID, bool) {
+// within SharedAge, and how long ago that read was sent; false when there is none.
+func (s *State) SharedCells(ring string, from, to int64) (map[signal.Cell]gocql.UUID, time.Duration, bool) {
 	s.shared.mu.Lock()
 	defer s.shared.mu.Unlock()
 	r, ok := s.shared.cells[ring]
-	if !ok || time.Since(r.sent) > SharedAge {
-		return nil, false
+	age := time.Since(r.sent)
+	if !ok || age > SharedAge {
+		return nil, 0, false
 	}
-	return r.within(from, to)
+	cells, ok := r.within(from, to)
+	return cells, age, ok
 }
 
 // SharedLookback returns the cells of ring's buckets from..to, a lap before now's, from

@@ -5,7 +5,7 @@
 // are numbered by time), so queues on the default layout are all read at once. The reads
 // are shared with the client's consumers (sessionstate.State.SharedCells), which take
 // their idle scans' cells from them, with the cells of the buckets a lap before now's
-// (read once per bucket) and, every half scanplan.SweepInterval, the lap's slots for
+// (read once per bucket) and, every quarter scanplan.SweepInterval, the lap's slots for
 // their sweeps: so neither do the consumers' own reads grow with the queues.
 package wakewatch
 
@@ -110,7 +110,7 @@ func (w *Watch) read(ctx context.Context, now, since time.Time) bool {
 	}
 	woken := map[string]bool{}
 	fromOf := map[string]int64{} // ring -> the first bucket read
-	sweep := w.swept.IsZero() || now.Sub(w.swept) >= scanplan.SweepInterval/2
+	sweep := w.swept.IsZero() || now.Sub(w.swept) >= scanplan.SweepInterval/4
 	for _, d := range slices.Sorted(maps.Keys(groups)) {
 		ls := groups[d]
 		l := ls[0]
