@@ -72,18 +72,16 @@ func insertAll(ctx context.Context, c *shardq.Client, queue string, n int, due f
 
 // waitPolled returns once the first polls of a client serving queues queues are over, as
 // its requests (sent, a running count) tell, or ctx ends (nil both): a client does not
-// say when its workers have polled, as a worker's Stats do. A worker's first poll reads
-// its queue's whole lap, about 3,000 requests in a second for a default queue; an idle
-// worker then sends about 4.5 a second (a signal read every 250 ms, a poll every 10 s).
-// Over is a whole second with fewer than idleQuiet requests per queue, after one with
-// more.
+// say when its workers have polled, as a worker's Stats do. A starting client reads each
+// queue's settings and the signal cells of its lap, and only the partitions those show
+// written; an idle client then sends about 4.5 requests a second. Over is a whole second
+// with fewer than idleQuiet requests per queue, after the first two.
 func waitPolled(ctx context.Context, queues int, sent func() int64) error {
 	const idleQuiet = 20
 	limit := time.After(5 * time.Minute)
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
-	busy := false
-	for last := sent(); ; {
+	for ticks, last := 0, sent(); ; ticks++ {
 		select {
 		case <-ctx.Done():
 			return nil
@@ -92,10 +90,9 @@ func waitPolled(ctx context.Context, queues int, sent func() int64) error {
 		case <-tick.C:
 		}
 		n := sent()
-		quiet := n-last < int64(idleQuiet*queues)
-		if busy && quiet {
+		if ticks >= 1 && n-last < int64(idleQuiet*queues) {
 			return nil
 		}
-		busy, last = busy || !quiet, n
+		last = n
 	}
 }

@@ -45,7 +45,9 @@ func (b *bench) idle(ctx context.Context) error {
 	})
 	// The first poll looks back a whole lap; measure the steady state after it.
 	var polls func() uint64
+	var startup int64 // a client's requests from its start until it is idle
 	if b.o.via == viaClient {
+		before := b.requests.Load()
 		c, err := newClient(s, queues, 0, obs, func(*shardq.Task[benchArgs]) {})
 		if err != nil {
 			return err
@@ -57,6 +59,7 @@ func (b *bench) idle(ctx context.Context) error {
 		if err := waitPolled(ctx, len(queues), b.requests.Load); err != nil {
 			return err
 		}
+		startup = b.requests.Load() - before
 	} else {
 		w, err := worker.New(s, worker.Config{Queue: q.Name, MaxIdleInterval: b.o.idleInterval, Observer: obs,
 			Handler: worker.HandlerFunc(func(context.Context, *consumer.Task) error { return nil })})
@@ -92,6 +95,8 @@ func (b *bench) idle(ctx context.Context) error {
 		"delivered": acked.Load() - acked0, "bench_cpu_s": selfCPU() - self0}
 	if polls != nil {
 		r["polls"] = polls()
+	} else {
+		r["startup_requests"] = startup
 	}
 	if cpu1, err := cpuSeconds(pid); cpuErr == nil && err == nil {
 		r["server_cpu_s"] = cpu1 - cpu0
