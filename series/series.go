@@ -257,7 +257,11 @@ func (c *Client) withdraw(ctx context.Context, q shardqtype.QueueConfig, st iser
 // already ended, is left to its consumer, whose ack (or the keeper) moves the series on.
 func (c *Client) cancel(ctx context.Context, q shardqtype.QueueConfig, st iseries.State) (bool, error) {
 	if st.Pending() {
-		// Possibly not written yet: writing it first makes the cancel definite.
+		// Possibly not written yet: writing it first makes the cancel definite, unless
+		// its place is too old to write it at, where it is deleted instead.
+		if gone, err := c.env.Unplace(ctx, q, st); err != nil || gone {
+			return gone, err
+		}
 		if err := c.env.Write(ctx, q, st); err != nil {
 			return false, err
 		}

@@ -96,15 +96,11 @@ func (e *Env) keep(ctx context.Context, q shardqtype.QueueConfig, name string, s
 			}
 			return e.markWritten(ctx, st)
 		}
-		cur, err := e.layoutAt(ctx, q, now)
+		stale, err := e.stale(ctx, q, st, l, now)
 		if err != nil {
 			return fmt.Errorf("series: keeping occurrence %d of %s: %w", st.Seq, st.Name, err)
 		}
-		// By the lap of the ring its place is in, not the queue's first one: after a
-		// change to a shorter lap, that ring's consumers pass the place sooner. And a
-		// layout a later one replaced takes no new rows (layouts.History.Place): a row
-		// written into it late can land after a read found it empty and marked it drained.
-		if l.Generation < cur.Generation || now.After(shard.IDTime(st.TaskID).Add(l.Window()/2)) {
+		if stale {
 			return e.replace(ctx, q, st, l)
 		}
 		e.Log.WarnContext(ctx, "writing an occurrence of a series its scheduler did not write",
@@ -119,6 +115,41 @@ func (e *Env) keep(ctx context.Context, q shardqtype.QueueConfig, name string, s
 	}
 	e.Log.InfoContext(ctx, "moving a series whose consumer died before moving it", "queue", q.Name, "series", name, "task_id", st.TaskID)
 	return e.Advance(ctx, q, name, st.TaskID, s == Taken)
+}
+
+// stale reports whether the place of st's occurrence, laid out by l, is too old to write
+// it at now: judged by the lap of the ring its place is in, not the queue's first one
+// (after a change to a shorter lap, that ring's consumers pass the place sooner), over
+// half that lap old; or in a layout a later one replaced, which takes no new rows
+// (layouts.History.Place): a row written into it late can land after a read found it
+// empty and marked it drained.
+func (e *Env) stale(ctx context.Context, q shardqtype.QueueConfig, st State, l shard.Layout, now time.Time) (bool, error) {
+	cur, err := e.layoutAt(ctx, q, now)
+	if err != nil {
+		return false, err
+	}
+	return l.Generation < cur.Generation || now.After(shard.IDTime(st.TaskID).Add(l.Window()/2)), nil
+}
+
+// Unplace makes sure st's pending occurrence never runs, when its place is too old to
+// write it at (stale): written there, it would lie where consumers have passed. Its place
+// is deleted, stamped past the occurrence's own write, so a write of it still on its way
+// adds nothing. It reports false, doing nothing, when the place is not stale: the caller
+// writes the occurrence and cancels it.
+func (e *Env) Unplace(ctx context.Context, q shardqtype.QueueConfig, st State) (bool, error) {
+	l, err := e.occurrenceLayout(ctx, q, st)
+	if err != nil {
+		return false, fmt.Errorf("series: withdrawing occurrence %d of %s: %w", st.Seq, st.Name, err)
+	}
+	stale, err := e.stale(ctx, q, st, l, e.Clock.Now())
+	if err != nil || !stale {
+		return false, err
+	}
+	del := store.Mutation{Op: store.Delete, Row: occurrenceRow(l, st), Stamp: e.Cluster.DeleteStamp()}
+	if err := e.Tasks.Write(ctx, []store.Mutation{del}); err != nil {
+		return false, fmt.Errorf("series: deleting the old place of occurrence %d of %s: %w", st.Seq, st.Name, err)
+	}
+	return true, nil
 }
 
 // replace gives st's unwritten occurrence, whose place in the ring of layout l is over

@@ -5,12 +5,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gocql/gocql"
 	"github.com/stretchr/testify/require"
 
 	"github.com/shardq/shardq/internal/clustertime"
 	"github.com/shardq/shardq/internal/memstore"
 	"github.com/shardq/shardq/internal/series"
 	"github.com/shardq/shardq/internal/signal"
+	"github.com/shardq/shardq/internal/taskid"
 	"github.com/shardq/shardq/internal/wakeup"
 	"github.com/shardq/shardq/shardqtype"
 )
@@ -56,4 +58,39 @@ func TestNameWrittenAfterItsDeleteStays(t *testing.T) {
 	names, err := behind.Names(ctx, q.Name)
 	require.NoError(t, err)
 	require.Equal(t, []string{"s"}, names, "the series created again is listed")
+}
+
+// A pending occurrence whose place is over half a lap old is not written there to be
+// cancelled (withdrawing a paused series): a row written there lies where consumers have
+// passed, and one whose cancel then fails is never run and stalls its series. Its place
+// is deleted instead, stamped past the occurrence's own write, so a write of it still on
+// its way adds nothing. A place still fresh is left to the write and the cancel.
+func TestStaleOccurrenceUnplaced(t *testing.T) {
+	t.Parallel()
+	cluster, err := memstore.New(memstore.Config{Now: time.Now})
+	require.NoError(t, err)
+	e := env(t, cluster, 0)
+	q := shardqtype.QueueConfig{Name: "q", BucketCount: 4, BucketDuration: time.Second, ShardCount: 1,
+		DefaultTimeout: 5 * time.Second}
+	ctx := context.Background()
+	now := e.Clock.Now()
+	at := now.Add(-3 * time.Second) // over half the 4 s lap
+	old := series.State{Queue: "q", Name: "s", Seq: 3, Open: true, TaskID: taskid.New(at, "q"), Nominal: at,
+		Stamp: e.Cluster.Stamp(at), Spec: series.Spec{Every: time.Minute}}
+	require.True(t, old.Pending())
+
+	gone, err := e.Unplace(ctx, q, old)
+	require.NoError(t, err)
+	require.True(t, gone)
+	require.NoError(t, e.Write(ctx, q, old), "a write of it still on its way")
+	l := q.Layout()
+	_, found, err := e.Tasks.Read(ctx, l.Key(l.Bucket(at), 0), 0, gocql.UUID(old.TaskID))
+	require.NoError(t, err)
+	require.False(t, found, "the delete, stamped later, shadows it")
+
+	fresh := old
+	fresh.TaskID, fresh.Nominal, fresh.Stamp = taskid.New(now, "q"), now, e.Cluster.Stamp(now)
+	gone, err = e.Unplace(ctx, q, fresh)
+	require.NoError(t, err)
+	require.False(t, gone, "a fresh place is written and cancelled")
 }

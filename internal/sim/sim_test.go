@@ -159,6 +159,7 @@ var regressions = []struct {
 	{1074, "oracle: a copy's retry is a copy (a swap with no response and a refused drop of markers, during layout changes)", []string{"internal/sim:TestCheckDeliveriesCopyRetried"}},
 	{4987, "a consumer back from a pause longer than its queue's lap reads the partitions the ring brought round (scanplan.Part.Lapped): the tasks due during the pause waited for its next full scan (found, with 8170 and 8606, by a 10,000-seed run on f00c19f)", []string{"consumer:TestTaskOfAMissedLap", "internal/scanplan:TestLappedPartitionsRead"}},
 	{2292, "oracle: a task due behind a late one waits with it (a restarted worker's backlog after a crash, during layout changes)", []string{"internal/sim:TestWaitedInLine"}},
+	{20035, "pausing a series whose pending occurrence's place is over half a lap old deletes that place instead of writing the occurrence there to cancel it: written there and its cancel failed, the row lay where consumers had passed and the series stalled (found by a 1,000-seed run of client-mode workers)", []string{"internal/series:TestStaleOccurrenceUnplaced"}},
 }
 
 // TestRegressionSeedsPinned checks that every test a kept seed names as pinning its
