@@ -92,7 +92,7 @@ func (e *Env) keep(ctx context.Context, q shardqtype.QueueConfig, name string, s
 			// series: a new place would run it again. Its writer may have died or failed
 			// before its touch, which a row written late needs to be found: touched again.
 			if s == Waiting {
-				e.announce(ctx, q, l, st)
+				e.signal(ctx, q, l, st)
 			}
 			return e.markWritten(ctx, st)
 		}

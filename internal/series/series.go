@@ -316,17 +316,17 @@ func (e *Env) Write(ctx context.Context, q shardqtype.QueueConfig, st State) err
 	r := occurrenceRow(l, st)
 	r.Payload, r.DueAt, r.Timeout, r.Series, r.Kind = st.Spec.Payload, st.Nominal, timeout, st.Name, st.Spec.Kind
 	err = e.Tasks.Write(ctx, []store.Mutation{{Op: store.Insert, Row: r, Stamp: st.Stamp}})
-	// Announced whatever the outcome: a write that failed may have applied, and a row
+	// Touched whatever the outcome: a write that failed may have applied, and a row
 	// written later than its place with no touch lies below consumers' floors for a lap.
-	e.announce(ctx, q, l, st)
+	e.signal(ctx, q, l, st)
 	if err != nil {
 		return fmt.Errorf("series: writing occurrence %d of %s: %w", st.Seq, st.Name, err)
 	}
 	return e.markWritten(ctx, st)
 }
 
-// announce touches the signal cell of st's occurrence and wakes this process's workers.
-func (e *Env) announce(ctx context.Context, q shardqtype.QueueConfig, l shard.Layout, st State) {
+// signal touches the signal cell of st's occurrence and wakes this process's workers.
+func (e *Env) signal(ctx context.Context, q shardqtype.QueueConfig, l shard.Layout, st State) {
 	var touches signal.Touches
 	touches.Add(l, st.TaskID, st.TaskID)
 	if err := e.Signals.Touch(ctx, &touches); err != nil {
