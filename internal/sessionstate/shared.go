@@ -3,6 +3,8 @@ package sessionstate
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -201,7 +203,7 @@ func (s *State) KeptNames(ctx context.Context, queue string) ([]string, error) {
 		return r.names, nil
 	}
 	queues := []string{queue}
-	for q := range s.kept.queues {
+	for _, q := range slices.Sorted(maps.Keys(s.kept.queues)) {
 		if q != queue {
 			queues = append(queues, q)
 		}

@@ -62,6 +62,9 @@ type Config struct {
 	Faults int
 	// Log, when set, receives a line per request admitted.
 	Log io.Writer
+	// Clients runs half the workers as a client runs them (see runWorker). Their watch's
+	// wake-ups race the workers' own timers, so such runs replay less often.
+	Clients bool
 }
 
 // Result is what a run did and what the oracle found wrong.
@@ -549,10 +552,10 @@ func (w *world) runWorker(rng *rand.Rand, p *proc, concurrency int, wait func(),
 		concurrency = 1 + rng.IntN(4)
 	}
 	p.started, p.concurrency = time.Now(), concurrency
-	// Half the workers run as a client runs them: their signals, idle scans' cells and
+	// With Config.Clients, half the workers run as a client runs them: their signals, idle scans' cells and
 	// sweeps' slots read by a watch of the process (internal/wakewatch). Chosen by name,
 	// not drawn, so that the seed's draws stay as they were.
-	client := (crc32.ChecksumIEEE([]byte(p.name))^uint32(w.cfg.Seed))&1 == 0
+	client := w.cfg.Clients && (crc32.ChecksumIEEE([]byte(p.name))^uint32(w.cfg.Seed))&1 == 0
 	wk, err := workerloop.New(p.session, workerloop.Config{
 		Queue:         w.queue.Name,
 		Handler:       h,

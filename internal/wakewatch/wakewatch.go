@@ -10,6 +10,7 @@
 package wakewatch
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"maps"
@@ -156,7 +157,8 @@ func (w *Watch) read(ctx context.Context, now, since time.Time) bool {
 			delete(w.seen, c)
 		}
 	}
-	for q := range woken {
+	// In order: the simulator's runs replay only if the same wake-ups come in the same order.
+	for _, q := range slices.Sorted(maps.Keys(woken)) {
 		w.state.Bus.Signalled(q, now)
 	}
 	return ok
@@ -181,7 +183,11 @@ func (w *Watch) lookBack(ctx context.Context, now time.Time, ls []shard.Layout) 
 		byLaps[k] = append(byLaps[k], l.Ring())
 	}
 	ok := true
-	for k, rings := range byLaps {
+	keys := slices.SortedFunc(maps.Keys(byLaps), func(a, b laps) int {
+		return cmp.Or(cmp.Compare(a.bucket, b.bucket), cmp.Compare(a.count, b.count))
+	})
+	for _, k := range keys {
+		rings := byLaps[k]
 		before := ls[0].Bucket(now) - int64(k.count)
 		if w.lookedBack[k] == before {
 			continue
