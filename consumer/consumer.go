@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"slices"
 	"sync"
@@ -462,8 +463,10 @@ func (c *Consumer) touchedCells(ctx context.Context, parts []scanplan.Part) scan
 		return nil
 	}
 	from, to := bucketsOf(parts)
-	cells, _ := c.cellsOf(ctx, from, to)
-	return cells
+	if cells, _, ok := c.state.SharedCells(c.layout.Ring(), from, to); ok {
+		return planCells(nil, cells)
+	}
+	return c.readCells(ctx, from, to)
 }
 
 // idleCells is touchedCells for an idle scan of parts at now, with the cells of the
@@ -476,26 +479,27 @@ func (c *Consumer) idleCells(ctx context.Context, parts []scanplan.Part, now tim
 	}
 	from, to := bucketsOf(parts)
 	backFrom, backTo, back := c.plan.Lookback(parts, now)
-	if _, _, shared := c.state.SharedCells(c.layout.Ring(), from, to); !shared && back {
-		cells, age := c.cellsOf(ctx, min(from, backFrom), to)
-		return cells, cells != nil, now.Add(-age)
-	}
-	cells, age := c.cellsOf(ctx, from, to)
-	if cells == nil || !back {
-		return cells, false, now.Add(-age)
-	}
-	before, ok := c.state.SharedLookback(c.layout.Ring(), backFrom, backTo)
+	shared, age, ok := c.state.SharedCells(c.layout.Ring(), from, to)
 	if !ok {
-		var err error
-		if before, err = c.state.Store.Signals().Cells(ctx, c.layout.Ring(), backFrom, backTo); err != nil {
-			c.log.WarnContext(ctx, "reading the signals of a lap before", "queue", c.q.Name, "error", err)
-			return cells, false, now.Add(-age)
+		if back {
+			from = min(from, backFrom)
 		}
+		cells := c.readCells(ctx, from, to)
+		return cells, back && cells != nil, now
 	}
-	for cell, v := range before {
-		cells[scanplan.Cell{Bucket: cell.Bucket, Shard: cell.Shard}] = uuid.UUID(v)
+	cells, at := planCells(nil, shared), now.Add(-age)
+	if !back {
+		return cells, false, at
 	}
-	return cells, true, now.Add(-age)
+	if before, ok := c.state.SharedLookback(c.layout.Ring(), backFrom, backTo); ok {
+		return planCells(cells, before), true, at
+	}
+	before := c.readCells(ctx, backFrom, backTo)
+	if before == nil {
+		return cells, false, at
+	}
+	maps.Copy(cells, before)
+	return cells, true, at
 }
 
 // bucketsOf returns the first and last of parts' buckets.
@@ -507,24 +511,26 @@ func bucketsOf(parts []scanplan.Part) (from, to int64) {
 	return from, to
 }
 
-// cellsOf reads the signal cells of buckets from..to, or takes them from a read the
-// client's watch shared (and returns how long before that read was sent), or returns
-// nil when they cannot be read.
-func (c *Consumer) cellsOf(ctx context.Context, from, to int64) (scanplan.Cells, time.Duration) {
-	cells, age, ok := c.state.SharedCells(c.layout.Ring(), from, to)
-	if !ok {
-		var err error
-		cells, err = c.state.Store.Signals().Cells(ctx, c.layout.Ring(), from, to)
-		if err != nil {
-			c.log.WarnContext(ctx, "reading wake-up signals; reading every partition", "queue", c.q.Name, "error", err)
-			return nil, 0
-		}
+// readCells reads the signal cells of buckets from..to, or returns nil when they cannot
+// be read.
+func (c *Consumer) readCells(ctx context.Context, from, to int64) scanplan.Cells {
+	cells, err := c.state.Store.Signals().Cells(ctx, c.layout.Ring(), from, to)
+	if err != nil {
+		c.log.WarnContext(ctx, "reading wake-up signals; reading every partition", "queue", c.q.Name, "error", err)
+		return nil
 	}
-	out := make(scanplan.Cells, len(cells))
+	return planCells(nil, cells)
+}
+
+// planCells adds cells to into (made when nil) as the plan names them, and returns it.
+func planCells(into scanplan.Cells, cells map[signal.Cell]gocql.UUID) scanplan.Cells {
+	if into == nil {
+		into = make(scanplan.Cells, len(cells))
+	}
 	for cell, v := range cells {
-		out[scanplan.Cell{Bucket: cell.Bucket, Shard: cell.Shard}] = uuid.UUID(v)
+		into[scanplan.Cell{Bucket: cell.Bucket, Shard: cell.Shard}] = uuid.UUID(v)
 	}
-	return out, age
+	return into
 }
 
 // sweep finds rows written later than MaxClockSkew, once per SweepInterval, by reading

@@ -92,15 +92,13 @@ func (w *Watch) read(ctx context.Context, now, since time.Time) bool {
 	groups := map[time.Duration][]shard.Layout{} // by bucket length
 	queueOf := map[string]string{}               // ring -> queue
 	ok := true
-	if err := w.state.Refresh(ctx, w.cfg.Queues); err != nil && ctx.Err() == nil {
-		w.cfg.Logger.WarnContext(ctx, "reading the queues' state", "error", err)
+	if err := w.state.Refresh(ctx, w.cfg.Queues); err != nil {
+		w.warn(ctx, "reading the queues' state", err)
 	}
 	for _, q := range w.cfg.Queues {
 		h, err := w.state.Layouts(ctx, q)
 		if err != nil {
-			if ctx.Err() == nil {
-				w.cfg.Logger.WarnContext(ctx, "reading the queue's layouts", "queue", q, "error", err)
-			}
+			w.warn(ctx, "reading the queue's layouts", err, "queue", q)
 			ok = false
 			continue
 		}
@@ -125,9 +123,7 @@ func (w *Watch) read(ctx context.Context, now, since time.Time) bool {
 		sent := time.Now()
 		cells, err := w.state.Store.Signals().CellsOf(ctx, rings, from, to)
 		if err != nil {
-			if ctx.Err() == nil {
-				w.cfg.Logger.WarnContext(ctx, "reading wake-up signals", "rings", rings, "error", err)
-			}
+			w.warn(ctx, "reading wake-up signals", err, "rings", rings)
 			ok = false
 			continue
 		}
@@ -195,9 +191,7 @@ func (w *Watch) lookBack(ctx context.Context, now time.Time, ls []shard.Layout) 
 		from := w.behind(ls[0], now) - int64(k.count)
 		cells, err := w.state.Store.Signals().CellsOf(ctx, rings, from, before)
 		if err != nil {
-			if ctx.Err() == nil {
-				w.cfg.Logger.WarnContext(ctx, "reading the signals of a lap before", "rings", rings, "error", err)
-			}
+			w.warn(ctx, "reading the signals of a lap before", err, "rings", rings)
 			ok = false
 			continue
 		}
@@ -220,11 +214,16 @@ func (w *Watch) shareSweep(ctx context.Context, now time.Time, ls []shard.Layout
 	from, to := l.Bucket(now)-int64(lap)+1, l.Bucket(now.Add(scanplan.SweepInterval))
 	slots, touched, err := w.state.Store.Signals().LastTouchesOf(ctx, rings, from, to)
 	if err != nil {
-		if ctx.Err() == nil {
-			w.cfg.Logger.WarnContext(ctx, "reading the lap's signals for sweeps", "rings", rings, "error", err)
-		}
+		w.warn(ctx, "reading the lap's signals for sweeps", err, "rings", rings)
 		return false
 	}
 	w.state.ShareSweep(rings, from, to, now, slots, touched)
 	return true
+}
+
+// warn logs a failed read, unless the watch is stopping (ctx ended), which fails them all.
+func (w *Watch) warn(ctx context.Context, msg string, err error, args ...any) {
+	if ctx.Err() == nil {
+		w.cfg.Logger.WarnContext(ctx, msg, append(args, "error", err)...)
+	}
 }
