@@ -102,7 +102,10 @@ func TestRunUntilReturnsByDeadlineDespiteStuckHandler(t *testing.T) {
 }
 
 // TestRunUntilConcurrentWithStart calls RunUntil and Start on a worker at once: one of
-// them runs it, the other fails cleanly, and the race detector finds nothing.
+// them runs it, the other fails cleanly, and the race detector finds nothing. A run is
+// given 2 s: a worker's first poll reads every partition of its lap, which a node loaded
+// by the rest of the suite took longer than half a second to answer, and RunUntil then
+// rightly reported the stop it cut off at its deadline.
 func TestRunUntilConcurrentWithStart(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 1})
@@ -112,7 +115,7 @@ func TestRunUntilConcurrentWithStart(t *testing.T) {
 		begin := make(chan struct{})
 		startErr, runErr := make(chan error, 1), make(chan error, 1)
 		go func() { <-begin; startErr <- w.Start(context.Background()) }()
-		go func() { <-begin; runErr <- w.RunUntil(context.Background(), time.Now().Add(500*time.Millisecond)) }()
+		go func() { <-begin; runErr <- w.RunUntil(context.Background(), time.Now().Add(2*time.Second)) }()
 		close(begin)
 		if err := receive(t, startErr, "Start"); err == nil {
 			require.ErrorContains(t, receive(t, runErr, "RunUntil"), "already started")
