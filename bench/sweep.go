@@ -76,7 +76,7 @@ func (b *bench) sweep(ctx context.Context) error {
 
 func (b *bench) sweepPoint(ctx context.Context, shards int, bucket time.Duration, consumers, batch int) (point, error) {
 	p := point{shards: shards, bucket: bucket, consumers: consumers, batch: batch}
-	// Enough buckets for the lease timeout to fit in the ring window.
+	// Enough buckets for the lease timeout to fit in the lap.
 	count := max(60, int(math.Ceil(float64(b.o.timeout)/float64(bucket)))+2)
 	s, q, err := b.fresh(ctx, shardqtype.QueueConfig{Name: "sweep", ShardCount: shards, BucketDuration: bucket,
 		BucketCount: count, DefaultTimeout: b.o.timeout})

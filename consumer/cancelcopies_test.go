@@ -99,7 +99,7 @@ func TestCancelledCopyLookupFails(t *testing.T) {
 }
 
 // TestCancelOutranksALosingSwap: a consumer read the task's row and looked it up before
-// the cancel removed the row; its index entry announcing the lease (token 1, step 0) lands
+// the cancel removed the row; its index entry declaring the lease (token 1, step 0) lands
 // after the cancel's, its swap does not apply, and the drop of its marker fails. The
 // cancel's entry must still say cancelled, so that the marker is dropped when it comes due
 // (it said in flight: the cancel's entry was stamped as the final step of token 0).

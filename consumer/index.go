@@ -26,7 +26,7 @@ func rowState(r taskrow.Row) taskindex.State {
 	return taskindex.Retrying
 }
 
-// moveEntry is the index write announcing that t moves from the row from (in state
+// moveEntry is the index write declaring that t moves from the row from (in state
 // prev) to the row to (in state state), as step of its delivery.
 func (c *Consumer) moveEntry(t *Task, state taskindex.State, to taskrow.Row, prev taskindex.State, from taskrow.Row, step int64) taskindex.Write {
 	e := taskindex.Entry{TaskID: t.ID, State: state, Row: loc(to), PrevState: prev, Prev: loc(from)}

@@ -927,7 +927,7 @@ func TestDeadLettersPageReplayPurge(t *testing.T) {
 	require.Equal(t, 1, got[0].Attempt)
 }
 
-// TestOutrankedOnlyByALeaseThatTookEffect: a take announces a lease of a task's marker,
+// TestOutrankedOnlyByALeaseThatTookEffect: a take declares a lease of a task's marker,
 // then the holder extends its lease (deleting that marker) and the take's swap does not
 // apply. The entry names the take's dropped marker, and the holder's new marker is the
 // task: when it comes due (its holder died), it is delivered, not dropped as outranked by
@@ -941,7 +941,7 @@ func TestOutrankedOnlyByALeaseThatTookEffect(t *testing.T) {
 	got := e.acquire(holder, 1)
 	require.Equal(t, []uuid.UUID{id}, ids(got))
 
-	// A consumer whose clock runs ahead finds the marker due and stops after announcing
+	// A consumer whose clock runs ahead finds the marker due and stops after declaring
 	// its lease, before its swap.
 	ahead := testclock.New(got[0].Deadline.Add(time.Millisecond))
 	racer, err := consumer.New(e.s, consumer.Config{Queue: e.q.Name, Clock: ahead})

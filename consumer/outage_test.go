@@ -22,7 +22,7 @@ func TestTaskOutlivesLongOutage(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t, shardqtype.QueueConfig{ShardCount: 2, BucketCount: 4, BucketDuration: time.Second, DefaultTimeout: time.Second})
 			id := e.schedule(producer.Task{Payload: []byte("x")})[0]
-			e.clock.Add(time.Duration(laps)*e.q.Layout().Window() + 1500*time.Millisecond)
+			e.clock.Add(time.Duration(laps)*e.q.Layout().Lap() + 1500*time.Millisecond)
 			c := e.consumer()
 			// A consumer reaches every partition within one lap of its start.
 			for range 4 * e.q.BucketCount {

@@ -2,7 +2,7 @@ package consumer_test
 
 // Interleavings found by review of the outranked-marker rule (take.go, outranked), on the
 // simulator's store (internal/memstore) under testing/synctest, where each step can be put
-// exactly: each lost a task while a marker was dropped beside a lease announced but never
+// exactly: each lost a task while a marker was dropped beside a lease declared but never
 // taken effect. TestOutrankedOnlyByALeaseThatTookEffect pins the first on a real node.
 
 import (
@@ -101,7 +101,7 @@ func (r *rig) raceTake(held *consumer.Task, move func() error) {
 }
 
 // A holder's Extend, just past its deadline, wins against a take of its expired marker
-// (whose announcement, a delivery later, stays in the index); the holder then dies, and
+// (whose declaration, a delivery later, stays in the index); the holder then dies, and
 // its extended marker must deliver the task.
 func TestSimExtendRaceKeepsTask(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -155,7 +155,7 @@ func TestSimExtendUnknownThenRetryKeepsTask(t *testing.T) {
 
 // A holder's Retry wins against a take of its expired marker whose partition's lock
 // tokens run higher than those of the retry row's partition; the retry row is leased
-// there with a lower lease step, so that announcement is hidden below the failed take's.
+// there with a lower lease step, so that declaration is hidden below the failed take's.
 // Its holder dies, and its marker must deliver the task.
 func TestSimRetryRaceAcrossPartitionsKeepsTask(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {

@@ -276,7 +276,7 @@ func onePerTask(rows []taskrow.Row) []taskrow.Row {
 // was settled as applied because a cancel had deleted the old marker), and rows a
 // Reschedule moved the task to (an ID other than the task's) beside an old row it crashed
 // before deleting, which a lease of the old row then stopped the entry naming; and
-// without markers an announced lease outranks (outranked). The swap deletes them with the
+// without markers an declared lease outranks (outranked). The swap deletes them with the
 // others. A moved row never delivered whose token is above the ended entry's is a dead
 // letter's replay, a new life of the task, and runs. A task is looked up when one of its
 // rows was delivered before or moved, and then each of its rows read is judged; the rows
@@ -319,7 +319,7 @@ func (c *Consumer) notEnded(ctx context.Context, rows []taskrow.Row) ([]taskrow.
 		}
 		l := lookup{e: e, token: taskindex.Delivery(id, stamp), found: true}
 		if slices.ContainsFunc(rows, func(r taskrow.Row) bool { return r.TaskID == ids[i] && outranked(e, l.token, r) }) {
-			// Only a lease that took effect outranks: an announcement whose move failed
+			// Only a lease that took effect outranks: an declaration whose move failed
 			// names rows that are gone, while the copy at hand is the task's.
 			named := taskrow.Row{Key: e.Row.Key, Priority: e.Row.Priority, ID: e.Row.ID, TaskID: ids[i]}
 			if l.named, err = c.state.Store.Tasks().Exists(ctx, named); err != nil {
@@ -351,11 +351,11 @@ func (c *Consumer) notEnded(ctx context.Context, rows []taskrow.Row) ([]taskrow.
 }
 
 // outranked reports whether r may be a timeout marker a later lease of its task left
-// behind: the entry, written at delivery token, announces a lease (or its holder's move)
+// behind: the entry, written at delivery token, declares a lease (or its holder's move)
 // of the task at r's delivery or a later one, and names neither r nor r as the place it
 // left. Two takes of one row make two markers of one delivery; a take that died before
 // its swap leaves one, which would deliver the task beside the lease in force. But an
-// announcement comes before its move, and a move that failed (a take whose swap did not
+// declaration comes before its move, and a move that failed (a take whose swap did not
 // apply, an Extend or Retry that lost a race or met a fault) leaves an entry naming rows
 // that are gone while r is the task: r goes only when the row the entry names exists
 // (notEnded reads it), so the task lives there.

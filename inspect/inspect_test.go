@@ -168,7 +168,7 @@ func TestStats(t *testing.T) {
 	require.Equal(t, 1, st.DeadLetters)
 	require.Equal(t, 120, st.Partitions)
 	require.Equal(t, 12, st.RowsRead)
-	require.Equal(t, 10*time.Minute, st.Window)
+	require.Equal(t, 10*time.Minute, st.Layout.Lap())
 	require.Equal(t, 31, st.DeadDays, "30 days of letters span 31 daily partitions")
 	require.Equal(t, st.Partitions+st.DeadDays, total)
 	require.Equal(t, total, calls)

@@ -92,10 +92,9 @@ func (c *Counts) count(cl class) {
 type Stats struct {
 	// At is the time the pass counted from: rows visible by At are due.
 	At time.Time
-	// Window is how far past At rows are counted: one lap. Rows due later are not read.
-	Window time.Duration
 	// Layout is the layout Shards and Lap picture: the one in force at At, which differs
-	// from the queue's first once it was changed (shardq.ChangeLayout).
+	// from the queue's first once it was changed (shardq.ChangeLayout). Rows due more
+	// than Layout.Lap() past At are not read.
 	Layout shard.Layout
 	// Shards counts rows by concurrency shard.
 	Shards []Counts
@@ -152,7 +151,7 @@ func (in *Inspector) Stats(ctx context.Context, queue string, opts StatsOptions)
 	}
 	now := in.cfg.Clock.Now()
 	parts := q.lap(now)
-	st := &Stats{At: now, Window: q.layout.Window(), Layout: q.layout, Shards: make([]Counts, q.layout.ShardCount),
+	st := &Stats{At: now, Layout: q.layout, Shards: make([]Counts, q.layout.ShardCount),
 		Lap: make([][]Counts, q.layout.ShardCount), Partitions: len(parts), DeadDays: deadletters.Days}
 	for s := range st.Lap {
 		st.Lap[s] = make([]Counts, q.layout.BucketCount)
@@ -168,7 +167,7 @@ func (in *Inspector) Stats(ctx context.Context, queue string, opts StatsOptions)
 			opts.Progress(done, total)
 		}
 	}
-	upper := shard.MaxID(now.Add(st.Window))
+	upper := shard.MaxID(now.Add(q.layout.Lap())) // rows due later are not read
 	_ = fanout.Each(len(parts), in.cfg.PartitionsInFlight, func(i int) error {
 		c, oldest, rows, err := in.countPartition(ctx, parts[i], now, upper, opts.Full)
 		mu.Lock()

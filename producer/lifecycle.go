@@ -107,8 +107,8 @@ func (p *Producer) Cancel(ctx context.Context, id uuid.UUID, opts CancelOptions)
 		// marker comes due within the task's timeout.
 		//
 		// Stamped as the final step of the next delivery, not of the row's: a consumer that
-		// read the row before we removed it announces its lease (token + 1, step 0) before
-		// its swap, which then does not apply, and that announcement may land after this
+		// read the row before we removed it declares its lease (token + 1, step 0) before
+		// its swap, which then does not apply, and that declaration may land after this
 		// entry. Stamped as the row's delivery, it would replace the cancel, and the marker
 		// that swap wrote (left when its drop fails) would run the cancelled task.
 		return p.recordCancel(ctx, cancelEntry(id, l, p.cfg.Clock.Now()))

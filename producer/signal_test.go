@@ -17,9 +17,9 @@ import (
 )
 
 // A write that applied but was reported failed (a timeout after the replicas wrote it, or
-// a merged batch sent under another caller's deadline) still announces its rows: an idle
+// a merged batch sent under another caller's deadline) still touches its rows' cells: an idle
 // consumer that holds floors for the partition takes the task within a sweep, rather than
-// passing the partition as untouched and leaving the row for the ring's next lap.
+// passing the partition as untouched and leaving the row for the next lap.
 func TestFailedWriteStillSignals(t *testing.T) {
 	t.Parallel()
 	s := cassandratest.SchemaSession(t)

@@ -369,7 +369,7 @@ func TestKeeperReplacesOccurrenceLostForALap(t *testing.T) {
 	require.NoError(t, e.s.Query(`UPDATE series SET task_id = ?, written = null WHERE queue = ? AND name = ?`,
 		gocql.UUID(lost), e.q.Name, "l").Exec())
 
-	e.clock.Add(in.NextAt.Sub(e.clock.Now()) + e.q.Layout().Window())
+	e.clock.Add(in.NextAt.Sub(e.clock.Now()) + e.q.Layout().Lap())
 	require.NoError(t, e.c.Keep(ctx, e.q.Name))
 	again, err := e.c.Get(ctx, e.q.Name, "l")
 	require.NoError(t, err)
@@ -415,7 +415,7 @@ func TestKeeperLeavesEndedOccurrenceUnrecorded(t *testing.T) {
 	require.NoError(t, e.s.Query(`INSERT INTO series JSON ?`, saved).Exec())
 	require.NoError(t, e.s.Query(`UPDATE series SET written = null WHERE queue = ? AND name = ?`, e.q.Name, "e").Exec())
 
-	e.clock.Add(iseries.StalledAfter + e.q.Layout().Window())
+	e.clock.Add(iseries.StalledAfter + e.q.Layout().Lap())
 	require.NoError(t, e.c.Keep(ctx, e.q.Name))
 	require.NoError(t, e.c.Keep(ctx, e.q.Name))
 	again, err := e.c.Get(ctx, e.q.Name, "e")

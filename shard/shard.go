@@ -4,8 +4,8 @@
 //
 // Time shards roll: bucket = floor(t / BucketDuration) counts from the Unix epoch, and a
 // partition's time shard is bucket mod BucketCount. The partitions of one lap, BucketCount
-// × BucketDuration long (the window), are reused by the next lap, which gives tombstones
-// the whole window to be purged before consumers come back.
+// × BucketDuration long, are reused by the next lap, which gives tombstones the whole lap
+// to be purged before consumers come back.
 package shard
 
 import (
@@ -79,8 +79,8 @@ func floorDiv(n, d int64) int64 {
 	return q
 }
 
-// Window is how long one lap of time shards lasts: BucketCount × BucketDuration.
-func (l Layout) Window() time.Duration {
+// Lap is how long one lap of time shards lasts: BucketCount × BucketDuration.
+func (l Layout) Lap() time.Duration {
 	return time.Duration(l.BucketCount) * l.BucketDuration
 }
 

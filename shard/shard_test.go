@@ -29,7 +29,7 @@ func TestTimeShardRollsAndIsNeverNegative(t *testing.T) {
 	require.Equal(t, int64(0), l.Bucket(time.Unix(2, 999_999_999)))
 	require.Equal(t, int64(1), l.Bucket(time.Unix(3, 0)))
 	require.Equal(t, time.Unix(3, 0), l.BucketStart(1))
-	require.Equal(t, 21*time.Second, l.Window())
+	require.Equal(t, 21*time.Second, l.Lap())
 }
 
 // TestShardForSpreadsEvenly shows concurrency shards are never negative and spread evenly:

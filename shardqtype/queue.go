@@ -6,7 +6,7 @@ import (
 	"github.com/shardq/shardq/shard"
 )
 
-// Defaults for QueueConfig. A ring window (BucketCount × BucketDuration) of 20 minutes
+// Defaults for QueueConfig. A lap (BucketCount × BucketDuration) of 20 minutes
 // leaves tombstones 10 minutes past the schema's gc_grace_seconds to be purged before
 // consumers come back to a time shard.
 const (
@@ -51,7 +51,7 @@ type QueueConfig struct {
 	// consumers that can take tasks at once without contending. Defaults to DefaultShardCount.
 	ShardCount int
 	// DefaultTimeout is how long a consumer has to ack a task before it is delivered
-	// again, unless the task sets its own; shorter than the ring window less one bucket.
+	// again, unless the task sets its own; shorter than the lap less one bucket.
 	// Defaults to DefaultTimeout.
 	DefaultTimeout time.Duration
 	// LockTTL is how long a shard lock lasts if its holder dies holding it; whole seconds,
@@ -102,7 +102,7 @@ func (c QueueConfig) Validate() error {
 	return c.ValidateTimeout("QueueConfig.DefaultTimeout", c.DefaultTimeout)
 }
 
-// MaxTimeout is the longest task timeout the queue allows: the ring window less one
+// MaxTimeout is the longest task timeout the queue allows: the lap less one
 // bucket, so a task's lease ends before the ring comes back to its partition.
 func (c QueueConfig) MaxTimeout() time.Duration {
 	return time.Duration(c.BucketCount-1) * c.BucketDuration
@@ -111,7 +111,7 @@ func (c QueueConfig) MaxTimeout() time.Duration {
 // ValidateTimeout checks a task timeout against the queue's limits, naming field.
 func (c QueueConfig) ValidateTimeout(field string, d time.Duration) error {
 	if d < time.Millisecond || d%time.Millisecond != 0 || d > c.MaxTimeout() {
-		return invalid(field, "%v is not a whole number of milliseconds in [1ms, %v] (the ring window less one bucket)", d, c.MaxTimeout())
+		return invalid(field, "%v is not a whole number of milliseconds in [1ms, %v] (the lap less one bucket)", d, c.MaxTimeout())
 	}
 	return nil
 }

@@ -43,7 +43,7 @@ func BenchmarkQueuePage(b *testing.B) {
 	p, err := producer.New(s, producer.Config{})
 	require.NoError(b, err)
 	const batch = 5000
-	start, span := time.Now().Add(2*time.Minute), q.Layout().Window()-3*time.Minute
+	start, span := time.Now().Add(2*time.Minute), q.Layout().Lap()-3*time.Minute
 	require.NoError(b, fanout.Each((n+batch-1)/batch, 4, func(i int) error {
 		tasks := make([]producer.Task, 0, batch)
 		for j := i * batch; j < min(n, (i+1)*batch); j++ {

@@ -133,7 +133,7 @@ func screenshot(t *testing.T, ctx context.Context, sel, name string) {
 func (f *fixture) spread(n int) {
 	f.t.Helper()
 	now := time.Now()
-	lap := f.q.Layout().Window()
+	lap := f.q.Layout().Lap()
 	tasks := make([]producer.Task, 0, n)
 	for i := range n {
 		x := float64(i) / float64(n)

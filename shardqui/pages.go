@@ -156,7 +156,7 @@ type queueRow struct {
 }
 
 func layoutText(q shardqtype.QueueConfig) string {
-	return fmt.Sprintf("%d shards × %d buckets of %v (lap %v)", q.ShardCount, q.BucketCount, q.BucketDuration, q.Layout().Window())
+	return fmt.Sprintf("%d shards × %d buckets of %v (lap %v)", q.ShardCount, q.BucketCount, q.BucketDuration, q.Layout().Lap())
 }
 
 func (h *Handler) queueRows(ctx context.Context) ([]queueRow, error) {

@@ -118,7 +118,7 @@ func TestChangeLayoutUnderLoad(t *testing.T) {
 		}
 	}
 	start := time.Now()
-	lap := e.q.Layout().Window()
+	lap := e.q.Layout().Lap()
 	nextLap, nextWeek := start.Add(lap+time.Minute).Truncate(time.Millisecond), start.Add(7*24*time.Hour).Truncate(time.Millisecond)
 	var far []producer.Task
 	for i := range 200 {

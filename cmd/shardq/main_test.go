@@ -130,7 +130,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"queue", "create"}, []string{"missing NAME"}},
 		{[]string{"queue", "create", "q", "--shards", "0"}, []string{"QueueConfig.ShardCount", "0 is not in [1, 10000]"}},
 		{[]string{"queue", "create", "q", "--bucket", "10"}, []string{`invalid argument "10" for "--bucket"`, "missing unit"}},
-		{[]string{"queue", "create", "q", "--timeout", "1h"}, []string{"QueueConfig.DefaultTimeout", "ring window"}},
+		{[]string{"queue", "create", "q", "--timeout", "1h"}, []string{"QueueConfig.DefaultTimeout", "lap"}},
 		{[]string{"queue", "show"}, []string{"missing NAME"}},
 		{[]string{"schedule", "q"}, []string{`required flag(s) "payload" not set`}},
 		{[]string{"schedule", "q", "--payload", "x", "--in", "5x"}, []string{`invalid argument "5x" for "--in"`}},

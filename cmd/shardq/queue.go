@@ -173,7 +173,7 @@ func (a *app) queueListCmd() *cobra.Command {
 				for _, q := range qs {
 					c := q.Config
 					fmt.Fprintf(w, "%s\t%d\t%d\t%v\t%v\t%v\t%v\t%s\t%s\n", c.Name, c.ShardCount, c.BucketCount, c.BucketDuration,
-						c.Layout().Window(), c.DefaultTimeout, c.LockTTL, state(q), created(q.CreatedAt))
+						c.Layout().Lap(), c.DefaultTimeout, c.LockTTL, state(q), created(q.CreatedAt))
 				}
 				return w.Flush()
 			})
@@ -209,7 +209,7 @@ func (a *app) showQueue(q inspect.QueueInfo) error {
 	w := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(w, "name\t%s\n", c.Name)
 	fmt.Fprintf(w, "shards\t%d\n", c.ShardCount)
-	fmt.Fprintf(w, "buckets\t%d x %v (one lap: %v)\n", c.BucketCount, c.BucketDuration, c.Layout().Window())
+	fmt.Fprintf(w, "buckets\t%d x %v (one lap: %v)\n", c.BucketCount, c.BucketDuration, c.Layout().Lap())
 	fmt.Fprintf(w, "default timeout\t%v (at most %v)\n", c.DefaultTimeout, c.MaxTimeout())
 	fmt.Fprintf(w, "lock ttl\t%v\n", c.LockTTL)
 	fmt.Fprintf(w, "state\t%s\n", state(q))
@@ -285,7 +285,7 @@ func queueJSON(q inspect.QueueInfo) map[string]any {
 	c := q.Config
 	m := map[string]any{
 		"name": c.Name, "shard_count": c.ShardCount, "bucket_count": c.BucketCount,
-		"bucket_duration_ms": ms(c.BucketDuration), "lap_ms": ms(c.Layout().Window()),
+		"bucket_duration_ms": ms(c.BucketDuration), "lap_ms": ms(c.Layout().Lap()),
 		"default_timeout_ms": ms(c.DefaultTimeout), "max_timeout_ms": ms(c.MaxTimeout()), "lock_ttl_ms": ms(c.LockTTL),
 		"paused": q.Paused,
 	}

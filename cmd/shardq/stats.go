@@ -125,7 +125,7 @@ func (a *app) statsPass(ctx context.Context, in *inspect.Inspector, q shardqtype
 
 func (a *app) printStats(q shardqtype.QueueConfig, st *inspect.Stats, elapsed time.Duration, full bool) error {
 	fmt.Fprintf(a.stdout, "queue %s at %s (lap %v: %d buckets x %v, %d shards)\n",
-		q.Name, utc(st.At), st.Window, q.BucketCount, q.BucketDuration, q.ShardCount)
+		q.Name, utc(st.At), st.Layout.Lap(), q.BucketCount, q.BucketDuration, q.ShardCount)
 	w := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
 	header := "SHARD\tDUE\tDUE AGAIN\tSCHEDULED\tIN FLIGHT\tRETRYING\t"
 	if full {
@@ -174,7 +174,7 @@ func statsJSON(q shardqtype.QueueConfig, st *inspect.Stats, elapsed time.Duratio
 		failed = append(failed, map[string]string{"partition_key": f.PartitionKey, "error": f.Err.Error()})
 	}
 	m := map[string]any{
-		"queue": q.Name, "at": st.At.UTC(), "lap_ms": ms(st.Window), "shards": shards, "draining": st.Draining, "total": st.Total,
+		"queue": q.Name, "at": st.At.UTC(), "lap_ms": ms(st.Layout.Lap()), "shards": shards, "draining": st.Draining, "total": st.Total,
 		"oldest_due_at": nil, "oldest_due_age_ms": nil, "dead_letters": st.DeadLetters, "dead_letter_days": st.DeadDays,
 		"partitions": st.Partitions, "rows_read": st.RowsRead, "elapsed_ms": ms(elapsed), "failed": failed,
 	}

@@ -111,11 +111,11 @@ func (h History) Live() []shard.Layout {
 	return out
 }
 
-// LongestLap returns the longest lap (shard.Layout.Window) of the live generations.
+// LongestLap returns the longest lap (shard.Layout.Lap) of the live generations.
 func (h History) LongestLap() time.Duration {
 	var lap time.Duration
 	for _, l := range h.Live() {
-		lap = max(lap, l.Window())
+		lap = max(lap, l.Lap())
 	}
 	return lap
 }

@@ -132,7 +132,7 @@ func (p *Plan) knownQuiet(pt *Part) bool {
 // within the skew can still write into it.
 func (p *Plan) cellLives(bucket int64, now time.Time) bool {
 	l := p.cfg.Layout
-	if l.Window() < 2*(p.cfg.Skew+l.BucketDuration) {
+	if l.Lap() < 2*(p.cfg.Skew+l.BucketDuration) {
 		return false
 	}
 	return now.Before(l.BucketStart(bucket - int64(l.BucketCount) + 1).Add(signal.CellLife - time.Hour))

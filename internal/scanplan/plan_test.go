@@ -160,7 +160,7 @@ func TestCursorsAndFloorsAcrossLaps(t *testing.T) {
 	p.Read(&old, s)
 	require.Equal(t, same(at(-32)), floorTimes(p, &old))
 
-	later := t0.Add(2 * testLayout.Window()) // two laps on, no call in between
+	later := t0.Add(2 * testLayout.Lap()) // two laps on, no call in between
 	parts := p.Candidates(later)
 	require.Equal(t, b0+8-3, parts[0].Bucket, "the cursor comes up to the current lap")
 	p.Advance(parts, later)

@@ -128,7 +128,7 @@ func (e *Env) stale(ctx context.Context, q shardqtype.QueueConfig, st State, l s
 	if err != nil {
 		return false, err
 	}
-	return l.Generation < cur.Generation || now.After(shard.IDTime(st.TaskID).Add(l.Window()/2)), nil
+	return l.Generation < cur.Generation || now.After(shard.IDTime(st.TaskID).Add(l.Lap()/2)), nil
 }
 
 // Unplace makes sure st's pending occurrence never runs, when its place is too old to

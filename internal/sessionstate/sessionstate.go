@@ -259,7 +259,7 @@ func (s *State) LongestLap(q shardqtype.QueueConfig) time.Duration {
 	last, ok := s.paused[q.Name]
 	s.pausedMu.Unlock()
 	if !ok {
-		return q.Layout().Window()
+		return q.Layout().Lap()
 	}
 	return last.layouts.LongestLap()
 }

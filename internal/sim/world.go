@@ -1000,7 +1000,7 @@ func (w *world) resizedQueue() {
 			w.oracle.scheduled(pp, began, tasks, got, err)
 			ids = append(ids, got...)
 		}
-		schedule(4, time.Second, min(w.queue.Layout().Window(), 10*time.Minute))
+		schedule(4, time.Second, min(w.queue.Layout().Lap(), 10*time.Minute))
 		for range 2 {
 			var ch shardqtype.LayoutChange
 			// Layouts the queue's default timeout fits in, tried in a random order.

@@ -52,14 +52,14 @@ const stepBits = 20
 // Final is the step of the write that ends a delivery: ack, dead letter or cancel.
 const Final = 1<<stepBits - 1
 
-// leaseSteps is how many steps a lease's announcement may take. Two takes of one row
-// announce the same delivery, and when the first one's swap did not apply, the second,
+// leaseSteps is how many steps a lease's declaration may take. Two takes of one row
+// declare the same delivery, and when the first one's swap did not apply, the second,
 // which holds the partition's lock with a greater token, must outrank it: at one stamp
 // Cassandra keeps the greater value of each cell, and the entry would name the rows of
 // both, one of them dropped. The moves a holder makes after its swap come above them.
 const leaseSteps = 1 << (stepBits - 1)
 
-// LeaseStep is the step of a lease's announcement made under the lock with token
+// LeaseStep is the step of a lease's declaration made under the lock with token
 // lockToken (a partition's tokens grow by one per holder; they wrap after 2^19 holders).
 func LeaseStep(lockToken int64) int64 { return lockToken % leaseSteps }
 

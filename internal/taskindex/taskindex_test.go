@@ -28,14 +28,14 @@ func TestTTL(t *testing.T) {
 	require.Equal(t, maxTTL, TTL(now, now.AddDate(100, 0, 0)))
 }
 
-// TestLeaseStepsOrderTakes: two takes of one row announce one delivery; the later, under a
+// TestLeaseStepsOrderTakes: two takes of one row declare one delivery; the later, under a
 // greater lock token, is stamped later, so its entry wins whole instead of Cassandra
 // keeping the greater value of each cell at one stamp (an entry naming the marker of a
 // swap that did not apply: seed 40011824). A holder's moves after its swap come after
-// every lease's announcement, and before the delivery's final write.
+// every lease's declaration, and before the delivery's final write.
 func TestLeaseStepsOrderTakes(t *testing.T) {
 	id := shard.NewID(time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC))
-	const delivery = 1 // the delivery token both takes announce
+	const delivery = 1 // the delivery token both takes declare
 	for _, token := range []int64{1, 2, 1000, leaseSteps - 2} {
 		require.Less(t, Stamp(id, delivery, LeaseStep(token)), Stamp(id, delivery, LeaseStep(token+1)), "token %d", token)
 		require.Less(t, Stamp(id, delivery, LeaseStep(token+1)), Stamp(id, delivery, MoveStep(1)), "token %d", token)

@@ -107,7 +107,7 @@ func (fi *Finder) locate(ctx context.Context, id uuid.UUID, e taskindex.Entry, s
 	case e.State == taskindex.Dead || e.State == taskindex.Completed || e.State == taskindex.Cancelled:
 		return Found{Entry: e, Stamp: stamp, State: e.State}, nil
 	}
-	// The previous place first: if it is still there, the move the entry announces has
+	// The previous place first: if it is still there, the move the entry declares has
 	// not happened (or its process died before finishing it), and the state is the one
 	// before.
 	for i, c := range []struct {
