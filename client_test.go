@@ -398,21 +398,29 @@ func TestClientStrictQueueOrder(t *testing.T) {
 	require.GreaterOrEqual(t, low["mid"], perQueue-2, "%v", atFirst)
 }
 
-// signalReads counts the reads of wake-up signals a session sends: of several queues at
-// once (the client's), and of one (a consumer's, or a worker's of its own).
-type signalReads struct{ many, one atomic.Int64 }
+// signalReads counts the reads of wake-up signals a session sends: of several queues'
+// cells at once (the client's), of their slots alone (a sweep's read apart from the
+// cells'), and of one queue's cells (a consumer's, or a worker's of its own).
+type signalReads struct{ many, withSlots, slotsApart, one atomic.Int64 }
 
 func (r *signalReads) ObserveQuery(_ context.Context, q gocql.ObservedQuery) {
+	st := q.Statement
 	switch {
-	case !strings.Contains(q.Statement, "shards FROM queue_signals"):
-	case strings.Contains(q.Statement, "queue IN"):
+	case !strings.HasPrefix(st, "SELECT") || !strings.Contains(st, "FROM queue_signals"):
+	case strings.Contains(st, "queue IN") && !strings.Contains(st, "shards"):
+		r.slotsApart.Add(1)
+	case strings.Contains(st, "queue IN"):
 		r.many.Add(1)
-	default:
+		if strings.Contains(st, "slots") {
+			r.withSlots.Add(1)
+		}
+	case strings.Contains(st, "shards FROM"):
 		r.one.Add(1)
 	}
 }
 
-// An idle client reads the wake-up signals of all its queues in one request per interval.
+// An idle client reads the wake-up signals of all its queues in one request per interval,
+// which also serves its sweeps and lookbacks when they are due.
 // (TestClientWakesForATaskDueNowBehindALaterOne shows a task of another process waking it.)
 func TestClientReadsSignalsOnceForAllQueues(t *testing.T) {
 	t.Parallel()
@@ -442,6 +450,8 @@ func TestClientReadsSignalsOnceForAllQueues(t *testing.T) {
 	intervals := int64(window / worker.DefaultSignalInterval)
 	require.Positive(t, many, "the client reads the signals")
 	require.LessOrEqual(t, many, intervals+3, "one read per interval for all five queues, at most")
+	require.Positive(t, reads.withSlots.Load(), "the sweeps' slots are read")
+	require.Zero(t, reads.slotsApart.Load(), "the sweeps' slots come with the cells, in the same requests")
 	// Each queue's consumer reads its cells at its own polls, every 8-10 s when idle:
 	// reading them every interval would be 5 x 16.
 	require.LessOrEqual(t, one, int64(5*2*2), "no queue's worker reads its signals every interval")

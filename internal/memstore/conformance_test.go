@@ -702,12 +702,14 @@ var scenarios = []scenario{
 		other := touch(5, 2, 4, at(4*time.Second))
 		other.Queue = "r"
 		require.NoError(t, s.Signals().Touch(ctx, []signal.Touch{other}))
-		ofSlots, ofTouched, err := s.Signals().LastTouchesOf(ctx, []string{"q", "r"}, 5, 5)
+		ofCells, ofSlots, ofTouched, err := s.Signals().CellsAndTouchesOf(ctx, []string{"q", "r"}, 5, 5)
 		require.NoError(t, err)
+		require.Len(t, ofCells, 3, "both rings' cells")
+		require.Equal(t, at(4*time.Second), shard.IDTime(uuid.UUID(ofCells[other.Cell])), "a cell holds its last touch's row time")
 		require.Len(t, ofSlots, 3, "both rings' cells")
 		require.Equal(t, at(4*time.Second), shard.IDTime(uuid.UUID(ofSlots[other.Cell][4])))
 		require.Len(t, ofTouched, 4)
-		ofCells, err := s.Signals().CellsOf(ctx, []string{"q", "r"}, 5, 6)
+		ofCells, err = s.Signals().CellsOf(ctx, []string{"q", "r"}, 5, 6)
 		require.NoError(t, err)
 		require.Len(t, ofCells, 4)
 		before := cells[signal.Cell{Queue: "q", Bucket: 5, Shard: 0}]

@@ -91,19 +91,24 @@ func (g signals) CellsOf(ctx context.Context, rings []string, from, to int64) (m
 	return cells, nil
 }
 
-// LastTouchesOf reads each ring's slots as LastTouches does: the gate sees a request per
-// ring, where Cassandra serves one.
-func (g signals) LastTouchesOf(ctx context.Context, rings []string, from, to int64) (map[signal.Cell]signal.Slots, map[signal.Entry]time.Time, error) {
-	cells, touched := map[signal.Cell]signal.Slots{}, map[signal.Entry]time.Time{}
+// CellsAndTouchesOf reads each ring's cells as Cells does, then its slots as LastTouches
+// does: the gate sees two requests per ring, where Cassandra serves one.
+func (g signals) CellsAndTouchesOf(ctx context.Context, rings []string, from, to int64) (map[signal.Cell]gocql.UUID, map[signal.Cell]signal.Slots, map[signal.Entry]time.Time, error) {
+	cells, slots, touched := map[signal.Cell]gocql.UUID{}, map[signal.Cell]signal.Slots{}, map[signal.Entry]time.Time{}
 	for _, ring := range rings {
-		c, t, err := g.LastTouches(ctx, ring, from, to)
+		c, err := g.Cells(ctx, ring, from, to)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
+		}
+		s, t, err := g.LastTouches(ctx, ring, from, to)
+		if err != nil {
+			return nil, nil, nil, err
 		}
 		maps.Copy(cells, c)
+		maps.Copy(slots, s)
 		maps.Copy(touched, t)
 	}
-	return cells, touched, nil
+	return cells, slots, touched, nil
 }
 
 func (g signals) LastTouches(ctx context.Context, queue string, from, to int64) (map[signal.Cell]signal.Slots, map[signal.Entry]time.Time, error) {

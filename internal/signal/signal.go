@@ -128,8 +128,10 @@ const (
 	// (their layouts' buckets are as long) in one request.
 	readRingsStmt = `SELECT queue, bucket, shards FROM queue_signals WHERE queue IN ? AND bucket >= ? AND bucket <= ?`
 	// Write times of a map come in the order of its keys.
-	readSlotsStmt      = `SELECT bucket, slots, writetime(slots) FROM queue_signals WHERE queue = ? AND bucket >= ? AND bucket <= ?`
-	readRingsSlotsStmt = `SELECT queue, bucket, slots, writetime(slots) FROM queue_signals WHERE queue IN ? AND bucket >= ? AND bucket <= ?`
+	readSlotsStmt = `SELECT bucket, slots, writetime(slots) FROM queue_signals WHERE queue = ? AND bucket >= ? AND bucket <= ?`
+	// readRingsAllStmt reads, of several rings, both the cells and the slots: a client's
+	// watch serves its reads of cells and a sweep's read of slots with one request.
+	readRingsAllStmt = `SELECT queue, bucket, shards, slots, writetime(slots) FROM queue_signals WHERE queue IN ? AND bucket >= ? AND bucket <= ?`
 )
 
 // maxTTL is Cassandra's longest time to live, 20 years: a cell for a bucket further
@@ -410,28 +412,38 @@ func CellsOf(ctx context.Context, session *gocql.Session, rings []string, from, 
 // was last touched, by the cluster's clock. Only sweeps need them, once per SweepInterval.
 func LastTouches(ctx context.Context, session *gocql.Session, queue string, from, to int64) (map[Cell]Slots, map[Entry]time.Time, error) {
 	iter := cql.Query(session, readSlotsStmt, queue, from, to).WithContext(ctx).Iter()
-	return scanSlots(iter, queue, false)
+	return scanSlots(iter, queue, nil)
 }
 
-// LastTouchesOf is LastTouches on buckets from..to of each of rings, whose layouts'
-// buckets are equally long, in one request.
-func LastTouchesOf(ctx context.Context, session *gocql.Session, rings []string, from, to int64) (map[Cell]Slots, map[Entry]time.Time, error) {
-	iter := cql.Query(session, readRingsSlotsStmt, rings, from, to).WithContext(ctx).Iter()
-	return scanSlots(iter, "", true)
+// CellsAndTouchesOf reads buckets from..to of each of rings, whose layouts' buckets are
+// equally long, in one request: their cells, as CellsOf, and their slots and when each
+// was last touched, as LastTouches.
+func CellsAndTouchesOf(ctx context.Context, session *gocql.Session, rings []string, from, to int64) (map[Cell]gocql.UUID, map[Cell]Slots, map[Entry]time.Time, error) {
+	iter := cql.Query(session, readRingsAllStmt, rings, from, to).WithContext(ctx).Iter()
+	cells := map[Cell]gocql.UUID{}
+	slots, touched, err := scanSlots(iter, "", cells)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return cells, slots, touched, nil
 }
 
-// scanSlots reads the rows of iter, each a bucket's slots and their write times, after
-// its ring withRing (queue's otherwise).
-func scanSlots(iter *gocql.Iter, queue string, withRing bool) (map[Cell]Slots, map[Entry]time.Time, error) {
-	cells, touched := map[Cell]Slots{}, map[Entry]time.Time{}
+// scanSlots reads the rows of iter, each a bucket's slots and their write times, of
+// queue; or, when cells is not nil, each a ring, a bucket, its cells (into cells), its
+// slots and their write times.
+func scanSlots(iter *gocql.Iter, queue string, cells map[Cell]gocql.UUID) (map[Cell]Slots, map[Entry]time.Time, error) {
+	slotsOf, touched := map[Cell]Slots{}, map[Entry]time.Time{}
 	var bucket int64
-	var shards map[int]gocql.UUID
+	var shards, cellShards map[int]gocql.UUID
 	var times []int64
 	dest := []any{&bucket, &shards, &times}
-	if withRing {
-		dest = append([]any{&queue}, dest...)
+	if cells != nil {
+		dest = []any{&queue, &bucket, &cellShards, &shards, &times}
 	}
 	for iter.Scan(dest...) {
+		for s, v := range cellShards {
+			cells[Cell{Queue: queue, Bucket: bucket, Shard: s}] = v
+		}
 		keys := slices.Sorted(maps.Keys(shards))
 		if len(keys) != len(times) {
 			_ = iter.Close()
@@ -440,18 +452,18 @@ func scanSlots(iter *gocql.Iter, queue string, withRing bool) (map[Cell]Slots, m
 		for i, k := range keys {
 			slot, s := fromKey(k)
 			e := Entry{Cell: Cell{Queue: queue, Bucket: bucket, Shard: s}, Slot: slot}
-			if cells[e.Cell] == nil {
-				cells[e.Cell] = Slots{}
+			if slotsOf[e.Cell] == nil {
+				slotsOf[e.Cell] = Slots{}
 			}
-			cells[e.Cell][slot] = shards[k]
+			slotsOf[e.Cell][slot] = shards[k]
 			touched[e] = time.UnixMicro(times[i])
 		}
-		shards, times = nil, nil
+		shards, cellShards, times = nil, nil, nil
 	}
 	if err := iter.Close(); err != nil {
 		return nil, nil, fmt.Errorf("signal: reading the slots of %s: %w", queue, err)
 	}
-	return cells, touched, nil
+	return slotsOf, touched, nil
 }
 
 // Watcher notices touches of one queue's cells.

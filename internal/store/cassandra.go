@@ -101,6 +101,6 @@ func (s signals) LastTouches(ctx context.Context, queue string, from, to int64) 
 	return signal.LastTouches(ctx, s.session, queue, from, to)
 }
 
-func (s signals) LastTouchesOf(ctx context.Context, rings []string, from, to int64) (map[signal.Cell]signal.Slots, map[signal.Entry]time.Time, error) {
-	return signal.LastTouchesOf(ctx, s.session, rings, from, to)
+func (s signals) CellsAndTouchesOf(ctx context.Context, rings []string, from, to int64) (map[signal.Cell]gocql.UUID, map[signal.Cell]signal.Slots, map[signal.Entry]time.Time, error) {
+	return signal.CellsAndTouchesOf(ctx, s.session, rings, from, to)
 }

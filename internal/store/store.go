@@ -208,9 +208,9 @@ type Signals interface {
 	CellsOf(ctx context.Context, rings []string, from, to int64) (map[signal.Cell]gocql.UUID, error)
 	// LastTouches reads the slots of those cells and when each was last touched.
 	LastTouches(ctx context.Context, queue string, from, to int64) (map[signal.Cell]signal.Slots, map[signal.Entry]time.Time, error)
-	// LastTouchesOf is LastTouches on buckets from..to of rings whose buckets are equally
-	// long, in one request.
-	LastTouchesOf(ctx context.Context, rings []string, from, to int64) (map[signal.Cell]signal.Slots, map[signal.Entry]time.Time, error)
+	// CellsAndTouchesOf is CellsOf and LastTouches on buckets from..to of rings whose
+	// buckets are equally long, in one request.
+	CellsAndTouchesOf(ctx context.Context, rings []string, from, to int64) (map[signal.Cell]gocql.UUID, map[signal.Cell]signal.Slots, map[signal.Entry]time.Time, error)
 }
 
 // SeriesRow is one series as stored; Spec is its encoded spec.

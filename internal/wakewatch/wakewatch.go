@@ -4,9 +4,11 @@
 // with its queues. Rings whose buckets are as long share a request (the cells of a bucket
 // are numbered by time), so queues on the default layout are all read at once. The reads
 // are shared with the client's consumers (sessionstate.State.SharedCells), which take
-// their idle scans' cells from them, with the cells of the buckets a lap before now's
-// (read once per bucket) and, every quarter scanplan.SweepInterval, the lap's slots for
-// their sweeps: so neither do the consumers' own reads grow with the queues.
+// their idle scans' cells from them. Every quarter scanplan.SweepInterval, and once per
+// bucket, the same request also reads the lap's slots for the consumers' sweeps and the
+// cells of the buckets a lap before now's for their lookbacks: so neither do the
+// consumers' own reads grow with the queues, nor does the watch send more than one
+// request per interval and bucket length.
 package wakewatch
 
 import (
@@ -110,6 +112,7 @@ func (w *Watch) read(ctx context.Context, now, since time.Time) bool {
 	woken := map[string]bool{}
 	fromOf := map[string]int64{} // ring -> the first bucket read
 	sweep := w.swept.IsZero() || now.Sub(w.swept) >= scanplan.SweepInterval/4
+	swept := true // every group shared a sweep
 	for _, d := range slices.Sorted(maps.Keys(groups)) {
 		ls := groups[d]
 		l := ls[0]
@@ -120,13 +123,16 @@ func (w *Watch) read(ctx context.Context, now, since time.Time) bool {
 			rings[i] = l.Ring()
 			fromOf[rings[i]] = from
 		}
+		back := w.lookBacks(now, ls)
+		r := reads{rings: rings, cells: span{from, to}, sweep: w.sweepSpan(now, ls), back: back}
 		sent := time.Now()
-		cells, err := w.state.Store.Signals().CellsOf(ctx, rings, from, to)
+		got, err := w.readGroup(ctx, r, sweep || len(back) > 0)
 		if err != nil {
 			w.warn(ctx, "reading wake-up signals", err, "rings", rings)
-			ok = false
+			ok, swept = false, false
 			continue
 		}
+		cells := got.cellsIn(r.cells, nil)
 		w.state.ShareCells(rings, from, to, sent, cells)
 		for c, v := range cells {
 			if c.Bucket > wakeTo {
@@ -140,12 +146,17 @@ func (w *Watch) read(ctx context.Context, now, since time.Time) bool {
 			}
 			w.seen[c] = v
 		}
-		ok = w.lookBack(ctx, now, ls) && ok
-		if sweep {
-			ok = w.shareSweep(ctx, now, ls) && ok
+		if got.slots == nil {
+			swept = false
+			continue
 		}
+		for _, b := range back {
+			w.state.ShareLookback(b.rings, b.span.from, b.span.to, got.cellsIn(b.span, b.rings))
+			w.lookedBack[b.laps] = b.span.to
+		}
+		w.state.ShareSweep(rings, r.sweep.from, r.sweep.to, now, got.slots, got.touched)
 	}
-	if sweep && ok {
+	if swept {
 		w.swept = now
 	}
 	for c := range w.seen {
@@ -167,58 +178,108 @@ func (w *Watch) behind(l shard.Layout, now time.Time) int64 {
 	return l.Bucket(now.Add(-w.cfg.MaxClockSkew-w.cfg.Ahead)) - 1
 }
 
-// lookBack shares, once per bucket, the cells of the buckets a lap before those an idle
-// scan at now may hold (behind) of rings ls, whose
-// buckets are as long: an idle scan reads them once per partition and lap, to prove the
-// partition quiet (scanplan.Plan.Lookback). Their cells no longer change (a writer would
-// have to trail a lap), so the read serves the whole bucket.
-func (w *Watch) lookBack(ctx context.Context, now time.Time, ls []shard.Layout) bool {
+// span is the buckets from..to.
+type span struct{ from, to int64 }
+
+// reads is what one request of the watch serves for rings whose buckets are as long: the
+// cells of idle scans and wake-ups, and, when a sweep or a lookback is due, the lap's slots
+// for sweeps and the cells of a lap before.
+type reads struct {
+	rings []string
+	cells span
+	sweep span
+	back  []lookback
+}
+
+// lookback is a lap before now's buckets whose cells are due to be shared.
+type lookback struct {
+	laps  laps
+	rings []string
+	span  span
+}
+
+// got is what a request returned; slots and touched are nil when only cells were read.
+type got struct {
+	cells   map[signal.Cell]gocql.UUID
+	slots   map[signal.Cell]signal.Slots
+	touched map[signal.Entry]time.Time
+}
+
+// readGroup reads the cells of r, and with all the buckets of r's sweep and lookbacks
+// too: one request either way.
+func (w *Watch) readGroup(ctx context.Context, r reads, all bool) (got, error) {
+	if !all {
+		cells, err := w.state.Store.Signals().CellsOf(ctx, r.rings, r.cells.from, r.cells.to)
+		return got{cells: cells}, err
+	}
+	lo, hi := min(r.cells.from, r.sweep.from), max(r.cells.to, r.sweep.to)
+	for _, b := range r.back {
+		lo, hi = min(lo, b.span.from), max(hi, b.span.to)
+	}
+	cells, slots, touched, err := w.state.Store.Signals().CellsAndTouchesOf(ctx, r.rings, lo, hi)
+	if err != nil {
+		return got{}, err
+	}
+	// The sweep's share holds its own buckets only, as a read of them would have.
+	for c := range slots {
+		if c.Bucket < r.sweep.from || c.Bucket > r.sweep.to {
+			delete(slots, c)
+		}
+	}
+	for e := range touched {
+		if e.Bucket < r.sweep.from || e.Bucket > r.sweep.to {
+			delete(touched, e)
+		}
+	}
+	return got{cells: cells, slots: slots, touched: touched}, nil
+}
+
+// cellsIn returns the cells of g in buckets s, of rings when rings is not nil.
+func (g got) cellsIn(s span, rings []string) map[signal.Cell]gocql.UUID {
+	out := map[signal.Cell]gocql.UUID{}
+	for c, v := range g.cells {
+		if c.Bucket >= s.from && c.Bucket <= s.to && (rings == nil || slices.Contains(rings, c.Queue)) {
+			out[c] = v
+		}
+	}
+	return out
+}
+
+// lookBacks returns, of rings ls, whose buckets are as long, the cells of the buckets a
+// lap before those an idle scan at now may hold (behind) that are due to be shared: once
+// per bucket. An idle scan reads them once per partition and lap, to prove the partition
+// quiet (scanplan.Plan.Lookback). They no longer change (a writer would have to trail a
+// lap), so one read serves the whole bucket.
+func (w *Watch) lookBacks(now time.Time, ls []shard.Layout) []lookback {
 	byLaps := map[laps][]string{}
 	for _, l := range ls {
 		k := laps{l.BucketDuration, l.BucketCount}
 		byLaps[k] = append(byLaps[k], l.Ring())
 	}
-	ok := true
+	var due []lookback
 	keys := slices.SortedFunc(maps.Keys(byLaps), func(a, b laps) int {
 		return cmp.Or(cmp.Compare(a.bucket, b.bucket), cmp.Compare(a.count, b.count))
 	})
 	for _, k := range keys {
-		rings := byLaps[k]
 		before := ls[0].Bucket(now) - int64(k.count)
 		if w.lookedBack[k] == before {
 			continue
 		}
-		from := w.behind(ls[0], now) - int64(k.count)
-		cells, err := w.state.Store.Signals().CellsOf(ctx, rings, from, before)
-		if err != nil {
-			w.warn(ctx, "reading the signals of a lap before", err, "rings", rings)
-			ok = false
-			continue
-		}
-		w.state.ShareLookback(rings, from, before, cells)
-		w.lookedBack[k] = before
+		due = append(due, lookback{k, byLaps[k], span{w.behind(ls[0], now) - int64(k.count), before}})
 	}
-	return ok
+	return due
 }
 
-// shareSweep shares a read of the lap's slots of rings ls, whose buckets are as long, and
-// of the buckets up to SweepInterval ahead, so that a sweep due before the next one finds
-// its lap in it.
-func (w *Watch) shareSweep(ctx context.Context, now time.Time, ls []shard.Layout) bool {
-	rings := make([]string, len(ls))
+// sweepSpan is the buckets a shared sweep read of rings ls, whose buckets are as long,
+// holds: the lap's, and those up to SweepInterval ahead, so that a sweep due before the
+// next share finds its lap in it.
+func (w *Watch) sweepSpan(now time.Time, ls []shard.Layout) span {
 	lap := 0
-	for i, l := range ls {
-		rings[i], lap = l.Ring(), max(lap, l.BucketCount)
+	for _, l := range ls {
+		lap = max(lap, l.BucketCount)
 	}
 	l := ls[0]
-	from, to := l.Bucket(now)-int64(lap)+1, l.Bucket(now.Add(scanplan.SweepInterval))
-	slots, touched, err := w.state.Store.Signals().LastTouchesOf(ctx, rings, from, to)
-	if err != nil {
-		w.warn(ctx, "reading the lap's signals for sweeps", err, "rings", rings)
-		return false
-	}
-	w.state.ShareSweep(rings, from, to, now, slots, touched)
-	return true
+	return span{l.Bucket(now) - int64(lap) + 1, l.Bucket(now.Add(scanplan.SweepInterval))}
 }
 
 // warn logs a failed read, unless the watch is stopping (ctx ended), which fails them all.
