@@ -18,21 +18,25 @@ export GOWORK := off
 # $(call each,GO-ARGS): `go GO-ARGS` in every module of MODULES, stopping at the first that fails.
 each = for m in $(MODULES); do $(GO) -C $$m $(1) || exit 1; done
 
-.PHONY: test test-cluster sim demo bench lint cassandra-start cassandra-stop cassandra-status
+.PHONY: test test-nodes test-sim test-cluster sim demo bench lint cassandra-start cassandra-stop cassandra-status
+
+# test-nodes, then test-sim.
+test: test-nodes test-sim
 
 # Vet, every test with the race detector (the library's longest packages first,
 # scripts/packages; the modules two at a time, bench the longest) but the simulator's,
-# the backlog test without it (BACKLOG_TEST), a short run of each fuzz target, then, with
-# no node left running, the simulator's tests and seeds.
-test:
+# the backlog test without it (BACKLOG_TEST), and a short run of each fuzz target.
+test-nodes:
 	scripts/with-cassandra sh -c '$(GO) vet ./... && $(call each,vet ./...) && pkgs=$$(GO=$(GO) scripts/packages --race) && \
 		$(GO) test -race -count=1 -timeout 20m $$pkgs && \
 		printf "%s\n" $(MODULES) | xargs -P 2 -I{} $(GO) -C {} test -race -count=1 -timeout 20m ./... && \
 		$(GO) test -count=1 -run "^$(BACKLOG_TEST)$$" ./consumer && \
 		$(GO) test -run=^$$ -fuzz=^FuzzKey$$ -fuzztime=$(FUZZTIME) ./shard && \
 		$(GO) test -run=^$$ -fuzz=^FuzzID$$ -fuzztime=$(FUZZTIME) ./shard'
-	$(GO) test -count=1 -timeout 20m ./internal/sim
-	$(MAKE) sim
+
+# The simulator's own tests, then SEEDS seeds (make sim); no Cassandra.
+test-sim:
+	SEEDS=$(SEEDS) SEED=$(SEED) BUDGET=$(BUDGET) GO=$(GO) scripts/sim --tests
 
 # The deterministic simulator (internal/sim, no Cassandra): SEEDS seeded runs from SEED on,
 # spread over the cores, or as many as fit in BUDGET (a Go duration) when it is set. A
