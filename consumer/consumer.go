@@ -456,15 +456,20 @@ func (c *Consumer) touch(ctx context.Context, rows []taskrow.Row) {
 }
 
 // touchedCells reads which signal cells of the buckets of parts were touched, or nil when
-// they cannot be read; a read of them that a client's watch shared within
-// sessionstate.SharedAge serves instead.
-func (c *Consumer) touchedCells(ctx context.Context, parts []scanplan.Part) scanplan.Cells {
+// they cannot be read. With shared, a read of them that a client's watch shared within
+// sessionstate.SharedAge serves instead: not for a scan after a call that took tasks,
+// which counts a partition whose cell shows no new touch as holding nothing new, so a
+// read up to SharedAge old would hide what came since, until the watch's next read woke
+// the worker (a stream's tasks waited up to a whole SignalInterval).
+func (c *Consumer) touchedCells(ctx context.Context, parts []scanplan.Part, shared bool) scanplan.Cells {
 	if len(parts) == 0 {
 		return nil
 	}
 	from, to := bucketsOf(parts)
-	if cells, _, ok := c.state.SharedCells(c.layout.Ring(), from, to); ok {
-		return planCells(nil, cells)
+	if shared {
+		if cells, _, ok := c.state.SharedCells(c.layout.Ring(), from, to); ok {
+			return planCells(nil, cells)
+		}
 	}
 	return c.readCells(ctx, from, to)
 }
