@@ -238,6 +238,15 @@ func (c *Consumer) init(ctx context.Context) error {
 	if err := c.cluster.Ready(ctx); err != nil {
 		return err
 	}
+	createdBelow, err := c.createdBelow(ctx, q.Layout())
+	if err != nil {
+		return err
+	}
+	mark, markedAt, err := c.state.Store.Signals().Passed(ctx, q.Layout().Ring())
+	if err != nil {
+		c.log.WarnContext(ctx, "reading the pass mark; reading every partition of the lap", "queue", q.Name, "error", err)
+		mark = nil
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.locker != nil {
@@ -249,7 +258,36 @@ func (c *Consumer) init(ctx context.Context) error {
 	}
 	c.q, c.layout, c.locker = q, q.Layout(), locker
 	c.plan = c.newPlan(c.layout)
+	c.plan.StartPassed(mark, markedAt, createdBelow, c.cfg.Clock.Now())
 	return nil
+}
+
+// createdBelow returns a bucket of layout, the queue's first, that no row lies below:
+// every row's time is no earlier than its writer's clock once the queue existed, which
+// trails the time its creator's node stamped by at most twice MaxClockSkew. One bucket
+// more is spared for a row stamped at a bucket's edge. math.MinInt64 when the time of
+// the queue's creation is not stored, or the consumer's Clock is not within MaxClockSkew
+// of the cluster's time (as a test's may be): the nodes' clocks then say nothing of
+// where its rows lie.
+func (c *Consumer) createdBelow(ctx context.Context, layout shard.Layout) (int64, error) {
+	at, err := c.state.CreatedAt(ctx, c.cfg.Queue)
+	if err != nil || at.IsZero() {
+		return math.MinInt64, err
+	}
+	if off := c.cfg.Clock.Now().Sub(c.cluster.Now()); off > c.cfg.MaxClockSkew || off < -c.cfg.MaxClockSkew {
+		return math.MinInt64, nil
+	}
+	return layout.Bucket(at.Add(-2*c.cfg.MaxClockSkew)) - 1, nil
+}
+
+// storeMark stores the pass mark the plan made at now, for consumers starting afresh
+// (scanplan.Plan.StartPassed). A failure is logged, and the next call tries again.
+func (c *Consumer) storeMark(ctx context.Context, mark map[int]int64, now time.Time) {
+	if err := c.state.Store.Signals().Pass(ctx, c.layout.Ring(), mark, now); err != nil {
+		c.log.WarnContext(ctx, "storing the pass mark", "queue", c.q.Name, "error", err)
+		return
+	}
+	c.plan.Marked(mark, now)
 }
 
 // newPlan returns a plan of reads of the ring of layout.
@@ -391,6 +429,9 @@ func (c *Consumer) acquire(ctx context.Context, n int) ([]*Task, error) {
 		got := c.takeAll(ctx, taking, n-len(out), now)
 		looking.Wait()
 		c.plan.Advance(parts, now)
+		if mark, ok := c.plan.MarkDue(now); ok {
+			c.storeMark(ctx, mark, now)
+		}
 		out = append(out, got...)
 	}
 	// A call that took tasks, however few, has the next read due rows only: under a steady

@@ -719,6 +719,23 @@ var scenarios = []scenario{
 		require.NotEqual(t, before, cells[signal.Cell{Queue: "q", Bucket: 5, Shard: 0}], "every touch changes its cell")
 	}},
 
+	{"pass marks", func(t *testing.T, ctx context.Context, s store.Store) {
+		mark, at, err := s.Signals().Passed(ctx, "q")
+		require.NoError(t, err)
+		require.Nil(t, mark, "none stored")
+		require.True(t, at.IsZero())
+		now := time.Now().UTC().Truncate(time.Millisecond)
+		require.NoError(t, s.Signals().Pass(ctx, "q", map[int]int64{0: 7, 2: 9}, now))
+		require.NoError(t, s.Signals().Pass(ctx, "q", map[int]int64{0: 8}, now.Add(time.Second)))
+		mark, at, err = s.Signals().Passed(ctx, "q")
+		require.NoError(t, err)
+		require.Equal(t, map[int]int64{0: 8}, mark, "a mark replaces the one before whole")
+		require.True(t, now.Add(time.Second).Equal(at), "%v", at)
+		mark, _, err = s.Signals().Passed(ctx, "r")
+		require.NoError(t, err)
+		require.Nil(t, mark, "marks are per ring")
+	}},
+
 	{"series put on the version, delete leaves written", func(t *testing.T, ctx context.Context, s store.Store) {
 		series := s.Series()
 		now := time.Now().UTC().Truncate(time.Millisecond)

@@ -43,6 +43,7 @@ type Cluster struct {
 	signals    *table
 	series     *table
 	names      *table
+	passes     *table
 	// proposals are the conditional writes sent as stragglers (NoResponseLate) and not
 	// yet committed, per table and partition key, oldest first.
 	proposals map[string][]*proposal
@@ -88,6 +89,7 @@ func New(cfg Config) (*Cluster, error) {
 		signals:   newTable("queue_signals", 600, 86400),
 		series:    newTable("series", defaultGCGrace, 0),
 		names:     newTable("series_names", defaultGCGrace, 0),
+		passes:    newTable("queue_passes", 600, 86400),
 	}, nil
 }
 

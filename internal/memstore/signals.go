@@ -132,3 +132,44 @@ func (g signals) LastTouches(ctx context.Context, queue string, from, to int64) 
 	}
 	return cells, touched, nil
 }
+
+// The queue_passes table: PRIMARY KEY (queue), with a default TTL of a day.
+const (
+	colPassBuckets = iota
+	colPassMadeAt
+)
+
+func (g signals) Passed(ctx context.Context, ring string) (map[int]int64, time.Time, error) {
+	type got struct {
+		mark map[int]int64
+		at   time.Time
+	}
+	var out *got
+	q := query{req: Request{Table: "queue_passes", Op: "Signals.Passed", Key: ring}, t: g.c.passes, pk: ring,
+		slices: []slice{whole}, limit: math.MaxInt, pageSize: defaultPageSize}
+	err := read(ctx, g.client, q, func(s *state, r *row) got {
+		m, _ := r.value(colPassBuckets, s.sec).(map[int]int64)
+		return got{maps.Clone(m), timeOf(r.value(colPassMadeAt, s.sec))}
+	}, func(v got) bool { out = &v; return true })
+	switch {
+	case err != nil:
+		return nil, time.Time{}, fmt.Errorf("store: reading the pass mark of %s: %w", ring, err)
+	case out == nil:
+		return nil, time.Time{}, nil
+	}
+	return out.mark, out.at, nil
+}
+
+// Pass writes the row as an INSERT with the client's timestamp: a frozen map is one cell.
+func (g signals) Pass(ctx context.Context, ring string, mark map[int]int64, madeAt time.Time) error {
+	stamp := g.clientStamp()
+	err := g.exec(ctx, Request{Table: "queue_passes", Op: "Signals.Pass", Key: ring, Write: true}, writeType(1, false), func(s *state) error {
+		s.apply(s.c.passes, ring, op{insert: true, ttl: s.c.passes.defaultTTL,
+			sets: []set{{colPassBuckets, maps.Clone(mark)}, {colPassMadeAt, timestamp(madeAt)}}}, stamp)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("store: writing the pass mark of %s: %w", ring, err)
+	}
+	return nil
+}

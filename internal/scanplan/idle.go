@@ -69,7 +69,7 @@ func (p *Plan) IdleReads(parts []Part, now time.Time, cells Cells, lookedBack bo
 // partitions that have no floors in this lap and are not known quiet (quietLap).
 func (p *Plan) Lookback(parts []Part, now time.Time) (from, to int64, ok bool) {
 	for _, pt := range parts {
-		if pt.Ahead || pt.Lapped || p.HasFloors(&pt) || p.knownQuiet(&pt) || !p.wasRead(&pt) || !p.cellLives(pt.Bucket, now) {
+		if pt.Ahead || pt.Lapped || p.HasFloors(&pt) || p.knownQuiet(&pt) || !p.ruledOut(&pt) || !p.cellLives(pt.Bucket, now) {
 			continue
 		}
 		b := pt.Bucket - int64(p.cfg.Layout.BucketCount)
@@ -87,10 +87,11 @@ func (p *Plan) Lookback(parts []Part, now time.Time) (from, to int64, ok bool) {
 // quietLap reports whether pt, a current partition without floors in this lap whose cell
 // shows no touch, held no row of the bucket a lap before either: that bucket's cell, read
 // with cells (lookedBack), shows no touch and still lives. Rows of earlier laps are ruled
-// out only for a partition this plan has read from its floors before (in any lap): that
+// out for a partition this plan has read from its floors before (in any lap), as that
 // read found every row left then, and since, each lap's first look at it read it or found
-// it quiet. A plan's first call, busy, reads them all; one that failed is read again. A partition found quiet stays so
-// for its lap: a row of that bucket written later would come from a writer a lap behind.
+// it quiet; or by its shard's pass mark (StartPassed). Others are read, and one that
+// failed is read again. A partition found quiet stays so for its lap: a row of that
+// bucket written later would come from a writer a lap behind.
 func (p *Plan) quietLap(pt *Part, now time.Time, cells Cells, lookedBack bool) bool {
 	if pt.Ahead || pt.Lapped {
 		return false
@@ -98,7 +99,7 @@ func (p *Plan) quietLap(pt *Part, now time.Time, cells Cells, lookedBack bool) b
 	if p.knownQuiet(pt) {
 		return true
 	}
-	if !p.wasRead(pt) {
+	if !p.ruledOut(pt) {
 		return false
 	}
 	before := pt.Bucket - int64(p.cfg.Layout.BucketCount)
@@ -114,10 +115,13 @@ func (p *Plan) quietLap(pt *Part, now time.Time, cells Cells, lookedBack bool) b
 	return true
 }
 
-func (p *Plan) wasRead(pt *Part) bool {
+// ruledOut reports whether rows of laps before the one before pt's are ruled out: this
+// plan read pt from its floors before, or pt's shard's pass mark covers them.
+func (p *Plan) ruledOut(pt *Part) bool {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.everRead[pt.Key]
+	read := p.everRead[pt.Key]
+	p.mu.Unlock()
+	return read || p.covered(pt)
 }
 
 func (p *Plan) knownQuiet(pt *Part) bool {

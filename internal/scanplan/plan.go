@@ -116,27 +116,36 @@ type Plan struct {
 	dense        map[pkey]bool        // partitions too busy for a peek that reads ahead
 	quiet        map[pkey]bool        // current partitions found without a row of their lap or the lap before (quietLap)
 	everRead     map[string]bool      // partitions read from their floors since the plan began, in any lap
+	start        int64                // the first bucket the plan began at (its cursors then)
+	passed       []int64              // per concurrency shard, its pass mark (see StartPassed); noMark if none
+	marked       []int64              // the pass mark last stored, per shard
+	markedAt     time.Time            // when it was stored; zero before
 }
 
 // New returns the plan of a consumer starting at now, whose scans start at concurrency
 // shard first (consumers spread over shards by starting at random ones). A new consumer
-// looks back one whole lap.
+// looks back one whole lap, as an idle one: what it skips, its pass marks decide
+// (StartPassed).
 func New(cfg Config, now time.Time, first int) *Plan {
-	p := &Plan{cfg: cfg, cursors: make([]int64, cfg.Layout.ShardCount), next: first % cfg.Layout.ShardCount,
+	n := cfg.Layout.ShardCount
+	p := &Plan{cfg: cfg, cursors: make([]int64, n), next: first % n,
 		hot: map[string]bool{}, floors: map[pkey]*floors{}, keptFloors: map[string]lapFloors{},
 		upcoming: map[pkey]time.Time{}, lateChecked: map[pkey]Slots{}, pageRows: cfg.MaxPageRows,
-		known: map[pkey]*known{}, dense: map[pkey]bool{}, quiet: map[pkey]bool{}, everRead: map[string]bool{}}
-	start := p.lapStart(now)
-	for i := range p.cursors {
-		p.cursors[i] = start
+		known: map[pkey]*known{}, dense: map[pkey]bool{}, quiet: map[pkey]bool{}, everRead: map[string]bool{},
+		start: p0(cfg, now), passed: make([]int64, n), marked: make([]int64, n), idle: true}
+	for i := range n {
+		p.cursors[i], p.passed[i], p.marked[i] = p.start, noMark, noMark
 	}
 	return p
 }
 
-// lapStart is the first bucket of the lap that ends with now's.
-func (p *Plan) lapStart(now time.Time) int64 {
-	return p.cfg.Layout.Bucket(now) - int64(p.cfg.Layout.BucketCount) + 1
+// p0 is the first bucket of the lap that ends with now's, for a plan not yet made.
+func p0(cfg Config, now time.Time) int64 {
+	return cfg.Layout.Bucket(now) - int64(cfg.Layout.BucketCount) + 1
 }
+
+// lapStart is the first bucket of the lap that ends with now's.
+func (p *Plan) lapStart(now time.Time) int64 { return p0(p.cfg, now) }
 
 // Begin starts a call: it forgets the last call's NextDue and reports whether that call
 // found no task (the consumer is idle).
@@ -207,6 +216,7 @@ func (p *Plan) Advance(parts []Part, now time.Time) {
 			p.cursors[pt.Shard] = pt.Bucket + 1
 		}
 	}
+	p.raisePassed()
 	lapStart := p.lapStart(now)
 	for k, f := range p.floors {
 		if _, _, s, err := shard.ParseKey(k.key); err != nil || k.bucket < max(p.cursors[s], lapStart) {

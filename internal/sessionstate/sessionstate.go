@@ -56,9 +56,10 @@ type State struct {
 // pauseRead is what a read of a queue's status (whether it is paused, its layouts)
 // found, and when it was sent.
 type pauseRead struct {
-	paused  bool
-	layouts layouts.History
-	at      time.Time
+	paused    bool
+	layouts   layouts.History
+	createdAt time.Time // by the coordinator that created the queue; zero if not stored
+	at        time.Time
 }
 
 // New returns the State of parts working on tables, whose host clock is host (nil: the
@@ -228,6 +229,13 @@ func (s *State) Layouts(ctx context.Context, name string) (layouts.History, erro
 	return st.layouts, err
 }
 
+// CreatedAt returns when queue name was created, by the clock of the node that created
+// it, in the same read as Paused; zero when it is not stored.
+func (s *State) CreatedAt(ctx context.Context, name string) (time.Time, error) {
+	st, err := s.status(ctx, name)
+	return st.createdAt, err
+}
+
 // Place returns the layout a row of queue q visible at t goes under when written at now
 // (layouts.History.Place), by the history last read by Layouts or Paused: callers read it
 // first, and place by it without a read per row.
@@ -309,7 +317,7 @@ func (s *State) Refresh(ctx context.Context, names []string) error {
 		if err != nil {
 			continue
 		}
-		s.keep(name, pauseRead{paused: st.Paused, layouts: h, at: sent})
+		s.keep(name, pauseRead{paused: st.Paused, layouts: h, createdAt: st.CreatedAt, at: sent})
 	}
 	return nil
 }
@@ -347,7 +355,7 @@ func (s *State) status(ctx context.Context, name string) (pauseRead, error) {
 	if err != nil {
 		return pauseRead{}, err
 	}
-	read := pauseRead{paused: st.Paused, layouts: h, at: sent}
+	read := pauseRead{paused: st.Paused, layouts: h, createdAt: st.CreatedAt, at: sent}
 	s.keep(name, read)
 	return read, nil
 }

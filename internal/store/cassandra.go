@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/gocql/gocql"
@@ -103,4 +105,25 @@ func (s signals) LastTouches(ctx context.Context, queue string, from, to int64) 
 
 func (s signals) CellsAndTouchesOf(ctx context.Context, rings []string, from, to int64) (map[signal.Cell]gocql.UUID, map[signal.Cell]signal.Slots, map[signal.Entry]time.Time, error) {
 	return signal.CellsAndTouchesOf(ctx, s.session, rings, from, to)
+}
+
+func (s signals) Passed(ctx context.Context, ring string) (map[int]int64, time.Time, error) {
+	var mark map[int]int64
+	var at time.Time
+	err := cql.Query(s.session, `SELECT buckets, made_at FROM queue_passes WHERE queue = ?`, ring).WithContext(ctx).Scan(&mark, &at)
+	if errors.Is(err, gocql.ErrNotFound) {
+		return nil, time.Time{}, nil
+	}
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("store: reading the pass mark of %s: %w", ring, err)
+	}
+	return mark, at, nil
+}
+
+func (s signals) Pass(ctx context.Context, ring string, mark map[int]int64, madeAt time.Time) error {
+	err := cql.Query(s.session, `INSERT INTO queue_passes (queue, buckets, made_at) VALUES (?, ?, ?)`, ring, mark, madeAt).WithContext(ctx).Exec()
+	if err != nil {
+		return fmt.Errorf("store: writing the pass mark of %s: %w", ring, err)
+	}
+	return nil
 }

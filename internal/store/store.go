@@ -211,6 +211,11 @@ type Signals interface {
 	// CellsAndTouchesOf is CellsOf and LastTouches on buckets from..to of rings whose
 	// buckets are equally long, in one request.
 	CellsAndTouchesOf(ctx context.Context, rings []string, from, to int64) (map[signal.Cell]gocql.UUID, map[signal.Cell]signal.Slots, map[signal.Entry]time.Time, error)
+	// Passed reads ring's pass mark (the queue_passes table): per concurrency shard a
+	// bucket, and when the mark was made; nil when none is stored.
+	Passed(ctx context.Context, ring string) (map[int]int64, time.Time, error)
+	// Pass stores ring's pass mark, made at madeAt, over the one stored.
+	Pass(ctx context.Context, ring string, mark map[int]int64, madeAt time.Time) error
 }
 
 // SeriesRow is one series as stored; Spec is its encoded spec.

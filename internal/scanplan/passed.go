@@ -1,0 +1,107 @@
+package scanplan
+
+import (
+	"math"
+	"time"
+)
+
+// Pass marks: how a consumer starting afresh skips the partitions nothing was written to.
+//
+// A partition of the current lap may hold rows of its own bucket, of the bucket a lap
+// before, and of any lap before that. The signal cells rule out the first two when they
+// show no touch; a plan that read the partition from its floors once rules out the rest
+// (quietLap). A plan just made has read nothing, so without more it reads every
+// partition of the lap: about three requests each, 960 partitions a queue by default.
+//
+// A shard's cursor passes a bucket only once its partition held nothing of the bucket's
+// lap or an earlier one. So a plan whose cursors passed a whole lap from where it began,
+// or began where a claim like it left off, knows that every bucket of a shard below its
+// cursor held nothing when passed: its pass mark. Consumers store their pass marks
+// (MarkDue), and a plan starts from the freshest stored one (StartPassed), and from the
+// queue's creation: no row lies before it. A current partition whose bucket two laps
+// before lies below its shard's mark, and whose cells of this lap and the lap before
+// show no touch, holds nothing, and is not read.
+//
+// A row written into a bucket after a mark passed it is late; its touch shows in that
+// bucket's cell, which a starting plan reads when the bucket is of the current lap or the
+// lap before. A mark is trusted for MarkLife (three quarters of a lap) and stored every
+// half lap, so a late row is covered for as long as its write trailed its bucket by less
+// than a lap: a sweep that finds one lowers the mark too (Late).
+
+// noMark is a shard's mark when nothing is known.
+const noMark = math.MinInt64
+
+// MarkLife is how long after it was made a stored pass mark of layout's ring is trusted.
+func (p *Plan) MarkLife() time.Duration { return p.cfg.Layout.Lap() * 3 / 4 }
+
+// markEvery is how often a plan stores its pass mark.
+func (p *Plan) markEvery() time.Duration { return p.cfg.Layout.Lap() / 2 }
+
+// StartPassed starts the plan's pass marks from what is known at now: the mark stored
+// for its ring (per shard, a bucket; made at storedAt; nil when none could be read) when
+// it is younger than MarkLife (and not from a clock ahead by more than the skew), and
+// createdBelow, a bucket no row lies below (the queue's
+// creation; math.MinInt64 when unknown).
+func (p *Plan) StartPassed(stored map[int]int64, storedAt time.Time, createdBelow int64, now time.Time) {
+	age := now.Sub(storedAt)
+	fresh := stored != nil && age < p.MarkLife() && age > -p.cfg.Skew
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for s := range p.passed {
+		m := createdBelow
+		if b, ok := stored[s]; ok && fresh && b > m {
+			m = b
+		}
+		p.passed[s] = max(p.passed[s], m)
+	}
+	p.raisePassed()
+}
+
+// raisePassed moves each shard's mark up to its cursor where the two join: the mark
+// reaches where the plan began, or the cursor passed a whole lap from there. Callers
+// hold p.mu.
+func (p *Plan) raisePassed() {
+	for s, c := range p.cursors {
+		if p.passed[s] >= p.start || c >= p.start+int64(p.cfg.Layout.BucketCount) {
+			p.passed[s] = max(p.passed[s], c)
+		}
+	}
+}
+
+// covered reports whether pt's shard's mark lies above its bucket two laps before: the
+// partition held no row of that lap or an earlier one.
+func (p *Plan) covered(pt *Part) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return pt.Bucket-2*int64(p.cfg.Layout.BucketCount) < p.passed[pt.Shard]
+}
+
+// MarkDue returns the pass mark to store at now, per shard with one, when a half lap
+// passed since the last was stored (or none was) and it moved since.
+func (p *Plan) MarkDue(now time.Time) (map[int]int64, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.markedAt.IsZero() && now.Before(p.markedAt.Add(p.markEvery())) {
+		return nil, false
+	}
+	mark := map[int]int64{}
+	moved := false
+	for s, b := range p.passed {
+		if b == noMark {
+			continue
+		}
+		mark[s] = b
+		moved = moved || b != p.marked[s]
+	}
+	return mark, moved
+}
+
+// Marked records that mark, returned by MarkDue at now, was stored.
+func (p *Plan) Marked(mark map[int]int64, now time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.markedAt = now
+	for s, b := range mark {
+		p.marked[s] = b
+	}
+}

@@ -1,0 +1,113 @@
+package scanplan
+
+import (
+	"math"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/shardq/shardq/shard"
+)
+
+// A plan starting with a fresh stored mark reads none of its quiet partitions; with none,
+// a stale one, or one that does not reach two laps back, it reads every current one.
+func TestPassMarkSkipsQuietPartitions(t *testing.T) {
+	t.Parallel()
+	n := int64(testLayout.BucketCount)
+	lapStart := b0 - n + 1
+	for _, tc := range []struct {
+		name    string
+		mark    map[int]int64
+		madeAt  time.Time
+		created int64
+		skipped []int // the shards whose quiet partitions are not read
+	}{
+		{"no mark", nil, time.Time{}, math.MinInt64, nil},
+		{"a fresh mark", map[int]int64{0: b0 - 1, 1: b0 - 2}, at(-20), math.MinInt64, []int{0, 1}},
+		{"a mark older than MarkLife", map[int]int64{0: b0 - 1, 1: b0 - 2}, at(-31), math.MinInt64, nil},
+		{"a mark from a clock ahead", map[int]int64{0: b0 - 1, 1: b0 - 2}, at(3), math.MinInt64, nil},
+		{"a mark not two laps past the lap start", map[int]int64{0: lapStart - 2*n, 1: lapStart - 2*n}, at(-1), math.MinInt64, nil},
+		{"the queue's creation", nil, time.Time{}, lapStart - n, []int{0, 1}},
+		{"a mark of one shard", map[int]int64{1: b0}, at(-1), math.MinInt64, []int{1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// reads returns the (bucket, shard) of what a new plan's first idle scan reads.
+			reads := func(cells Cells) []Cell {
+				p := newTestPlan(t0, 0)
+				p.StartPassed(tc.mark, tc.madeAt, tc.created, t0)
+				parts := p.Candidates(t0)
+				from, to, ok := p.Lookback(parts, t0)
+				if ok {
+					require.Equal(t, []int64{lapStart - n, b0 - n}, []int64{from, to}, "a lap before the current buckets")
+				}
+				read, _ := p.IdleReads(parts, t0, cells, ok, t0)
+				var out []Cell
+				for _, i := range read {
+					out = append(out, parts[i].cell())
+				}
+				return out
+			}
+			var want []Cell
+			for s := range testLayout.ShardCount {
+				if !slices.Contains(tc.skipped, s) {
+					for b := lapStart; b <= b0; b++ {
+						want = append(want, Cell{b, s})
+					}
+				}
+			}
+			require.ElementsMatch(t, want, reads(Cells{}))
+
+			// A touch in this lap or the one before has its partition read.
+			cells := Cells{Cell{b0 - 1 - n, 1}: shard.NewID(at(-45)), Cell{b0, 0}: shard.NewID(at(-1))}
+			for _, c := range []Cell{{b0 - 1, 1}, {b0, 0}} {
+				if !slices.Contains(want, c) {
+					want = append(want, c)
+				}
+			}
+			require.ElementsMatch(t, want, reads(cells))
+		})
+	}
+}
+
+// A plan's mark joins its cursors once it reaches where the plan began, or the cursors
+// passed a whole lap; a late write lowers it; it is stored every half lap, when it moved.
+func TestPassMarkFollowsCursors(t *testing.T) {
+	t.Parallel()
+	n := int64(testLayout.BucketCount)
+	lapStart := b0 - n + 1
+	finish := func(p *Plan, now time.Time, upTo int64) {
+		parts := p.Candidates(now)
+		for i := range parts {
+			parts[i].Finished = parts[i].Bucket < upTo
+		}
+		p.Advance(parts, now)
+	}
+
+	p := newTestPlan(t0, 0)
+	p.StartPassed(nil, time.Time{}, math.MinInt64, t0)
+	finish(p, t0, b0)
+	_, ok := p.MarkDue(t0)
+	require.False(t, ok, "cursors that have not passed a lap prove nothing below where they began")
+	later := t0.Add(testLayout.Lap())
+	finish(p, later, b0+n)
+	mark, ok := p.MarkDue(later)
+	require.True(t, ok)
+	require.Equal(t, map[int]int64{0: b0 + n, 1: b0 + n}, mark)
+	p.Marked(mark, later)
+	_, ok = p.MarkDue(later.Add(testLayout.Lap() / 4))
+	require.False(t, ok, "not before half a lap")
+
+	p.Late(map[Cell]time.Time{{b0 + 2, 1}: at(20)})
+	mark, ok = p.MarkDue(later.Add(testLayout.Lap() / 2))
+	require.True(t, ok)
+	require.Equal(t, map[int]int64{0: b0 + n, 1: b0 + 2}, mark, "a late row's bucket is no longer passed")
+
+	q := newTestPlan(t0, 0)
+	q.StartPassed(map[int]int64{0: lapStart, 1: lapStart - 1}, at(-1), math.MinInt64, t0)
+	finish(q, t0, b0)
+	mark, ok = q.MarkDue(t0)
+	require.True(t, ok)
+	require.Equal(t, map[int]int64{0: b0, 1: lapStart - 1}, mark, "shard 1's mark does not reach the plan's start")
+}
