@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -46,20 +47,39 @@ func (b *bench) idle(ctx context.Context) error {
 	// The first poll looks back a whole lap; measure the steady state after it.
 	var polls func() uint64
 	var startup int64 // a client's requests from its start until it is idle
+	var firstStartup int64 // with -idle-restart-after, the first client's
 	if b.o.via == viaClient {
-		before := b.requests.Load()
-		c, err := newClient(s, queues, 0, obs, func(*shardq.Task[benchArgs]) {})
+		start := func() (*shardq.Client, int64, error) {
+			before := b.requests.Load()
+			c, err := newClient(s, queues, 0, obs, func(*shardq.Task[benchArgs]) {})
+			if err != nil {
+				return nil, 0, err
+			}
+			if err := c.Start(ctx); err != nil {
+				return nil, 0, err
+			}
+			if err := waitPolled(ctx, len(queues), b.requests.Load); err != nil {
+				return nil, 0, errors.Join(err, c.Stop(ctx))
+			}
+			return c, b.requests.Load() - before, nil
+		}
+		c, n, err := start()
 		if err != nil {
 			return err
 		}
-		if err := c.Start(ctx); err != nil {
-			return err
+		if b.o.idleRestartAfter > 0 {
+			firstStartup = n
+			fmt.Fprintf(os.Stderr, "idle: a first client serves the queues for %v, then the next starts\n", b.o.idleRestartAfter)
+			time.Sleep(b.o.idleRestartAfter)
+			if err := c.Stop(ctx); err != nil {
+				return err
+			}
+			if c, n, err = start(); err != nil {
+				return err
+			}
 		}
 		defer c.Stop(ctx) //nolint:errcheck // stopping an idle client cannot lose work
-		if err := waitPolled(ctx, len(queues), b.requests.Load); err != nil {
-			return err
-		}
-		startup = b.requests.Load() - before
+		startup = n
 	} else {
 		w, err := worker.New(s, worker.Config{Queue: q.Name, MaxIdleInterval: b.o.idleInterval, Observer: obs,
 			Handler: worker.HandlerFunc(func(context.Context, *consumer.Task) error { return nil })})
@@ -97,6 +117,9 @@ func (b *bench) idle(ctx context.Context) error {
 		r["polls"] = polls()
 	} else {
 		r["startup_requests"] = startup
+		if b.o.idleRestartAfter > 0 {
+			r["restart_after_s"], r["first_startup_requests"] = b.o.idleRestartAfter.Seconds(), firstStartup
+		}
 	}
 	if cpu1, err := cpuSeconds(pid); cpuErr == nil && err == nil {
 		r["server_cpu_s"] = cpu1 - cpu0

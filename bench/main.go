@@ -59,6 +59,7 @@ type options struct {
 	idleShards       int
 	idleInterval     time.Duration
 	idlePending      int
+	idleRestartAfter time.Duration
 	cassandraPIDFile string
 	rf               int
 
@@ -128,6 +129,7 @@ func main() {
 	flag.IntVar(&o.idleShards, "idle-shards", shardqtype.DefaultShardCount, "idle: queue concurrency shards")
 	flag.DurationVar(&o.idleInterval, "idle-interval", 0, "idle: worker MaxIdleInterval (0: the worker's default)")
 	flag.IntVar(&o.idlePending, "pending", 0, "idle: tasks left backed off, their retries spread over the lap")
+	flag.DurationVar(&o.idleRestartAfter, "idle-restart-after", 0, "idle, -via client: a first client serves the queues this long and stops; the start-up counted is the next one's, as in a rolling restart (0: the first client's)")
 	flag.StringVar(&o.cassandraPIDFile, "cassandra-pid", "../.run/cassandra/node1/pid", "idle, burst-worker, steady: comma-separated PID files of the local nodes whose CPU seconds are summed")
 	flag.IntVar(&o.rf, "rf", 1, "replication factor of the bench keyspace")
 
@@ -207,8 +209,11 @@ func run(ctx context.Context, o options) error {
 func checkVia(o options, names []string) error {
 	switch o.via {
 	case viaWorker:
-		if o.idleQueues != 1 {
+		switch {
+		case o.idleQueues != 1:
 			return fmt.Errorf("-idle-queues %d: one worker serves one queue; add -via client", o.idleQueues)
+		case o.idleRestartAfter != 0:
+			return fmt.Errorf("-idle-restart-after: a restart is counted for a client; add -via client")
 		}
 		return nil
 	case viaClient:
@@ -225,6 +230,8 @@ func checkVia(o options, names []string) error {
 		return fmt.Errorf("-idle-queues %d: want at least 1", o.idleQueues)
 	case o.idleInterval != 0:
 		return fmt.Errorf("-idle-interval: a client's workers keep the default MaxIdleInterval")
+	case o.idleRestartAfter < 0:
+		return fmt.Errorf("-idle-restart-after %v: want 0 or more", o.idleRestartAfter)
 	}
 	return nil
 }
