@@ -17,7 +17,7 @@ func TestApplySchemaTwice(t *testing.T) {
 	s := cassandratest.SessionFor(t, ks)
 	require.NoError(t, shardq.ApplySchema(context.Background(), s))
 	require.NoError(t, shardq.ApplySchema(context.Background(), s))
-	require.Len(t, shardq.Schema(), 15)
+	require.Len(t, shardq.Schema(), 16)
 	var opts map[string]string
 	require.NoError(t, s.Query(`SELECT compaction FROM system_schema.tables WHERE keyspace_name = ? AND table_name = 'tasks'`, ks).Scan(&opts))
 	require.Contains(t, opts["class"], "LeveledCompactionStrategy")

@@ -46,7 +46,7 @@ func (b *bench) idle(ctx context.Context) error {
 	})
 	// The first poll looks back a whole lap; measure the steady state after it.
 	var polls func() uint64
-	var startup int64 // a client's requests from its start until it is idle
+	var startup int64      // a client's requests from its start until it is idle
 	var firstStartup int64 // with -idle-restart-after, the first client's
 	if b.o.via == viaClient {
 		start := func() (*shardq.Client, int64, error) {

@@ -156,6 +156,10 @@ type Consumer struct {
 	// at the last call: a change drops the plan's peek records, as a producer's touch
 	// gathered with others (signal.Coalesce) may not show yet.
 	woken atomic.Uint64
+	// createdBelow is where the plan's pass marks start without a stored one (see
+	// creationBound); passedOnce starts them on the first call.
+	createdBelow int64
+	passedOnce   sync.Once
 }
 
 type shared struct {
@@ -238,14 +242,9 @@ func (c *Consumer) init(ctx context.Context) error {
 	if err := c.cluster.Ready(ctx); err != nil {
 		return err
 	}
-	createdBelow, err := c.createdBelow(ctx, q.Layout())
+	createdBelow, err := c.creationBound(ctx, q.Layout())
 	if err != nil {
 		return err
-	}
-	mark, markedAt, err := c.state.Store.Signals().Passed(ctx, q.Layout().Ring())
-	if err != nil {
-		c.log.WarnContext(ctx, "reading the pass mark; reading every partition of the lap", "queue", q.Name, "error", err)
-		mark = nil
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -257,35 +256,51 @@ func (c *Consumer) init(ctx context.Context) error {
 		return err
 	}
 	c.q, c.layout, c.locker = q, q.Layout(), locker
-	c.plan = c.newPlan(c.layout)
-	c.plan.StartPassed(mark, markedAt, createdBelow, c.cfg.Clock.Now())
+	c.plan, c.createdBelow = c.newPlan(c.layout), createdBelow
 	return nil
 }
 
-// createdBelow returns a bucket of layout, the queue's first, that no row lies below:
-// every row's time is no earlier than its writer's clock once the queue existed, which
-// trails the time its creator's node stamped by at most twice MaxClockSkew. One bucket
-// more is spared for a row stamped at a bucket's edge. math.MinInt64 when the time of
-// the queue's creation is not stored, or the consumer's Clock is not within MaxClockSkew
-// of the cluster's time (as a test's may be): the nodes' clocks then say nothing of
-// where its rows lie.
-func (c *Consumer) createdBelow(ctx context.Context, layout shard.Layout) (int64, error) {
+// creationBound returns a bucket of layout, the queue's first, that no row lies below, for
+// a queue created less than scanplan.MarkLife ago: every row's time is no earlier than
+// its writer's clock once the queue existed, which trails the time its creator's node
+// stamped by at most twice MaxClockSkew, and a row written later than that shows in the
+// signal cells a new plan reads, as it would for a stored mark. One bucket more is spared
+// for a row stamped at a bucket's edge. math.MinInt64 otherwise, and when the consumer's
+// Clock is not within MaxClockSkew of the cluster's time (as a test's may be): the nodes'
+// clocks then say nothing of where its rows lie.
+func (c *Consumer) creationBound(ctx context.Context, layout shard.Layout) (int64, error) {
 	at, err := c.state.CreatedAt(ctx, c.cfg.Queue)
 	if err != nil || at.IsZero() {
 		return math.MinInt64, err
 	}
-	if off := c.cfg.Clock.Now().Sub(c.cluster.Now()); off > c.cfg.MaxClockSkew || off < -c.cfg.MaxClockSkew {
+	now := c.cfg.Clock.Now()
+	if off := now.Sub(c.cluster.Now()); off > c.cfg.MaxClockSkew || off < -c.cfg.MaxClockSkew || now.Sub(at) >= scanplan.MarkLife(layout) {
 		return math.MinInt64, nil
 	}
 	return layout.Bucket(at.Add(-2*c.cfg.MaxClockSkew)) - 1, nil
 }
 
+// startPassed starts c's plan from its ring's stored pass mark, and for the queue's
+// first layout from its creation, once, on c's first call: the plan reads every
+// partition of its lap when the mark cannot be read.
+func (c *Consumer) startPassed(ctx context.Context, now time.Time) {
+	c.passedOnce.Do(func() {
+		mark, at, err := c.state.Store.Signals().Passed(ctx, c.layout.Ring())
+		if err != nil {
+			c.log.WarnContext(ctx, "reading the pass mark; reading every partition of the lap", "queue", c.q.Name, "error", err)
+			mark = nil
+		}
+		c.plan.StartPassed(mark, at, c.createdBelow, now)
+	})
+}
+
 // storeMark stores the pass mark the plan made at now, for consumers starting afresh
-// (scanplan.Plan.StartPassed). A failure is logged, and the next call tries again.
+// (scanplan.Plan.StartPassed). A failure is logged, and tried again half a lap later,
+// not on every call (a keyspace whose schema lacks the table fails every time).
 func (c *Consumer) storeMark(ctx context.Context, mark map[int]int64, now time.Time) {
 	if err := c.state.Store.Signals().Pass(ctx, c.layout.Ring(), mark, now); err != nil {
 		c.log.WarnContext(ctx, "storing the pass mark", "queue", c.q.Name, "error", err)
-		return
+		mark = nil
 	}
 	c.plan.Marked(mark, now)
 }
@@ -312,7 +327,7 @@ func (c *Consumer) ringsOf(h layouts.History) []*Consumer {
 		}
 		r, ok := c.rings[l.Generation]
 		if !ok {
-			r = &Consumer{shared: c.shared, layout: l, plan: c.newPlan(l)}
+			r = &Consumer{shared: c.shared, layout: l, plan: c.newPlan(l), createdBelow: math.MinInt64}
 			if c.rings == nil {
 				c.rings = map[int]*Consumer{}
 			}
@@ -393,6 +408,7 @@ func (c *Consumer) AcquireTasks(ctx context.Context, n int) ([]*Task, error) {
 // and the error of a call that could read no partition.
 func (c *Consumer) acquire(ctx context.Context, n int) ([]*Task, error) {
 	now := c.cfg.Clock.Now()
+	c.startPassed(ctx, now)
 	c.sweep(ctx, now)
 	parts := c.plan.Candidates(now)
 	idle := c.plan.Begin()

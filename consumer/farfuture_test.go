@@ -41,7 +41,8 @@ func TestDueAfter2262(t *testing.T) {
 		require.Empty(t, e.acquire(c, 10))
 
 		// Nor is it lost: it comes due at its own time, not a millisecond before. Each look
-		// is a new consumer's first, which reads every partition of its lap.
+		// is a new consumer's first, whose stored pass mark is a year old: it reads every
+		// partition of its lap.
 		moveTo(due.Add(-time.Millisecond))
 		require.Empty(t, e.acquire(e.consumer(), 10), "a millisecond before %v", due)
 		e.clock.Add(time.Millisecond)

@@ -170,7 +170,9 @@ func (c *Consumer) peekAll(ctx context.Context, parts []scanplan.Part, want int,
 		op := "floors"
 		switch {
 		case pt.Ahead:
-		case cells.Untouched(pt) && !pt.Lapped:
+		case cells.Untouched(pt) && !pt.Lapped && c.plan.KeptFloors(pt):
+			// No swap this lap, so its stored floors are a lap old or more: those kept
+			// from its last lap here serve, and save a read.
 			c.plan.StartFloors(pt, nil)
 		default:
 			err = c.loadFloors(ctx, pt)

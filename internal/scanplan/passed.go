@@ -3,6 +3,8 @@ package scanplan
 import (
 	"math"
 	"time"
+
+	"github.com/shardq/shardq/shard"
 )
 
 // Pass marks: how a consumer starting afresh skips the partitions nothing was written to.
@@ -14,25 +16,28 @@ import (
 // partition of the lap: about three requests each, 960 partitions a queue by default.
 //
 // A shard's cursor passes a bucket only once its partition held nothing of the bucket's
-// lap or an earlier one. So a plan whose cursors passed a whole lap from where it began,
-// or began where a claim like it left off, knows that every bucket of a shard below its
-// cursor held nothing when passed: its pass mark. Consumers store their pass marks
-// (MarkDue), and a plan starts from the freshest stored one (StartPassed), and from the
-// queue's creation: no row lies before it. A current partition whose bucket two laps
-// before lies below its shard's mark, and whose cells of this lap and the lap before
-// show no touch, holds nothing, and is not read.
+// lap or an earlier one, but for a cursor that lags its candidates by a lap: it jumps to
+// the first of them not finished, which may still hold the rows of the buckets jumped.
+// So a plan whose cursor passed a whole lap of candidates from where it began (or last
+// lapped), or began where a mark like it left off, knows that every bucket of a shard
+// below its cursor held nothing when passed, and none below a visible row it found:
+// its pass mark. Consumers store their pass marks (MarkDue), and a plan starts from the
+// freshest stored one (StartPassed), or from the queue's creation, when recent: no row
+// lies before it. A current partition whose bucket two laps before lies below its
+// shard's mark, and whose cells of this lap and the lap before show no touch, holds
+// nothing, and is not read.
 //
 // A row written into a bucket after a mark passed it is late; its touch shows in that
 // bucket's cell, which a starting plan reads when the bucket is of the current lap or the
 // lap before. A mark is trusted for MarkLife (three quarters of a lap) and stored every
 // half lap, so a late row is covered for as long as its write trailed its bucket by less
-// than a lap: a sweep that finds one lowers the mark too (Late).
+// than a lap less a bucket: a sweep that finds one lowers the mark too (Late).
 
 // noMark is a shard's mark when nothing is known.
 const noMark = math.MinInt64
 
 // MarkLife is how long after it was made a stored pass mark of layout's ring is trusted.
-func (p *Plan) MarkLife() time.Duration { return p.cfg.Layout.Lap() * 3 / 4 }
+func MarkLife(layout shard.Layout) time.Duration { return layout.Lap() * 3 / 4 }
 
 // markEvery is how often a plan stores its pass mark.
 func (p *Plan) markEvery() time.Duration { return p.cfg.Layout.Lap() / 2 }
@@ -40,11 +45,11 @@ func (p *Plan) markEvery() time.Duration { return p.cfg.Layout.Lap() / 2 }
 // StartPassed starts the plan's pass marks from what is known at now: the mark stored
 // for its ring (per shard, a bucket; made at storedAt; nil when none could be read) when
 // it is younger than MarkLife (and not from a clock ahead by more than the skew), and
-// createdBelow, a bucket no row lies below (the queue's
-// creation; math.MinInt64 when unknown).
+// createdBelow, a bucket no row lies below (the queue's creation; math.MinInt64 when
+// unknown).
 func (p *Plan) StartPassed(stored map[int]int64, storedAt time.Time, createdBelow int64, now time.Time) {
 	age := now.Sub(storedAt)
-	fresh := stored != nil && age < p.MarkLife() && age > -p.cfg.Skew
+	fresh := stored != nil && age < MarkLife(p.cfg.Layout) && age > -p.cfg.Skew
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for s := range p.passed {
@@ -57,12 +62,32 @@ func (p *Plan) StartPassed(stored map[int]int64, storedAt time.Time, createdBelo
 	p.raisePassed()
 }
 
+// holdPassed keeps each shard's mark at or below what parts, as a call at now read
+// them, show is not passed: a shard whose cursor lags its candidates by a lap or more
+// (Lapped) skips buckets whose partitions it has yet to drain, so its mark stays at the
+// cursor until it passes a whole lap again from there; and a visible row found (Oldest)
+// holds the mark at its bucket. Callers hold p.mu.
+func (p *Plan) holdPassed(parts []Part, now time.Time) {
+	lapStart := p.lapStart(now)
+	for s, c := range p.cursors {
+		if c < lapStart {
+			p.passed[s] = min(p.passed[s], c)
+			p.starts[s] = lapStart
+		}
+	}
+	for _, pt := range parts {
+		if !pt.Finished && !pt.Oldest.IsZero() {
+			p.passed[pt.Shard] = min(p.passed[pt.Shard], p.cfg.Layout.Bucket(pt.Oldest))
+		}
+	}
+}
+
 // raisePassed moves each shard's mark up to its cursor where the two join: the mark
-// reaches where the plan began, or the cursor passed a whole lap from there. Callers
-// hold p.mu.
+// reaches where the shard's cursor began, or the cursor passed a whole lap from there.
+// Callers hold p.mu.
 func (p *Plan) raisePassed() {
 	for s, c := range p.cursors {
-		if p.passed[s] >= p.start || c >= p.start+int64(p.cfg.Layout.BucketCount) {
+		if p.passed[s] >= p.starts[s] || c >= p.starts[s]+int64(p.cfg.Layout.BucketCount) {
 			p.passed[s] = max(p.passed[s], c)
 		}
 	}
@@ -96,7 +121,8 @@ func (p *Plan) MarkDue(now time.Time) (map[int]int64, bool) {
 	return mark, moved
 }
 
-// Marked records that mark, returned by MarkDue at now, was stored.
+// Marked records that mark, returned by MarkDue at now, was stored (nil: storing it
+// failed), so the next is due half a lap later.
 func (p *Plan) Marked(mark map[int]int64, now time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()

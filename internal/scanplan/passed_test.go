@@ -72,42 +72,81 @@ func TestPassMarkSkipsQuietPartitions(t *testing.T) {
 }
 
 // A plan's mark joins its cursors once it reaches where the plan began, or the cursors
-// passed a whole lap; a late write lowers it; it is stored every half lap, when it moved.
+// passed a whole lap; a late write or a visible row holds it back, and so does a cursor
+// that lagged a lap; it is stored every half lap, when it moved.
 func TestPassMarkFollowsCursors(t *testing.T) {
 	t.Parallel()
 	n := int64(testLayout.BucketCount)
+	d := testLayout.BucketDuration
 	lapStart := b0 - n + 1
-	finish := func(p *Plan, now time.Time, upTo int64) {
+	// call is a call at now that finds every ended partition empty but those of hold,
+	// where a row of bucket hold[pt] is visible.
+	call := func(p *Plan, now time.Time, hold map[Cell]int64) {
 		parts := p.Candidates(now)
 		for i := range parts {
-			parts[i].Finished = parts[i].Bucket < upTo
+			pt := &parts[i]
+			if b, ok := hold[pt.cell()]; ok {
+				pt.See(shard.MinID(testLayout.BucketStart(b)), now)
+				continue
+			}
+			pt.Finished = p.Ended(pt, now)
 		}
 		p.Advance(parts, now)
 	}
 
 	p := newTestPlan(t0, 0)
 	p.StartPassed(nil, time.Time{}, math.MinInt64, t0)
-	finish(p, t0, b0)
+	call(p, t0, nil)
 	_, ok := p.MarkDue(t0)
 	require.False(t, ok, "cursors that have not passed a lap prove nothing below where they began")
-	later := t0.Add(testLayout.Lap())
-	finish(p, later, b0+n)
-	mark, ok := p.MarkDue(later)
+	now := t0
+	for range n + 1 {
+		now = now.Add(d)
+		call(p, now, nil)
+	}
+	mark, ok := p.MarkDue(now)
 	require.True(t, ok)
-	require.Equal(t, map[int]int64{0: b0 + n, 1: b0 + n}, mark)
-	p.Marked(mark, later)
-	_, ok = p.MarkDue(later.Add(testLayout.Lap() / 4))
+	bNow := testLayout.Bucket(now)
+	require.Equal(t, map[int]int64{0: bNow, 1: bNow}, mark, "every ended bucket")
+	p.Marked(mark, now)
+	_, ok = p.MarkDue(now.Add(testLayout.Lap() / 4))
 	require.False(t, ok, "not before half a lap")
 
-	p.Late(map[Cell]time.Time{{b0 + 2, 1}: at(20)})
-	mark, ok = p.MarkDue(later.Add(testLayout.Lap() / 2))
+	p.Late(map[Cell]time.Time{{bNow - 2, 1}: now.Add(-15 * time.Second)})
+	now = now.Add(testLayout.Lap() / 2)
+	mark, ok = p.MarkDue(now)
 	require.True(t, ok)
-	require.Equal(t, map[int]int64{0: b0 + n, 1: b0 + 2}, mark, "a late row's bucket is no longer passed")
+	require.Equal(t, map[int]int64{0: bNow, 1: bNow - 2}, mark, "a late row's bucket is no longer passed")
 
+	// A visible row holds the mark at its bucket, until its partition is found empty.
 	q := newTestPlan(t0, 0)
-	q.StartPassed(map[int]int64{0: lapStart, 1: lapStart - 1}, at(-1), math.MinInt64, t0)
-	finish(q, t0, b0)
+	q.StartPassed(map[int]int64{0: b0 - 1, 1: b0 - 1}, at(-1), math.MinInt64, t0)
+	call(q, t0, map[Cell]int64{{b0 - 2, 0}: b0 - 2})
 	mark, ok = q.MarkDue(t0)
 	require.True(t, ok)
-	require.Equal(t, map[int]int64{0: b0, 1: lapStart - 1}, mark, "shard 1's mark does not reach the plan's start")
+	require.Equal(t, map[int]int64{0: b0 - 2, 1: b0}, mark)
+	call(q, t0.Add(d), nil)
+	mark, _ = q.MarkDue(t0.Add(testLayout.Lap()))
+	require.Equal(t, map[int]int64{0: b0 + 1, 1: b0 + 1}, mark)
+
+	// A row of a lap before the plan began holds it until the cursor passes a whole lap
+	// from where the plan began.
+	q = newTestPlan(t0, 0)
+	q.StartPassed(map[int]int64{0: b0 - 1, 1: b0 - 1}, at(-1), math.MinInt64, t0)
+	call(q, t0, map[Cell]int64{{b0 - 1, 1}: b0 - 1 - n})
+	mark, _ = q.MarkDue(t0)
+	require.Equal(t, map[int]int64{0: b0, 1: b0 - 1 - n}, mark)
+	call(q, t0.Add(d), nil)
+	mark, _ = q.MarkDue(t0.Add(testLayout.Lap()))
+	require.Equal(t, map[int]int64{0: b0 + 1, 1: b0 + 1}, mark, "lapStart..b0 passed")
+
+	// A cursor a lap behind its candidates jumps buckets it has not drained: the mark
+	// stays at it.
+	r := newTestPlan(t0, 0)
+	r.StartPassed(map[int]int64{0: lapStart, 1: lapStart}, at(-1), math.MinInt64, t0)
+	call(r, t0, map[Cell]int64{{lapStart, 0}: lapStart})
+	later := t0.Add(testLayout.Lap())
+	call(r, later, nil)
+	mark, _ = r.MarkDue(later)
+	require.Equal(t, lapStart, mark[0], "shard 0 lapped at %d", lapStart)
 }

@@ -55,6 +55,7 @@ type Part struct {
 	Ahead    bool      // a bucket that starts after now: read only for NextDue
 	Avail    int       // rows visible now, as far as seen (PeekLimit: maybe more)
 	Next     time.Time // earliest row seen that is not yet visible; zero if none
+	Oldest   time.Time // earliest row seen visible now; zero if none
 	Finished bool      // a past bucket with nothing of its lap left: the cursor may pass it
 	Err      error     // reading it failed
 	Blind    bool      // taken without a peek (Plan.Known): busy, assumed to hold PeekLimit
@@ -69,6 +70,9 @@ func (pt *Part) See(id uuid.UUID, now time.Time) {
 	switch at := shard.IDTime(id); {
 	case !at.After(now):
 		pt.Avail++
+		if pt.Oldest.IsZero() || at.Before(pt.Oldest) {
+			pt.Oldest = at
+		}
 	case pt.Next.IsZero() || at.Before(pt.Next):
 		pt.Next = at
 	}
@@ -116,7 +120,7 @@ type Plan struct {
 	dense        map[pkey]bool        // partitions too busy for a peek that reads ahead
 	quiet        map[pkey]bool        // current partitions found without a row of their lap or the lap before (quietLap)
 	everRead     map[string]bool      // partitions read from their floors since the plan began, in any lap
-	start        int64                // the first bucket the plan began at (its cursors then)
+	starts       []int64              // per concurrency shard, the bucket its cursor began at or last lapped to
 	passed       []int64              // per concurrency shard, its pass mark (see StartPassed); noMark if none
 	marked       []int64              // the pass mark last stored, per shard
 	markedAt     time.Time            // when it was stored; zero before
@@ -132,9 +136,9 @@ func New(cfg Config, now time.Time, first int) *Plan {
 		hot: map[string]bool{}, floors: map[pkey]*floors{}, keptFloors: map[string]lapFloors{},
 		upcoming: map[pkey]time.Time{}, lateChecked: map[pkey]Slots{}, pageRows: cfg.MaxPageRows,
 		known: map[pkey]*known{}, dense: map[pkey]bool{}, quiet: map[pkey]bool{}, everRead: map[string]bool{},
-		start: p0(cfg, now), passed: make([]int64, n), marked: make([]int64, n), idle: true}
+		starts: make([]int64, n), passed: make([]int64, n), marked: make([]int64, n), idle: true}
 	for i := range n {
-		p.cursors[i], p.passed[i], p.marked[i] = p.start, noMark, noMark
+		p.cursors[i], p.starts[i], p.passed[i], p.marked[i] = p0(cfg, now), p0(cfg, now), noMark, noMark
 	}
 	return p
 }
@@ -203,6 +207,7 @@ func (p *Plan) Candidates(now time.Time) []Part {
 func (p *Plan) Advance(parts []Part, now time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.holdPassed(parts, now)
 	blocked := map[int]bool{}
 	for _, pt := range parts {
 		if !pt.Next.IsZero() && (p.nextDue.IsZero() || pt.Next.Before(p.nextDue)) {
@@ -332,6 +337,15 @@ func (p *Plan) StartFloors(pt *Part, stored map[int8]uuid.UUID) {
 		}
 	}
 	p.floors[pt.pkey()] = &f
+}
+
+// KeptFloors reports whether the plan kept floors of pt's partition from an earlier lap
+// (StartFloors starts from them).
+func (p *Plan) KeptFloors(pt *Part) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	kept, ok := p.keptFloors[pt.Key]
+	return ok && kept.bucket < pt.Bucket
 }
 
 // PeekGroups returns the reads a peek of pt makes: from its floors, or from its bucket's
