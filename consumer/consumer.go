@@ -156,10 +156,10 @@ type Consumer struct {
 	// at the last call: a change drops the plan's peek records, as a producer's touch
 	// gathered with others (signal.Coalesce) may not show yet.
 	woken atomic.Uint64
-	// createdBelow is where the plan's pass marks start without a stored one (see
-	// creationBound); passedOnce starts them on the first call.
-	createdBelow int64
-	passedOnce   sync.Once
+	// created is when the queue was created, for c of its first layout (see creation);
+	// passedOnce starts the plan's pass marks on the first call.
+	created    time.Time
+	passedOnce sync.Once
 }
 
 type shared struct {
@@ -242,7 +242,7 @@ func (c *Consumer) init(ctx context.Context) error {
 	if err := c.cluster.Ready(ctx); err != nil {
 		return err
 	}
-	createdBelow, err := c.creationBound(ctx, q.Layout())
+	created, err := c.creation(ctx)
 	if err != nil {
 		return err
 	}
@@ -256,28 +256,36 @@ func (c *Consumer) init(ctx context.Context) error {
 		return err
 	}
 	c.q, c.layout, c.locker = q, q.Layout(), locker
-	c.plan, c.createdBelow = c.newPlan(c.layout), createdBelow
+	c.plan, c.created = c.newPlan(c.layout), created
 	return nil
 }
 
-// creationBound returns a bucket of layout, the queue's first, that no row lies below, for
-// a queue created less than scanplan.MarkLife ago: every row's time is no earlier than
-// its writer's clock once the queue existed, which trails the time its creator's node
-// stamped by at most twice MaxClockSkew, and a row written later than that shows in the
-// signal cells a new plan reads, as it would for a stored mark. One bucket more is spared
-// for a row stamped at a bucket's edge. math.MinInt64 otherwise, and when the consumer's
-// Clock is not within MaxClockSkew of the cluster's time (as a test's may be): the nodes'
-// clocks then say nothing of where its rows lie.
-func (c *Consumer) creationBound(ctx context.Context, layout shard.Layout) (int64, error) {
+// creation returns when the queue was created, by its creator's node, or zero when that
+// is not stored or the consumer's Clock is not within MaxClockSkew of the cluster's time
+// (as a test's may be): the nodes' clocks then say nothing of where its rows lie.
+func (c *Consumer) creation(ctx context.Context) (time.Time, error) {
 	at, err := c.state.CreatedAt(ctx, c.cfg.Queue)
-	if err != nil || at.IsZero() {
-		return math.MinInt64, err
+	if err != nil {
+		return time.Time{}, err
 	}
-	now := c.cfg.Clock.Now()
-	if off := now.Sub(c.cluster.Now()); off > c.cfg.MaxClockSkew || off < -c.cfg.MaxClockSkew || now.Sub(at) >= scanplan.MarkLife(layout) {
-		return math.MinInt64, nil
+	if off := c.cfg.Clock.Now().Sub(c.cluster.Now()); off > c.cfg.MaxClockSkew || off < -c.cfg.MaxClockSkew {
+		return time.Time{}, nil
 	}
-	return layout.Bucket(at.Add(-2*c.cfg.MaxClockSkew)) - 1, nil
+	return at, nil
+}
+
+// createdBelow returns a bucket of c's layout that no row lies below, judged at now, when
+// c is of the queue's first layout and the queue was created less than
+// scanplan.MarkLife before now: every row's time is no earlier than its writer's clock
+// once the queue existed, which trails the time its creator's node stamped by at most
+// twice MaxClockSkew, and a row written later than that shows in the signal cells a new
+// plan reads, as it would for a stored mark. One bucket more is spared for a row stamped
+// at a bucket's edge. math.MinInt64 otherwise.
+func (c *Consumer) createdBelow(now time.Time) int64 {
+	if c.created.IsZero() || now.Sub(c.created) >= scanplan.MarkLife(c.layout) {
+		return math.MinInt64
+	}
+	return c.layout.Bucket(c.created.Add(-2*c.cfg.MaxClockSkew)) - 1
 }
 
 // startPassed starts c's plan from its ring's stored pass mark, and for the queue's
@@ -290,7 +298,7 @@ func (c *Consumer) startPassed(ctx context.Context, now time.Time) {
 			c.log.WarnContext(ctx, "reading the pass mark; reading every partition of the lap", "queue", c.q.Name, "error", err)
 			mark = nil
 		}
-		c.plan.StartPassed(mark, at, c.createdBelow, now)
+		c.plan.StartPassed(mark, at, c.createdBelow(now), now)
 	})
 }
 
@@ -327,7 +335,7 @@ func (c *Consumer) ringsOf(h layouts.History) []*Consumer {
 		}
 		r, ok := c.rings[l.Generation]
 		if !ok {
-			r = &Consumer{shared: c.shared, layout: l, plan: c.newPlan(l), createdBelow: math.MinInt64}
+			r = &Consumer{shared: c.shared, layout: l, plan: c.newPlan(l)}
 			if c.rings == nil {
 				c.rings = map[int]*Consumer{}
 			}

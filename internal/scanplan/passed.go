@@ -66,7 +66,7 @@ func (p *Plan) StartPassed(stored map[int]int64, storedAt time.Time, createdBelo
 // them, show is not passed: a shard whose cursor lags its candidates by a lap or more
 // (Lapped) skips buckets whose partitions it has yet to drain, so its mark stays at the
 // cursor until it passes a whole lap again from there; and a visible row found (Oldest)
-// holds the mark at its bucket. Callers hold p.mu.
+// holds the mark at its bucket until the cursor passes its partition. Callers hold p.mu.
 func (p *Plan) holdPassed(parts []Part, now time.Time) {
 	lapStart := p.lapStart(now)
 	for s, c := range p.cursors {
@@ -76,8 +76,13 @@ func (p *Plan) holdPassed(parts []Part, now time.Time) {
 		}
 	}
 	for _, pt := range parts {
-		if !pt.Finished && !pt.Oldest.IsZero() {
-			p.passed[pt.Shard] = min(p.passed[pt.Shard], p.cfg.Layout.Bucket(pt.Oldest))
+		if pt.Finished || pt.Oldest.IsZero() {
+			continue
+		}
+		if b := p.cfg.Layout.Bucket(pt.Oldest); b < p.passed[pt.Shard] {
+			// Rejoin the cursor only once it passed pt, which then held nothing.
+			p.passed[pt.Shard] = b
+			p.starts[pt.Shard] = max(p.starts[pt.Shard], pt.Bucket-int64(p.cfg.Layout.BucketCount)+1)
 		}
 	}
 }

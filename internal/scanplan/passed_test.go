@@ -150,3 +150,58 @@ func TestPassMarkFollowsCursors(t *testing.T) {
 	mark, _ = r.MarkDue(later)
 	require.Equal(t, lapStart, mark[0], "shard 0 lapped at %d", lapStart)
 }
+
+// A plan running for laps that finds a row below its cursor (a late row no sweep saw)
+// holds its mark at the row's bucket until the cursor passes the row's partition.
+func TestPassMarkHeldBelowTheCursor(t *testing.T) {
+	t.Parallel()
+	n := int64(testLayout.BucketCount)
+	p := newTestPlan(t0, 0)
+	p.StartPassed(nil, time.Time{}, math.MinInt64, t0)
+	now := t0
+	for range 3 * n {
+		now = now.Add(testLayout.BucketDuration)
+		parts := p.Candidates(now)
+		for i := range parts {
+			parts[i].Finished = p.Ended(&parts[i], now)
+		}
+		p.Advance(parts, now)
+	}
+	bNow := testLayout.Bucket(now)
+	parts := p.Candidates(now)
+	for i := range parts {
+		pt := &parts[i]
+		if pt.Shard == 0 && pt.Bucket == bNow {
+			pt.See(shard.MinID(testLayout.BucketStart(bNow-n)), now) // a row of the lap before
+			continue
+		}
+		pt.Finished = p.Ended(pt, now)
+	}
+	p.Advance(parts, now)
+	mark, _ := p.MarkDue(now)
+	require.Equal(t, bNow-n, mark[0])
+	require.Equal(t, bNow, mark[1])
+}
+
+// A call whose parts do not follow on from a cursor moved back since its Candidates (a
+// sweep's Late beside it) does not move that shard's cursor, nor its mark.
+func TestAdvanceAfterACursorMovedBack(t *testing.T) {
+	t.Parallel()
+	d := testLayout.BucketDuration
+	p := newTestPlan(t0, 0)
+	p.StartPassed(nil, time.Time{}, b0-int64(testLayout.BucketCount)+1, t0)
+	call := func(now time.Time, between func()) {
+		parts := p.Candidates(now)
+		between()
+		for i := range parts {
+			parts[i].Finished = p.Ended(&parts[i], now)
+		}
+		p.Advance(parts, now)
+	}
+	call(t0, func() {})
+	require.Equal(t, []int64{b0, b0}, p.Cursors())
+	call(t0.Add(d), func() { p.Late(map[Cell]time.Time{{b0 - 1, 0}: at(-10)}) })
+	require.Equal(t, []int64{b0 - 1, b0 + 1}, p.Cursors())
+	mark, _ := p.MarkDue(t0.Add(d))
+	require.Equal(t, map[int]int64{0: b0 - 1, 1: b0 + 1}, mark)
+}

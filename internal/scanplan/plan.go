@@ -208,10 +208,17 @@ func (p *Plan) Advance(parts []Part, now time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.holdPassed(parts, now)
-	blocked := map[int]bool{}
+	blocked, seen := map[int]bool{}, map[int]bool{}
+	lapStart := p.lapStart(now)
 	for _, pt := range parts {
 		if !pt.Next.IsZero() && (p.nextDue.IsZero() || pt.Next.Before(p.nextDue)) {
 			p.nextDue = pt.Next
+		}
+		if !seen[pt.Shard] {
+			// A call beside this one moved the cursor back (a sweep's Late) since
+			// Candidates: the run from this call's first part does not follow on from it.
+			seen[pt.Shard] = true
+			blocked[pt.Shard] = pt.Bucket > max(p.cursors[pt.Shard], lapStart)
 		}
 		if blocked[pt.Shard] || !pt.Finished {
 			blocked[pt.Shard] = true
@@ -222,7 +229,6 @@ func (p *Plan) Advance(parts []Part, now time.Time) {
 		}
 	}
 	p.raisePassed()
-	lapStart := p.lapStart(now)
 	for k, f := range p.floors {
 		if _, _, s, err := shard.ParseKey(k.key); err != nil || k.bucket < max(p.cursors[s], lapStart) {
 			if kept, ok := p.keptFloors[k.key]; !ok || kept.bucket < k.bucket {
@@ -429,6 +435,9 @@ func (p *Plan) LateRow(pt *Part, at time.Time) {
 	}
 	delete(p.known, pt.pkey())
 	pt.Finished, pt.Avail = false, 1
+	if pt.Oldest.IsZero() || at.Before(pt.Oldest) {
+		pt.Oldest = at
+	}
 }
 
 // SwapFloors returns the floors a swap of the rows s read from pt records: pt's floors
