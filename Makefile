@@ -62,7 +62,8 @@ sim:
 # BACKLOG_TEST (150,000 tasks in one partition, past the tombstone failure threshold)
 # tests how Cassandra's reads meet tombstones, which replication does not change: it runs
 # in test, on one node, in 92 s; at RF 3 it took 522 s. SCAN_TESTS test the consumer's
-# read plan (floors under writers' clock offsets, cursors, page sizes, far-future IDs),
+# read plan (floors under writers' clock offsets, cursors, page sizes, far-future IDs,
+# pass marks),
 # which decides what to read from what came back, whatever the replicas: they run in
 # test; at RF 3 on three fresh nodes they took 217 s of test time (the package: 420 s).
 # ONE_NODE_TESTS check what the number of replicas does not change: stamps by a leading
@@ -72,7 +73,7 @@ sim:
 # took 396 s of test time.
 FAULTS_JSON ?= $(CURDIR)/.run/faults.jsonl
 BACKLOG_TEST := TestBacklogInOnePartition
-SCAN_TESTS := TestFloorsHideNothing|TestPendingRetriesDoNotPinCursor|TestFinishedPartitionCheckedOnce|TestLargePayloads|TestDueAfter2262
+SCAN_TESTS := TestFloorsHideNothing|TestPendingRetriesDoNotPinCursor|TestFinishedPartitionCheckedOnce|TestLargePayloads|TestDueAfter2262|TestNewConsumerSkipsPartitionsAMarkShowsEmpty
 ONE_NODE_TESTS := TestLeadingClockDeletesWin|TestStatusAfterCrashes|TestRescheduleStampsByTheClusterClock|TestMiddleware|TestLowRatesSitInTheFirstShards
 CLUSTER_PACKAGES := ./consumer ./producer ./lock ./internal/locking ./internal/lwt ./internal/clustertime
 CLUSTER_ROOT_TESTS := ^(TestApplySchemaTwice|TestClientsInTwoProcesses)$$
