@@ -137,19 +137,17 @@ func New(cfg Config, now time.Time, first int) *Plan {
 		upcoming: map[pkey]time.Time{}, lateChecked: map[pkey]Slots{}, pageRows: cfg.MaxPageRows,
 		known: map[pkey]*known{}, dense: map[pkey]bool{}, quiet: map[pkey]bool{}, everRead: map[string]bool{},
 		starts: make([]int64, n), passed: make([]int64, n), marked: make([]int64, n), idle: true}
+	start := p.lapStart(now)
 	for i := range n {
-		p.cursors[i], p.starts[i], p.passed[i], p.marked[i] = p0(cfg, now), p0(cfg, now), noMark, noMark
+		p.cursors[i], p.starts[i], p.passed[i], p.marked[i] = start, start, noMark, noMark
 	}
 	return p
 }
 
-// p0 is the first bucket of the lap that ends with now's, for a plan not yet made.
-func p0(cfg Config, now time.Time) int64 {
-	return cfg.Layout.Bucket(now) - int64(cfg.Layout.BucketCount) + 1
-}
-
 // lapStart is the first bucket of the lap that ends with now's.
-func (p *Plan) lapStart(now time.Time) int64 { return p0(p.cfg, now) }
+func (p *Plan) lapStart(now time.Time) int64 {
+	return p.cfg.Layout.Bucket(now) - int64(p.cfg.Layout.BucketCount) + 1
+}
 
 // Begin starts a call: it forgets the last call's NextDue and reports whether that call
 // found no task (the consumer is idle).

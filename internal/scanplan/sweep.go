@@ -69,9 +69,9 @@ func (p *Plan) Swept(now time.Time, offset time.Duration, cells map[Cell]Slots, 
 
 // Late sends the next scan back to the cells of late, each to be read from below the
 // time given: the partition's floors are lowered below it, and its shard's cursor moved
-// back to its bucket, and its pass mark with it. An idle scan reads, between full scans, only partitions marked or
-// whose cell changed since the last full one, which a late write may not have: they are
-// marked.
+// back to its bucket, and its pass mark with it. An idle scan reads, between full scans,
+// only partitions marked or whose cell changed since the last full one, which a late
+// write may not have: they are marked.
 func (p *Plan) Late(late map[Cell]time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
