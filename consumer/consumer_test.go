@@ -495,6 +495,17 @@ func TestAckRacesRedelivery(t *testing.T) {
 		go func() { defer wg.Done(); again, acqErr = racer.AcquireTasks(ctx, 1) }()
 		wg.Wait()
 		require.NoError(t, acqErr)
+		if errors.Is(ackErr, consumer.ErrOutcomeUnknown) {
+			// The ack's LWT got no answer in time (a loaded node at RF 3), and by its read
+			// back the marker was gone: either the ack took it or the racer did, and the
+			// racer's take says which. Both at once would be the defect this test looks for.
+			if len(again) == 0 {
+				outcomes["ack won, unanswered"]++
+				continue
+			}
+			ackErr = consumer.ErrLeaseLost
+			outcomes["unanswered ack lost"]++
+		}
 		if ackErr == nil {
 			require.Empty(t, again, "acked, yet delivered again")
 			outcomes["ack won"]++

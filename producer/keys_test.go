@@ -29,10 +29,11 @@ var base = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
 // expireClaim removes the cells of key's claim by task id, as their TTL ending would.
 func expireClaim(t *testing.T, s *gocql.Session, key string, id uuid.UUID) {
 	t.Helper()
+	stored := map[string]any{}
 	applied, err := s.Query(`DELETE task_id, claimed_at FROM task_keys WHERE queue = 'q' AND key = ? IF task_id = ?`,
-		key, gocql.UUID(id)).MapScanCAS(map[string]any{})
+		key, gocql.UUID(id)).MapScanCAS(stored)
 	require.NoError(t, err)
-	require.True(t, applied, "key %q is not claimed by %s", key, id)
+	require.True(t, applied, "key %q is not claimed by %s; its claim as stored: %v", key, id, stored)
 }
 
 func keyRows(t *testing.T, s *gocql.Session, key string) int {
