@@ -69,7 +69,7 @@ func TestWorkerProcess(t *testing.T) {
 		// Unbuffered: a line written is out of the process even if it is killed next.
 		fmt.Fprintf(os.Stdout, format+"\n", args...)
 	}
-	w, err := worker.New(cassandratest.SessionFor(t, ks), worker.Config{
+	w, err := worker.New(cassandratest.SessionFor(t, ks, recommendedTimeout), worker.Config{
 		Queue:       os.Getenv(queueEnv),
 		Concurrency: 16,
 		Handler: worker.HandlerFunc(func(ctx context.Context, task *consumer.Task) error {
@@ -284,11 +284,15 @@ type env struct {
 	procs   int // worker processes started
 }
 
+// recommendedTimeout gives a session the driver timeout users are told to use: the faults
+// exercise what it does when a node stops answering.
+func recommendedTimeout(c *gocql.ClusterConfig) { c.Timeout = shardq.RecommendedTimeout }
+
 func newEnv(t *testing.T, q shardqtype.QueueConfig) *env {
 	t.Helper()
 	ctx := context.Background()
 	e := &env{t: t, ks: keyspace(t), rec: newRecorder()}
-	e.session = cassandratest.SessionFor(t, e.ks)
+	e.session = cassandratest.SessionFor(t, e.ks, recommendedTimeout)
 	cassandratest.ApplySchema(t, e.session)
 	q.Name = "faults"
 	var err error
