@@ -1,18 +1,16 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sync/atomic"
 	"time"
 
-	"github.com/gocql/gocql"
-	"github.com/google/uuid"
-
 	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/internal/cqlcluster"
 	"github.com/shardq/shardq/internal/fanout"
-	"github.com/shardq/shardq/internal/lwt"
+	"github.com/shardq/shardq/internal/store"
 	"github.com/shardq/shardq/internal/taskrow"
 	"github.com/shardq/shardq/producer"
 	"github.com/shardq/shardq/shard"
@@ -22,9 +20,10 @@ import (
 const ceilingTimeout = 10 * time.Second
 
 // ceiling measures the Cassandra work the queue does without the queue's logic, in the
-// same run on the same machine: plain prepared inserts of the same rows at the producer's
-// concurrency, LWT acquire/release cycles on distinct partitions, and the read + swap
-// batch + ack batch a drain makes, without peeks or locks.
+// same run on the same machine, through the library's store: inserts of the same rows one
+// statement each at the producer's concurrency, lock take/release cycles on distinct
+// partitions, and the lock + read + markers + swap + ack a drain makes, without peeks,
+// index entries or signals.
 func (b *bench) ceiling(ctx context.Context) error {
 	_, q, err := b.fresh(ctx, b.queueConfig("ceiling"))
 	if err != nil {
@@ -47,10 +46,11 @@ func (b *bench) ceiling(ctx context.Context) error {
 	n := b.o.ceilingTasks
 	l := q.Layout()
 	now := time.Now()
+	st := store.Cassandra(s)
 	rows := make([]taskrow.Row, n)
 	for i := range rows {
-		id := gocql.UUID(shard.NewID(now))
-		rows[i] = taskrow.Row{Key: l.Key(l.Bucket(now), l.ShardFor(uuid.UUID(id))), Priority: int8(i % 10), ID: id, TaskID: id,
+		id := shard.NewID(now)
+		rows[i] = taskrow.Row{Key: l.Key(l.Bucket(now), l.ShardFor(id)), Priority: int8(i % 10), ID: id, TaskID: id,
 			Payload: payload, DueAt: now, Timeout: q.DefaultTimeout}
 	}
 
@@ -59,8 +59,7 @@ func (b *bench) ceiling(ctx context.Context) error {
 	t0 := time.Now()
 	err = fanout.Each(producer.DefaultWritesInFlight, producer.DefaultWritesInFlight, func(int) error {
 		for i := next.Add(1) - 1; i < int64(n); i = next.Add(1) - 1 {
-			stmt, args := rows[i].Insert(stamp())
-			if err := s.Query(stmt, args...).WithContext(ctx).Exec(); err != nil {
+			if err := st.Tasks().Write(ctx, []store.Mutation{{Op: store.Insert, Row: rows[i], Stamp: stamp()}}); err != nil {
 				return err
 			}
 		}
@@ -72,16 +71,17 @@ func (b *bench) ceiling(ctx context.Context) error {
 	insertRate := float64(n) / time.Since(t0).Seconds()
 
 	// 2. LWT acquire + release on a partition of each goroutine's own, for five seconds.
-	lwtRate, err := lwtCycles(ctx, s, b.o.consumers, 5*time.Second)
+	lwtRate, err := lwtCycles(ctx, st, b.o.consumers, 5*time.Second)
 	if err != nil {
 		return err
 	}
 
 	// 3. The drain's own Cassandra work: consumers goroutines, each on its own partition
-	// holding n/consumers due rows, read a batch, swap it for leases in one conditional
-	// batch, and ack the leases in another.
+	// holding n/consumers due rows, take its lock, read a batch, write the leases' markers,
+	// swap the rows out in one conditional batch that frees the lock, and ack the markers
+	// in another.
 	req0 := b.requests.Load()
-	drainRate, err := drainCeiling(ctx, s, now, n, b.o.consumers, b.o.batch, q.DefaultTimeout)
+	drainRate, err := drainCeiling(ctx, st, now, n, b.o.consumers, b.o.batch, q.DefaultTimeout)
 	if err != nil {
 		return err
 	}
@@ -92,26 +92,17 @@ func (b *bench) ceiling(ctx context.Context) error {
 	return nil
 }
 
-func lwtCycles(ctx context.Context, s *gocql.Session, workers int, d time.Duration) (float64, error) {
-	const where = ` WHERE shard_key = ? AND kind = 0 AND priority = 0 AND id = ?`
-	lockID := taskrow.LockID
+func lwtCycles(ctx context.Context, st store.Store, workers int, d time.Duration) (float64, error) {
 	var cycles atomic.Int64
 	deadline := time.Now().Add(d)
 	err := fanout.Each(workers, workers, func(i int) error {
 		key := fmt.Sprintf("ceiling-lwt:%d:0", i)
-		for time.Now().Before(deadline) {
-			me := gocql.TimeUUID()
-			for _, q := range []*gocql.Query{
-				s.Query(`UPDATE tasks USING TTL 5 SET lock_holder = ?`+where+` IF lock_holder = null`, me, key, lockID),
-				s.Query(`UPDATE tasks SET lock_holder = null`+where+` IF lock_holder = ?`, key, lockID, me),
-			} {
-				applied, err := q.WithContext(ctx).RetryPolicy(lwt.NoRetry).MapScanCAS(map[string]any{})
-				if err != nil {
-					return err
-				}
-				if !applied {
-					return fmt.Errorf("LWT on %s not applied", key)
-				}
+		for token := int64(1); time.Now().Before(deadline); token++ {
+			if err := take(ctx, st, key, token); err != nil {
+				return err
+			}
+			if applied, _, err := st.Locks().Release(ctx, store.LockRef{Key: key, Holder: holder, Token: token}); err != nil || !applied {
+				return cmp.Or(err, fmt.Errorf("lock release on %s not applied", key))
 			}
 			cycles.Add(1)
 		}
@@ -120,20 +111,34 @@ func lwtCycles(ctx context.Context, s *gocql.Session, workers int, d time.Durati
 	return float64(cycles.Load()) / d.Seconds(), err
 }
 
-func drainCeiling(ctx context.Context, s *gocql.Session, now time.Time, n, workers, batch int, timeout time.Duration) (float64, error) {
-	lockID := taskrow.LockID
+// holder holds the ceiling's locks.
+var holder = shard.NewID(time.Now())
+
+// take takes key's lock with token, the one after the last taken.
+func take(ctx context.Context, st store.Store, key string, token int64) error {
+	var expected *int64
+	if token > 1 {
+		expected = new(token - 1)
+	}
+	applied, _, err := st.Locks().Take(ctx, key, holder, token, expected, 5*time.Second)
+	if err != nil || !applied {
+		return cmp.Or(err, fmt.Errorf("lock take on %s not applied", key))
+	}
+	return nil
+}
+
+func drainCeiling(ctx context.Context, st store.Store, now time.Time, n, workers, batch int, timeout time.Duration) (float64, error) {
 	per := n / workers
 	err := fanout.Each(workers, workers, func(w int) error {
 		key := fmt.Sprintf("ceiling-drain:%d:0", w)
 		for chunk := 0; chunk < per; chunk += 100 {
-			b := s.NewBatch(gocql.UnloggedBatch).WithContext(ctx)
+			var muts []store.Mutation
 			for i := chunk; i < min(chunk+100, per); i++ {
-				id := gocql.UUID(shard.NewID(now))
+				id := shard.NewID(now)
 				r := taskrow.Row{Key: key, Priority: int8(i % 10), ID: id, TaskID: id, Payload: payload, DueAt: now, Timeout: timeout}
-				stmt, args := r.Insert(stamp())
-				b.Query(stmt, args...)
+				muts = append(muts, store.Mutation{Op: store.Insert, Row: r, Stamp: stamp()})
 			}
-			if err := s.ExecuteBatch(b); err != nil {
+			if err := st.Tasks().Write(ctx, muts); err != nil {
 				return err
 			}
 		}
@@ -145,44 +150,31 @@ func drainCeiling(ctx context.Context, s *gocql.Session, now time.Time, n, worke
 	t0 := time.Now()
 	err = fanout.Each(workers, workers, func(w int) error {
 		key := fmt.Sprintf("ceiling-drain:%d:0", w)
-		for {
-			rows, _, err := taskrow.Scan(s.Query(taskrow.SelectRange, key, allPriorities, gocql.UUID(shard.MinID(now.Add(-time.Minute))),
-				gocql.UUID(shard.MaxID(time.Now())), batch).WithContext(ctx).Iter(), key, consumer.MaxTakeBytes)
+		for token := int64(1); ; token++ {
+			if err := take(ctx, st, key, token); err != nil {
+				return err
+			}
+			rows, _, err := st.Leasing().Rows(ctx, key, allPriorities, shard.MinID(now.Add(-time.Minute)), shard.MaxID(time.Now()),
+				batch, batch, consumer.MaxTakeBytes)
 			if err != nil || len(rows) == 0 {
 				return err
 			}
-			// The queue's shape: markers written plainly into another partition, then one
-			// conditional batch that deletes the rows read, then a conditional ack batch.
-			markers := s.NewBatch(gocql.UnloggedBatch).WithContext(ctx)
-			swap := s.NewBatch(gocql.LoggedBatch).WithContext(ctx)
-			swap.RetryPolicy(lwt.NoRetry)
-			swap.Query(`UPDATE tasks SET lock_token = 0 WHERE shard_key = ? AND kind = 0 AND priority = 0 AND id = ? IF lock_holder = null`, key, lockID)
-			ack := s.NewBatch(gocql.LoggedBatch).WithContext(ctx)
-			ack.RetryPolicy(lwt.NoRetry)
-			for _, r := range rows {
-				swap.Query(taskrow.Delete, r.KeyArgs()...)
-				lease := r
-				lease.Key = fmt.Sprintf("ceiling-drain:%d:1", w)
-				lease.ID = gocql.UUID(shard.NewID(time.Now().Add(timeout)))
-				lease.Attempt++
-				stmt, args := lease.Insert(stamp())
-				markers.Query(stmt, args...)
-				ack.Query(taskrow.DeleteIfExists, lease.KeyArgs()...)
+			markers := make([]taskrow.Row, len(rows))
+			for i, r := range rows {
+				markers[i] = r
+				markers[i].Key = fmt.Sprintf("ceiling-drain:%d:1", w)
+				markers[i].ID = shard.NewID(time.Now().Add(timeout))
+				markers[i].Attempt++
 			}
-			if err := s.ExecuteBatch(markers); err != nil {
+			if err := st.Leasing().WriteMarkers(ctx, markers, stamp(), 1); err != nil {
 				return err
 			}
-			for _, bt := range []*gocql.Batch{swap, ack} {
-				applied, iter, err := s.ExecuteBatchCAS(bt)
-				if err == nil {
-					err = iter.Close()
-				}
-				if err != nil {
-					return err
-				}
-				if !applied {
-					return fmt.Errorf("ceiling batch on %s not applied", key)
-				}
+			lk := store.LockRef{Key: key, Holder: holder, Token: token}
+			if applied, err := st.Leasing().Swap(ctx, lk, 0, nil, rows); err != nil || !applied {
+				return cmp.Or(err, fmt.Errorf("ceiling swap on %s not applied", key))
+			}
+			if applied, err := st.Leasing().DeleteMarkers(ctx, markers); err != nil || !applied {
+				return cmp.Or(err, fmt.Errorf("ceiling ack on %s not applied", key))
 			}
 		}
 	})

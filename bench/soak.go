@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -14,7 +13,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/shardq/shardq/consumer"
-	"github.com/shardq/shardq/internal/taskrow"
+	"github.com/shardq/shardq/internal/cqlcluster"
+	"github.com/shardq/shardq/internal/store"
 	"github.com/shardq/shardq/producer"
 	"github.com/shardq/shardq/shard"
 	"github.com/shardq/shardq/shardqtype"
@@ -73,7 +73,7 @@ func (b *bench) soak(ctx context.Context) error {
 	go func() {
 		for _, frac := range []float64{0.1, 0.9} {
 			time.Sleep(time.Until(start.Add(time.Duration(frac * float64(expected)))))
-			t, err := tombstonesPerRead(ctx, s, q)
+			t, err := b.tombstonesPerRead(ctx, q)
 			samples <- sample{time.Now(), t, err}
 		}
 	}()
@@ -106,21 +106,30 @@ func (b *bench) soak(ctx context.Context) error {
 var tombstoneCells = regexp.MustCompile(`(\d+) tombstone cells`)
 
 // tombstonesPerRead traces the read consumers make of the current bucket of every shard
-// and averages the tombstones the server reports scanning.
-func tombstonesPerRead(ctx context.Context, s *gocql.Session, q shardqtype.QueueConfig) (float64, error) {
+// and averages the tombstones the server reports scanning. The reads go through a session
+// of their own, which traces every request it sends.
+func (b *bench) tombstonesPerRead(ctx context.Context, q shardqtype.QueueConfig) (float64, error) {
+	c := cqlcluster.New(b.hosts...)
+	c.Keyspace = b.o.keyspace
+	s, err := c.CreateSession()
+	if err != nil {
+		return 0, err
+	}
+	defer s.Close()
+	var trace bytes.Buffer
+	s.SetTrace(gocql.NewTraceWriter(s, &trace))
+	leasing := store.Cassandra(s).Leasing()
 	l := q.Layout()
 	now := time.Now()
 	total, reads := 0, 0
 	for sh := range q.ShardCount {
-		var trace bytes.Buffer
 		key := l.Key(l.Bucket(now), sh)
-		floor, err := lowestFloor(ctx, s, key, l.BucketStart(l.Bucket(now)-int64(q.BucketCount)))
+		floor, err := lowestFloor(ctx, leasing, key, l.BucketStart(l.Bucket(now)-int64(q.BucketCount)))
 		if err != nil {
 			return 0, err
 		}
-		iter := s.Query(taskrow.SelectRange, key, allPriorities, floor, gocql.UUID(shard.MaxID(now)), 100).
-			WithContext(ctx).Trace(gocql.NewTraceWriter(s, &trace)).Iter()
-		if _, _, err := taskrow.Scan(iter, key, consumer.MaxTakeBytes); err != nil {
+		trace.Reset()
+		if _, _, err := leasing.Rows(ctx, key, allPriorities, floor, shard.MaxID(now), 100, 100, consumer.MaxTakeBytes); err != nil {
 			return 0, err
 		}
 		for _, m := range tombstoneCells.FindAllStringSubmatch(trace.String(), -1) {
@@ -138,19 +147,14 @@ var allPriorities = []int8{9, 8, 7, 6, 5, 4, 3, 2, 1, 0}
 // lowestFloor returns the lowest read floor the last swap recorded in a partition's lock
 // row: where a consumer's read of it starts. With none recorded, it is the start of the
 // previous lap, as for a consumer.
-func lowestFloor(ctx context.Context, s *gocql.Session, key string, prevLap time.Time) (gocql.UUID, error) {
-	var floors map[int8]gocql.UUID
-	err := s.Query(`SELECT floors FROM tasks WHERE shard_key = ? AND kind = 0 AND priority = 0 AND id = ?`, key, taskrow.LockID).
-		WithContext(ctx).Scan(&floors)
-	if err != nil && !errors.Is(err, gocql.ErrNotFound) {
-		return gocql.UUID{}, err
+func lowestFloor(ctx context.Context, leasing store.Leasing, key string, prevLap time.Time) (uuid.UUID, error) {
+	floors, err := leasing.Floors(ctx, key)
+	if err != nil || len(floors) == 0 {
+		return shard.MinID(prevLap), err
 	}
-	if len(floors) == 0 {
-		return gocql.UUID(shard.MinID(prevLap)), nil
-	}
-	var low *gocql.UUID
+	var low *uuid.UUID
 	for _, f := range floors {
-		if low == nil || shard.CompareIDs(uuid.UUID(f), uuid.UUID(*low)) < 0 {
+		if low == nil || shard.CompareIDs(f, *low) < 0 {
 			low = &f
 		}
 	}

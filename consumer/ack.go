@@ -154,7 +154,7 @@ func (c *Consumer) leftToAck(ctx context.Context, tasks []*Task) ([]*Task, error
 	now := c.cfg.Clock.Now()
 	var left []*Task
 	for _, t := range tasks {
-		if there[uuid.UUID(t.marker.ID)] || !now.Before(t.Deadline) {
+		if there[t.marker.ID] || !now.Before(t.Deadline) {
 			left = append(left, t)
 		}
 	}
@@ -180,9 +180,9 @@ func (c *Consumer) ackOne(ctx context.Context, t *Task) error {
 			switch {
 			case rerr != nil:
 				return false, fmt.Errorf("%w: ack of %s: %w (reading back: %w)", ErrOutcomeUnknown, t.ID, cause, rerr)
-			case !there[uuid.UUID(t.marker.ID)] && c.cfg.Clock.Now().Before(t.Deadline):
+			case !there[t.marker.ID] && c.cfg.Clock.Now().Before(t.Deadline):
 				return true, nil
-			case !there[uuid.UUID(t.marker.ID)]:
+			case !there[t.marker.ID]:
 				return false, fmt.Errorf("%w: ack of %s after its deadline: %w", ErrOutcomeUnknown, t.ID, cause)
 			}
 			return false, errRetryAck // still there: the delete did not apply

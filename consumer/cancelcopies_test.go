@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
@@ -47,10 +46,9 @@ func (e *env) rowsIn(key string) []taskrow.Row {
 func (e *env) copyAt(r taskrow.Row, at time.Time, retrying bool) taskrow.Row {
 	e.t.Helper()
 	m := r
-	m.ID, m.Attempt, m.Token, m.Retrying = gocql.UUID(shard.NewID(at)), 1, 1, retrying
+	m.ID, m.Attempt, m.Token, m.Retrying = shard.NewID(at), 1, 1, retrying
 	m.Key = e.q.Layout().Key(e.q.Layout().Bucket(at), 0)
-	stmt, args := m.Insert(time.Now().Add(-time.Second).UnixMicro())
-	require.NoError(e.t, e.s.Query(stmt, args...).Exec())
+	require.NoError(e.t, store.Cassandra(e.s).Tasks().Write(context.Background(), []store.Mutation{{Op: store.Insert, Row: m, Stamp: time.Now().Add(-time.Second).UnixMicro()}}))
 	return m
 }
 
@@ -156,10 +154,9 @@ func TestCancelledRescheduledRowDropped(t *testing.T) {
 	// is due.
 	later := e.clock.Now().Add(30 * time.Minute)
 	moved := row
-	moved.ID = gocql.UUID(shard.NewID(later))
+	moved.ID = shard.NewID(later)
 	moved.Key = e.q.Layout().Key(e.q.Layout().Bucket(later), 0)
-	stmt, args := moved.Insert(time.Now().Add(-time.Second).UnixMicro())
-	require.NoError(t, e.s.Query(stmt, args...).Exec())
+	require.NoError(t, store.Cassandra(e.s).Tasks().Write(context.Background(), []store.Mutation{{Op: store.Insert, Row: moved, Stamp: time.Now().Add(-time.Second).UnixMicro()}}))
 	e.runsNever(id, later, moved)
 }
 

@@ -174,7 +174,7 @@ type shared struct {
 	series  *series.Env
 	leasing store.Leasing
 	// moves writes the index entries of takes: those of takes running at once go in one
-	// request (split by taskindex.Apply into batches of its partitions), not one each.
+	// request (split by the store into batches of its partitions), not one each.
 	moves *combine.Writer[taskindex.Write]
 
 	beforeSwap func()            // tests only: runs between the locked read and the swap
@@ -513,7 +513,7 @@ func (c *Consumer) touch(ctx context.Context, rows []taskrow.Row) {
 	defer cancel()
 	var touches signal.Touches
 	for _, r := range rows {
-		touches.Add(c.state.LayoutOf(c.q, r.Key), uuid.UUID(r.ID), uuid.UUID(r.TaskID))
+		touches.Add(c.state.LayoutOf(c.q, r.Key), r.ID, r.TaskID)
 	}
 	if err := c.signals.Touch(ctx, &touches); err != nil {
 		c.log.WarnContext(ctx, "touching wake-up signals", "queue", c.q.Name, "error", err)
@@ -593,12 +593,12 @@ func (c *Consumer) readCells(ctx context.Context, from, to int64) scanplan.Cells
 }
 
 // planCells adds cells to into (made when nil) as the plan names them, and returns it.
-func planCells(into scanplan.Cells, cells map[signal.Cell]gocql.UUID) scanplan.Cells {
+func planCells(into scanplan.Cells, cells map[signal.Cell]uuid.UUID) scanplan.Cells {
 	if into == nil {
 		into = make(scanplan.Cells, len(cells))
 	}
 	for cell, v := range cells {
-		into[scanplan.Cell{Bucket: cell.Bucket, Shard: cell.Shard}] = uuid.UUID(v)
+		into[scanplan.Cell{Bucket: cell.Bucket, Shard: cell.Shard}] = v
 	}
 	return into
 }
@@ -633,7 +633,7 @@ func (c *Consumer) sweep(ctx context.Context, now time.Time) {
 	for cell, ss := range cells {
 		out := make(scanplan.Slots, len(ss))
 		for slot, v := range ss {
-			out[slot] = uuid.UUID(v)
+			out[slot] = v
 		}
 		slots[scanplan.Cell{Bucket: cell.Bucket, Shard: cell.Shard}] = out
 	}

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 
-	"github.com/google/uuid"
-
 	"github.com/shardq/shardq/internal/deadletters"
 	"github.com/shardq/shardq/internal/series"
 	"github.com/shardq/shardq/internal/taskindex"
@@ -31,7 +29,7 @@ func rowState(r taskrow.Row) taskindex.State {
 func (c *Consumer) moveEntry(t *Task, state taskindex.State, to taskrow.Row, prev taskindex.State, from taskrow.Row, step int64) taskindex.Write {
 	e := taskindex.Entry{TaskID: t.ID, State: state, Row: loc(to), PrevState: prev, Prev: loc(from)}
 	return taskindex.Write{Entry: e, Stamp: taskindex.Stamp(t.ID, t.Token, step),
-		TTL: taskindex.TTL(c.cfg.Clock.Now(), shard.IDTime(uuid.UUID(to.ID)))}
+		TTL: taskindex.TTL(c.cfg.Clock.Now(), shard.IDTime(to.ID))}
 }
 
 // finishEntry is the index write of a delivery's last step: dead, or acked (kept as

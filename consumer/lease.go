@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/shardq/shardq/internal/deadletters"
 	"github.com/shardq/shardq/internal/defaults"
 	"github.com/shardq/shardq/internal/lwt"
@@ -124,7 +122,7 @@ func (c *Consumer) relocate(ctx context.Context, t *Task, at time.Time, state ta
 		// Cancel with AfterLease did; then the new row stays, and the consumer that comes
 		// upon it drops it, as the cancel's index entry says the task ended (notEnded).
 		there, rerr := c.leasing.MarkersThere(rctx, []taskrow.Row{t.marker})
-		if rerr == nil && !there[uuid.UUID(t.marker.ID)] && c.cfg.Clock.Now().Before(t.Deadline) {
+		if rerr == nil && !there[t.marker.ID] && c.cfg.Clock.Now().Before(t.Deadline) {
 			return true, nil
 		}
 		return false, fmt.Errorf("%w: moving the lease of %s: %w", ErrOutcomeUnknown, t.ID, cause)

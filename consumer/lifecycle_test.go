@@ -527,10 +527,10 @@ func (e *env) unfinishedSwap(how string) time.Time {
 			// The lease ends here, as if it expired, so the swap cannot apply.
 			var holder *gocql.UUID
 			require.NoError(e.t, lwt.SerialRead(e.s, e.s.Query(`SELECT lock_holder FROM tasks WHERE shard_key = ? AND kind = 0
-				AND priority = 0 AND id = ?`, key, taskrow.LockID)).Scan(&holder))
+				AND priority = 0 AND id = ?`, key, gocql.UUID(taskrow.LockID))).Scan(&holder))
 			require.NotNil(e.t, holder, "the consumer holds the lock")
 			applied, err := e.s.Query(`UPDATE tasks SET lock_holder = null WHERE shard_key = ? AND kind = 0
-				AND priority = 0 AND id = ? IF lock_holder = ?`, key, taskrow.LockID, *holder).MapScanCAS(map[string]any{})
+				AND priority = 0 AND id = ? IF lock_holder = ?`, key, gocql.UUID(taskrow.LockID), *holder).MapScanCAS(map[string]any{})
 			require.NoError(e.t, err)
 			require.True(e.t, applied)
 		})
@@ -548,7 +548,7 @@ func (e *env) unfinishedSwap(how string) time.Time {
 	require.Eventually(e.t, func() bool {
 		var holder *gocql.UUID
 		require.NoError(e.t, lwt.SerialRead(e.s, e.s.Query(`SELECT lock_holder FROM tasks WHERE shard_key = ? AND kind = 0
-			AND priority = 0 AND id = ?`, key, taskrow.LockID)).Scan(&holder))
+			AND priority = 0 AND id = ?`, key, gocql.UUID(taskrow.LockID))).Scan(&holder))
 		return holder == nil
 	}, 20*time.Second, 50*time.Millisecond, "the crashed consumer's lock never expired")
 	return deadline
@@ -1051,9 +1051,8 @@ func TestCancelledTaskOrphanMarker(t *testing.T) {
 	require.Len(t, rows, 1)
 	deadline := e.clock.Now().Add(e.q.DefaultTimeout)
 	m := rows[0]
-	m.ID, m.Attempt, m.Token = gocql.UUID(shard.NewID(deadline)), 1, 1
-	stmt, args := m.Insert(time.Now().Add(-time.Second).UnixMicro())
-	require.NoError(t, e.s.Query(stmt, args...).Exec())
+	m.ID, m.Attempt, m.Token = shard.NewID(deadline), 1, 1
+	require.NoError(t, store.Cassandra(e.s).Tasks().Write(context.Background(), []store.Mutation{{Op: store.Insert, Row: m, Stamp: time.Now().Add(-time.Second).UnixMicro()}}))
 
 	require.NoError(t, e.p.Cancel(ctx, id, producer.CancelOptions{}))
 	e.clock.Add(deadline.Sub(e.clock.Now()) + time.Millisecond)

@@ -90,7 +90,7 @@ func TestUnknownSwapNotAppliedWhileAnotherTookTheRows(t *testing.T) {
 			require.NoError(t, iter.Close())
 			require.NotNil(t, holder, "a holds a lock")
 			applied, err := e.s.Query(`UPDATE tasks SET lock_holder = null WHERE shard_key = ? AND kind = 0
-				AND priority = 0 AND id = ? IF lock_holder = ?`, key, taskrow.LockID, *holder).MapScanCAS(map[string]any{})
+				AND priority = 0 AND id = ? IF lock_holder = ?`, key, gocql.UUID(taskrow.LockID), *holder).MapScanCAS(map[string]any{})
 			require.NoError(t, err)
 			require.True(t, applied)
 			fromB = e.acquire(b, 10)

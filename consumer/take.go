@@ -10,7 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 
 	"github.com/shardq/shardq/internal/fanout"
@@ -151,7 +150,7 @@ func (c *Consumer) lockedRead(ctx context.Context, pt *scanplan.Part, want int, 
 			return nil, s, wrapErr("reading", pt.Key, err)
 		}
 		for _, r := range got {
-			s.Note(r.Priority, uuid.UUID(r.ID))
+			s.Note(r.Priority, r.ID)
 			size := r.Size()
 			bytes += size
 			c.plan.SawPayload(size)
@@ -187,10 +186,10 @@ func (c *Consumer) swap(ctx context.Context, pt *scanplan.Part, lk *locking.Lock
 		markers[i].Attempt++
 		markers[i].Token++
 		markers[i].Retrying = false
-		tasks[i] = &Task{ID: uuid.UUID(r.TaskID), Queue: c.q.Name, Payload: r.Payload, DueAt: r.DueAt,
+		tasks[i] = &Task{ID: r.TaskID, Queue: c.q.Name, Payload: r.Payload, DueAt: r.DueAt,
 			Priority: int(r.Priority), Attempt: max(1, markers[i].Attempt-taskmeta.Int(r.Headers, taskmeta.Snoozes)), Deadline: deadline, Timeout: r.Timeout,
 			Token: markers[i].Token, Series: r.Series, Headers: maps.Clone(r.Headers), Kind: r.Kind, marker: markers[i],
-			source: uuid.UUID(r.ID)}
+			source: r.ID}
 	}
 	// The index learns of the move before it happens: if the swap then fails, the entry
 	// names the rows read as the previous place, which readers find still there.
@@ -254,7 +253,7 @@ func (c *Consumer) swap(ctx context.Context, pt *scanplan.Part, lk *locking.Lock
 // higher token, then attempt. The swap deletes every copy and leases the task once, so a
 // copy does not run beside the task it copies.
 func onePerTask(rows []taskrow.Row) []taskrow.Row {
-	at := make(map[gocql.UUID]int, len(rows))
+	at := make(map[uuid.UUID]int, len(rows))
 	out := make([]taskrow.Row, 0, len(rows))
 	for _, r := range rows {
 		i, seen := at[r.TaskID]
@@ -291,8 +290,8 @@ func (c *Consumer) notEnded(ctx context.Context, rows []taskrow.Row) ([]taskrow.
 		found bool
 		named bool // the row the entry names exists
 	}
-	at := map[gocql.UUID]int{} // the tasks looked up: with a row delivered before, or moved
-	var ids []gocql.UUID
+	at := map[uuid.UUID]int{} // the tasks looked up: with a row delivered before, or moved
+	var ids []uuid.UUID
 	for _, r := range rows {
 		if _, ok := at[r.TaskID]; !ok && (r.Attempt > 0 || r.ID != r.TaskID) {
 			at[r.TaskID] = len(ids)
@@ -304,7 +303,7 @@ func (c *Consumer) notEnded(ctx context.Context, rows []taskrow.Row) ([]taskrow.
 	}
 	found := make([]lookup, len(ids))
 	err := fanout.Each(len(ids), c.cfg.PartitionsInFlight, func(i int) error {
-		id := uuid.UUID(ids[i])
+		id := ids[i]
 		if c.failLookup != nil {
 			if err := c.failLookup(id); err != nil {
 				return err
@@ -341,7 +340,7 @@ func (c *Consumer) notEnded(ctx context.Context, rows []taskrow.Row) ([]taskrow.
 			// A row never delivered that the entry's delivery does not reach is a later life
 			// of the task, a dead letter's replay, which its cancel or death did not end.
 			if l.e.State.Final() && (r.Attempt > 0 || r.Token <= l.e.Token) || l.named && outranked(l.e, l.token, r) {
-				c.log.DebugContext(ctx, "dropping a copy of a task", "task_id", uuid.UUID(r.TaskID), "row_id", uuid.UUID(r.ID))
+				c.log.DebugContext(ctx, "dropping a copy of a task", "task_id", r.TaskID, "row_id", r.ID)
 				continue
 			}
 		}
@@ -369,11 +368,11 @@ func outranked(e taskindex.Entry, token int64, r taskrow.Row) bool {
 // at's bucket, in the same concurrency shard.
 func (c *Consumer) marker(r taskrow.Row, at time.Time) taskrow.Row {
 	m := r
-	m.ID = gocql.UUID(shard.NewID(at))
+	m.ID = shard.NewID(at)
 	// The layout in force at the deadline, whichever ring r was taken from: markers
 	// leave a layout that is draining, so it only empties.
 	l := c.state.Place(c.q, at, c.cfg.Clock.Now())
-	m.Key = l.Key(l.Bucket(at), l.ShardFor(uuid.UUID(r.TaskID)))
+	m.Key = l.Key(l.Bucket(at), l.ShardFor(r.TaskID))
 	return m
 }
 
@@ -395,7 +394,7 @@ func (c *Consumer) writeMarkers(ctx context.Context, rows []taskrow.Row, written
 	if c.log.Enabled(ctx, slog.LevelDebug) {
 		ids := make([]string, len(rows))
 		for i, r := range rows {
-			ids[i] = uuid.UUID(r.TaskID).String()
+			ids[i] = r.TaskID.String()
 		}
 		c.log.DebugContext(ctx, "writing markers", "queue", c.q.Name, "task_ids", ids)
 	}

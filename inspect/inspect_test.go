@@ -107,7 +107,7 @@ func newWorld(t *testing.T) *world {
 	l := q.Layout()
 	require.NoError(t, s.Query(`UPDATE tasks SET floors = ? WHERE shard_key = ? AND kind = 0 AND priority = 0 AND id = ?`,
 		map[int8]gocql.UUID{0: gocql.UUID(shard.MaxID(w.stranded.Add(time.Second)))},
-		l.Key(l.Bucket(w.stranded), l.ShardFor(stranded)), taskrow.LockID).Exec())
+		l.Key(l.Bucket(w.stranded), l.ShardFor(stranded)), gocql.UUID(taskrow.LockID)).Exec())
 
 	return w
 }

@@ -6,7 +6,6 @@ import (
 	"sort"
 	"sync"
 
-	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 
 	"github.com/shardq/shardq/internal/defaults"
@@ -86,7 +85,7 @@ func (in *Inspector) Peek(ctx context.Context, queue string, n int) (*Peeked, er
 	gone := make([]bool, len(rows))
 	_ = fanout.Each(len(rows), in.cfg.PartitionsInFlight, func(i int) error {
 		r := &rows[i]
-		row, ok, err := in.state.Store.Tasks().Read(ctx, r.task.PartitionKey, int8(r.task.Priority), gocql.UUID(r.id))
+		row, ok, err := in.state.Store.Tasks().Read(ctx, r.task.PartitionKey, int8(r.task.Priority), r.id)
 		switch {
 		case err != nil:
 			gone[i] = true
@@ -126,8 +125,8 @@ func (in *Inspector) peekPartition(ctx context.Context, q queueRead, pt partitio
 			return nil, fmt.Errorf("reading the due rows of %s: %w", pt.key, err)
 		}
 		for _, r := range heads {
-			id := uuid.UUID(r.ID)
-			t := shardqtype.TaskInfo{ID: uuid.UUID(r.TaskID), Queue: q.cfg.Name, State: shardqtype.TaskScheduled, DueAt: r.DueAt,
+			id := r.ID
+			t := shardqtype.TaskInfo{ID: r.TaskID, Queue: q.cfg.Name, State: shardqtype.TaskScheduled, DueAt: r.DueAt,
 				Priority: int(r.Priority), Attempt: r.Attempt, Token: r.Token, Timeout: r.Timeout,
 				VisibleAt: shard.IDTime(id), PartitionKey: pt.key}
 			if r.Attempt > 0 {

@@ -227,7 +227,7 @@ func (in *Inspector) countPartition(ctx context.Context, pt partition, now time.
 	for _, g := range groups {
 		err = in.state.Store.Scans().Tally(ctx, pt.key, g.Prios, g.Floor, upper, in.cfg.PageSize, func(r taskrow.Row) {
 			rows++
-			id := uuid.UUID(r.ID)
+			id := r.ID
 			at := shard.IDTime(id)
 			cl := classify(r.Attempt, r.Retrying, at, now)
 			c.count(cl)

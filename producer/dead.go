@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 
 	"github.com/shardq/shardq/internal/deadletters"
@@ -96,7 +95,7 @@ func (p *Producer) ReplayDeadLetter(ctx context.Context, queue string, id uuid.U
 // at now, as the delivery after token (the last the task had).
 func replayRow(lay shard.Layout, d deadletters.Letter, t Task, token int64, now time.Time) taskrow.Row {
 	return taskrow.Row{Key: lay.Key(lay.Bucket(now), lay.ShardFor(d.TaskID)), Priority: int8(d.Priority),
-		ID: gocql.UUID(shard.NewID(now)), TaskID: gocql.UUID(d.TaskID), Payload: d.Payload, DueAt: now,
+		ID: shard.NewID(now), TaskID: d.TaskID, Payload: d.Payload, DueAt: now,
 		Timeout: d.Timeout, Token: token + 1, Keyed: t.Key != "", Headers: d.Headers, Kind: d.Kind}
 }
 

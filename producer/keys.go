@@ -79,8 +79,8 @@ func (p *Producer) claimKeys(ctx context.Context, tasks []Task, rows []taskrow.R
 	errs := make([]error, len(keyed))
 	_ = fanout.Each(len(keyed), p.cfg.WritesInFlight, func(j int) error {
 		i := keyed[j]
-		ttl := taskindex.TTL(now, shard.IDTime(uuid.UUID(rows[i].ID)))
-		errs[j] = p.claim(ctx, tasks[i].Queue, tasks[i].Key, uuid.UUID(rows[i].TaskID), ttl, store.Claim{})
+		ttl := taskindex.TTL(now, shard.IDTime(rows[i].ID))
+		errs[j] = p.claim(ctx, tasks[i].Queue, tasks[i].Key, rows[i].TaskID, ttl, store.Claim{})
 		claimed[j] = errs[j] == nil
 		return nil
 	})
@@ -90,7 +90,7 @@ func (p *Producer) claimKeys(ctx context.Context, tasks []Task, rows []taskrow.R
 		}
 		for k, ok := range claimed {
 			if ok {
-				p.unclaim(ctx, tasks[keyed[k]].Queue, tasks[keyed[k]].Key, uuid.UUID(rows[keyed[k]].TaskID))
+				p.unclaim(ctx, tasks[keyed[k]].Queue, tasks[keyed[k]].Key, rows[keyed[k]].TaskID)
 			}
 		}
 		return ctx, nil, fmt.Errorf("tasks[%d]: %w", keyed[j], err)

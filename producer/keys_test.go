@@ -15,6 +15,7 @@ import (
 	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/inspect"
 	"github.com/shardq/shardq/internal/lwt"
+	"github.com/shardq/shardq/internal/store"
 	"github.com/shardq/shardq/internal/taskindex"
 	"github.com/shardq/shardq/internal/taskrow"
 	"github.com/shardq/shardq/lock"
@@ -238,9 +239,9 @@ func TestReplayMakesItsRowAfterTheClaim(t *testing.T) {
 	require.NoError(t, err)
 	var claimedAt time.Time
 	require.NoError(t, s.Query(`SELECT claimed_at FROM task_keys WHERE queue = 'q' AND key = 'k'`).Scan(&claimedAt))
-	e, _, err := taskindex.Read(ctx, s, id)
+	e, _, err := store.Cassandra(s).Index().Read(ctx, id)
 	require.NoError(t, err)
-	row := shard.IDTime(uuid.UUID(e.Row.ID))
+	row := shard.IDTime(e.Row.ID)
 	require.False(t, row.Before(claimedAt), "the row's ID (%v) was made before its key was claimed (%v)", row, claimedAt)
 }
 
@@ -248,7 +249,7 @@ func TestReplayMakesItsRowAfterTheClaim(t *testing.T) {
 func lockHolder(t *testing.T, s *gocql.Session, key string) gocql.UUID {
 	t.Helper()
 	var h gocql.UUID
-	err := s.Query(`SELECT lock_holder FROM tasks WHERE shard_key = ? AND kind = 0 AND priority = 0 AND id = ?`, key, taskrow.LockID).Scan(&h)
+	err := s.Query(`SELECT lock_holder FROM tasks WHERE shard_key = ? AND kind = 0 AND priority = 0 AND id = ?`, key, gocql.UUID(taskrow.LockID)).Scan(&h)
 	if errors.Is(err, gocql.ErrNotFound) {
 		return gocql.UUID{}
 	}
@@ -311,10 +312,10 @@ func TestRescheduleMakesItsRowAfterTheLocks(t *testing.T) {
 	} else {
 		require.NoError(t, err)
 	}
-	e, _, err := taskindex.Read(ctx, s, id)
+	e, _, err := store.Cassandra(s).Index().Read(ctx, id)
 	require.NoError(t, err)
 	require.Equal(t, taskindex.Scheduled, e.State)
-	row := shard.IDTime(uuid.UUID(e.Row.ID))
+	row := shard.IDTime(e.Row.ID)
 	require.False(t, row.Before(clock.Now()), "the row's ID (%v) was made before the lock wait ended (%v)", row, clock.Now())
 	lay := q.Layout()
 	require.Equal(t, lay.Key(lay.Bucket(row), lay.ShardFor(id)), e.Row.Key)

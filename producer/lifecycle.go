@@ -11,7 +11,6 @@ import (
 	"github.com/shardq/shardq/internal/random"
 	"github.com/shardq/shardq/shardqtype"
 
-	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 
 	"github.com/shardq/shardq/internal/locking"
@@ -30,12 +29,12 @@ const maxMoves = 8
 
 // scheduledEntry is the index entry of a task just scheduled as row r.
 func scheduledEntry(t Task, r taskrow.Row, now time.Time) taskindex.Write {
-	id := uuid.UUID(r.TaskID)
+	id := r.TaskID
 	return taskindex.Write{
 		Entry: taskindex.Entry{TaskID: id, Queue: t.Queue, Key: t.Key, State: taskindex.Scheduled,
 			Row: loc(r), DueAt: r.DueAt, Token: r.Token},
 		Stamp: taskindex.Stamp(id, r.Token, 0),
-		TTL:   taskindex.TTL(now, shard.IDTime(uuid.UUID(r.ID))),
+		TTL:   taskindex.TTL(now, shard.IDTime(r.ID)),
 	}
 }
 
@@ -274,9 +273,9 @@ func (p *Producer) rescheduled(q shardqtype.QueueConfig, l tasklookup.Found, inf
 	if place.Before(now) {
 		place = now
 	}
-	next.ID = gocql.UUID(shard.NewID(place))
+	next.ID = shard.NewID(place)
 	lay := p.state.Place(q, place, now)
-	next.Key = lay.Key(lay.Bucket(place), lay.ShardFor(uuid.UUID(next.TaskID)))
+	next.Key = lay.Key(lay.Bucket(place), lay.ShardFor(next.TaskID))
 	next.Retrying = l.State != taskindex.Scheduled // a lapsed lease is pending again too
 	return next, place
 }
@@ -319,7 +318,7 @@ func (p *Producer) reschedule(ctx context.Context, q shardqtype.QueueConfig, l t
 		p.cfg.Logger.WarnContext(ctx, "confirming a reschedule in the index", "task_id", info.ID, "error", err)
 	}
 	var touches signal.Touches
-	touches.Add(p.state.LayoutOf(q, next.Key), uuid.UUID(next.ID), uuid.UUID(next.TaskID))
+	touches.Add(p.state.LayoutOf(q, next.Key), next.ID, next.TaskID)
 	if err := p.signals.Touch(ctx, &touches); err != nil {
 		p.cfg.Logger.WarnContext(ctx, "touching wake-up signals", "error", err)
 	}
@@ -482,7 +481,7 @@ func (p *Producer) dropRow(ctx context.Context, r taskrow.Row, stamp int64) {
 	defer cancel()
 	if err := p.store.Tasks().Write(rctx, []store.Mutation{{Op: store.Delete, Row: r, Stamp: stamp}}); err != nil {
 		p.cfg.Logger.WarnContext(ctx, "deleting the row of a move that did not happen; the task may run twice",
-			"partition_key", r.Key, "task_id", uuid.UUID(r.TaskID), "error", err)
+			"partition_key", r.Key, "task_id", r.TaskID, "error", err)
 	}
 }
 

@@ -258,7 +258,7 @@ func (p *Producer) scheduleTasks(ctx context.Context, tasks []Task) ([]uuid.UUID
 		if rows[i], err = p.row(queues[i], t, now.Add(late[i]), fmt.Sprintf("tasks[%d]", i)); err != nil {
 			return nil, err
 		}
-		ids[i] = uuid.UUID(rows[i].TaskID)
+		ids[i] = rows[i].TaskID
 	}
 	if err := checkKeys(tasks); err != nil {
 		return nil, err
@@ -375,12 +375,12 @@ func (p *Producer) placeKeyedAgain(queues []shardqtype.QueueConfig, tasks []Task
 	}
 	for i, t := range tasks {
 		place := now.Add(late[i])
-		if t.Key == "" || !shard.IDTime(uuid.UUID(rows[i].ID)).Before(place) {
+		if t.Key == "" || !shard.IDTime(rows[i].ID).Before(place) {
 			continue
 		}
 		l := p.state.Place(queues[i], place, now)
-		rows[i].ID = gocql.UUID(shard.NewID(place))
-		rows[i].Key = l.Key(l.Bucket(place), l.ShardFor(uuid.UUID(rows[i].TaskID)))
+		rows[i].ID = shard.NewID(place)
+		rows[i].Key = l.Key(l.Bucket(place), l.ShardFor(rows[i].TaskID))
 	}
 	return now
 }
@@ -399,7 +399,7 @@ func (p *Producer) wake(ctx context.Context, tasks []Task, rows []taskrow.Row, q
 		if e, ok := earliest[t.Queue]; !ok || rows[i].DueAt.Before(e) {
 			earliest[t.Queue] = rows[i].DueAt
 		}
-		touches.Add(p.state.LayoutOf(queues[i], rows[i].Key), uuid.UUID(rows[i].ID), uuid.UUID(rows[i].TaskID))
+		touches.Add(p.state.LayoutOf(queues[i], rows[i].Key), rows[i].ID, rows[i].TaskID)
 	}
 	if err := p.signals.Touch(ctx, &touches); err != nil {
 		// The tasks are written; the session's toucher retries the touch until it
@@ -474,7 +474,7 @@ func (p *Producer) row(q shardqtype.QueueConfig, t Task, now time.Time, name str
 	}
 	l := p.state.Place(q, place, now)
 	id := taskid.NewIn(place, q.Name, l.ShardCount, p.spread.Shard(l.Ring(), place, now, l.ShardCount))
-	gid := gocql.UUID(id)
+	gid := id
 	return taskrow.Row{
 		Key: l.Key(l.Bucket(place), l.ShardFor(id)), Priority: int8(t.Priority), ID: gid, TaskID: gid,
 		Payload: t.Payload, DueAt: due, Timeout: timeout, Keyed: t.Key != "", Headers: t.Headers,

@@ -10,6 +10,7 @@ import (
 
 	"github.com/shardq/shardq/internal/cassandratest"
 	"github.com/shardq/shardq/internal/deadletters"
+	"github.com/shardq/shardq/internal/store"
 	"github.com/shardq/shardq/shard"
 )
 
@@ -26,7 +27,7 @@ func TestDaysCoverRetention(t *testing.T) {
 // counted.
 func TestPageAcrossDays(t *testing.T) {
 	t.Parallel()
-	s := cassandratest.SchemaSession(t)
+	d := store.Cassandra(cassandratest.SchemaSession(t)).DeadLetters()
 	ctx := context.Background()
 	now := time.Now().UTC()
 	var ids []uuid.UUID // oldest first
@@ -34,29 +35,29 @@ func TestPageAcrossDays(t *testing.T) {
 		died := now.Add(-ago)
 		l := deadletters.Letter{ID: shard.NewID(died), TaskID: shard.NewID(died), Queue: "q", Payload: []byte("p"),
 			Priority: 3, DueAt: died, Timeout: time.Second, Attempt: 25, Deliveries: 25, Error: "boom", DiedAt: died}
-		require.NoError(t, deadletters.Write(ctx, s, l))
+		require.NoError(t, d.Write(ctx, l))
 		ids = append(ids, l.ID)
 	}
-	page, err := deadletters.Page(ctx, s, "q", now, uuid.Nil, 3)
+	page, err := d.Page(ctx, "q", now, uuid.Nil, 3)
 	require.NoError(t, err)
 	require.Equal(t, []uuid.UUID{ids[4], ids[3], ids[2]}, idsOf(page))
-	rest, err := deadletters.Page(ctx, s, "q", now, page[2].ID, 10)
+	rest, err := d.Page(ctx, "q", now, page[2].ID, 10)
 	require.NoError(t, err)
 	require.Equal(t, []uuid.UUID{ids[1], ids[0]}, idsOf(rest))
 	require.Equal(t, "boom", rest[0].Error)
 	require.Equal(t, int64(25), rest[0].Deliveries)
 
-	got, ok, err := deadletters.Get(ctx, s, "q", ids[1])
+	got, ok, err := d.Get(ctx, "q", ids[1])
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.Equal(t, ids[1], got.ID)
-	require.NoError(t, deadletters.Delete(ctx, s, "q", ids[1], time.Now().UnixMicro()))
-	_, ok, err = deadletters.Get(ctx, s, "q", ids[1])
+	require.NoError(t, d.Delete(ctx, "q", ids[1], time.Now().UnixMicro()))
+	_, ok, err = d.Get(ctx, "q", ids[1])
 	require.NoError(t, err)
 	require.False(t, ok)
 
 	days := 0
-	n, err := deadletters.Count(ctx, s, "q", now, 100, func() { days++ })
+	n, err := d.Count(ctx, "q", now, 100, func() { days++ })
 	require.NoError(t, err)
 	require.Equal(t, 4, n)
 	require.Equal(t, deadletters.Days, days)

@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gocql/gocql"
 	"github.com/stretchr/testify/require"
 
 	"github.com/shardq/shardq"
@@ -41,7 +40,7 @@ func TestDrain(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, looked || drained, "not sealed yet: a writer may still write into it")
 
-	id := gocql.UUID(shard.NewID(now.Add(7 * 24 * time.Hour)))
+	id := shard.NewID(now.Add(7 * 24 * time.Hour))
 	row := taskrow.Row{Key: q.Layout().Key(5, 2), Priority: 3, ID: id, TaskID: id, DueAt: now, Timeout: time.Second}
 	require.NoError(t, tables.Tasks().Write(ctx, []store.Mutation{{Op: store.Insert, Row: row, Stamp: time.Now().UnixMicro()}}))
 	sealed := now.Add(2 * time.Second)

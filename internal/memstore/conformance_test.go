@@ -57,7 +57,7 @@ const key = "q:0:0"
 
 // taskRow is a task row of key visible at at, with payload p.
 func taskRow(prio int8, at time.Time, p string) taskrow.Row {
-	id := gocql.UUID(shard.NewID(at))
+	id := shard.NewID(at)
 	return taskrow.Row{Key: key, Priority: prio, ID: id, TaskID: id, Payload: []byte(p), DueAt: at.UTC().Truncate(time.Millisecond),
 		Timeout: time.Second}
 }
@@ -402,14 +402,14 @@ var scenarios = []scenario{
 			require.Equal(t, tc.want, rows, "%+v", tc)
 			require.Equal(t, tc.cut, cut, "%+v", tc)
 		}
-		rows, _, err := s.Leasing().Rows(ctx, key, prios, uuid.UUID(b.ID), uuid.UUID(c.ID), 10, 2, 1000)
+		rows, _, err := s.Leasing().Rows(ctx, key, prios, b.ID, c.ID, 10, 2, 1000)
 		require.NoError(t, err)
 		require.Equal(t, []taskrow.Row{c, e}, rows, "(from, to]")
 		refs, err := s.Leasing().IDs(ctx, key, []int8{9, 3, 9}, from, to, 4)
 		require.NoError(t, err)
 		var want []store.RowRef
 		for _, r := range []taskrow.Row{a, b, c, d} {
-			want = append(want, store.RowRef{Priority: r.Priority, ID: uuid.UUID(r.ID)})
+			want = append(want, store.RowRef{Priority: r.Priority, ID: r.ID})
 		}
 		require.Equal(t, want, refs)
 		_, _, err = s.Leasing().Rows(ctx, key, prios, from, to, 0, 2, 1000)
@@ -432,7 +432,7 @@ var scenarios = []scenario{
 		floors, err = s.Leasing().Floors(ctx, key)
 		require.NoError(t, err)
 		require.Nil(t, floors, "a lock row with no floors")
-		applied, err = s.Leasing().Swap(ctx, lk, 7, map[int8]uuid.UUID{9: uuid.UUID(r1.ID)}, []taskrow.Row{r0, r1})
+		applied, err = s.Leasing().Swap(ctx, lk, 7, map[int8]uuid.UUID{9: r1.ID}, []taskrow.Row{r0, r1})
 		require.NoError(t, err)
 		require.True(t, applied)
 		there, err := s.Leasing().MarkersThere(ctx, []taskrow.Row{r0, r1})
@@ -440,7 +440,7 @@ var scenarios = []scenario{
 		require.Empty(t, there)
 		floors, err = s.Leasing().Floors(ctx, key)
 		require.NoError(t, err)
-		require.Equal(t, map[int8]uuid.UUID{9: uuid.UUID(r1.ID)}, floors)
+		require.Equal(t, map[int8]uuid.UUID{9: r1.ID}, floors)
 		ok, err := s.Locks().Receipt(ctx, lk)
 		require.NoError(t, err)
 		require.True(t, ok)
@@ -457,19 +457,19 @@ var scenarios = []scenario{
 		require.True(t, applied)
 		gone := taskRow(3, now, "gone")
 		gone.Attempt = 1
-		applied, err = s.Leasing().Swap(ctx, next, 8, map[int8]uuid.UUID{3: uuid.UUID(gone.ID)}, []taskrow.Row{gone})
+		applied, err = s.Leasing().Swap(ctx, next, 8, map[int8]uuid.UUID{3: gone.ID}, []taskrow.Row{gone})
 		require.NoError(t, err)
 		require.False(t, applied, "a delivered row is gone")
 		row, err = s.Locks().Read(ctx, key)
 		require.NoError(t, err)
 		require.Equal(t, store.LockRow{Holder: next.Holder, Token: token(2)}, row)
 		gone.Attempt = 0
-		applied, err = s.Leasing().Swap(ctx, next, 8, map[int8]uuid.UUID{3: uuid.UUID(gone.ID)}, []taskrow.Row{gone})
+		applied, err = s.Leasing().Swap(ctx, next, 8, map[int8]uuid.UUID{3: gone.ID}, []taskrow.Row{gone})
 		require.NoError(t, err)
 		require.True(t, applied, "a row never delivered is deleted unconditionally")
 		floors, err = s.Leasing().Floors(ctx, key)
 		require.NoError(t, err)
-		require.Equal(t, map[int8]uuid.UUID{9: uuid.UUID(r1.ID), 3: uuid.UUID(gone.ID)}, floors, "floors add up")
+		require.Equal(t, map[int8]uuid.UUID{9: r1.ID, 3: gone.ID}, floors, "floors add up")
 	}},
 
 	{"markers", func(t *testing.T, ctx context.Context, s store.Store) {
@@ -480,7 +480,7 @@ var scenarios = []scenario{
 		require.NoError(t, s.Leasing().WriteMarkers(ctx, []taskrow.Row{m1, m3, m2}, now.UnixMicro(), 2))
 		there, err := s.Leasing().MarkersThere(ctx, []taskrow.Row{m2, m1, m4})
 		require.NoError(t, err)
-		require.Equal(t, map[uuid.UUID]bool{uuid.UUID(m1.ID): true, uuid.UUID(m2.ID): true}, there)
+		require.Equal(t, map[uuid.UUID]bool{m1.ID: true, m2.ID: true}, there)
 		for _, want := range []bool{true, false} {
 			deleted, err := s.Leasing().DeleteMarker(ctx, m1)
 			require.NoError(t, err)
@@ -497,7 +497,7 @@ var scenarios = []scenario{
 		require.False(t, applied)
 		there, err = s.Leasing().MarkersThere(ctx, []taskrow.Row{m2, m4})
 		require.NoError(t, err)
-		require.Equal(t, map[uuid.UUID]bool{uuid.UUID(m4.ID): true}, there)
+		require.Equal(t, map[uuid.UUID]bool{m4.ID: true}, there)
 		// m4 was written by a conditional batch, stamped by its ballot: dropped past it.
 		require.NoError(t, s.Leasing().DropMarkers(ctx, []taskrow.Row{m4, m3}, time.Now().Add(time.Minute).UnixMicro(), 2))
 		for _, m := range []taskrow.Row{m3, m4} {
@@ -686,7 +686,7 @@ var scenarios = []scenario{
 		require.NoError(t, err)
 		times := map[signal.Cell]time.Time{}
 		for c, v := range cells {
-			times[c] = shard.IDTime(uuid.UUID(v))
+			times[c] = shard.IDTime(v)
 		}
 		require.Equal(t, map[signal.Cell]time.Time{{Queue: "q", Bucket: 5, Shard: 0}: at(0), {Queue: "q", Bucket: 5, Shard: 1}: at(3 * time.Second),
 			{Queue: "q", Bucket: 6, Shard: 0}: at(time.Hour)}, times, "each shard's earliest")
@@ -694,7 +694,7 @@ var scenarios = []scenario{
 		require.NoError(t, err)
 		require.Len(t, slots, 2)
 		require.Len(t, slots[signal.Cell{Queue: "q", Bucket: 5, Shard: 0}], 2)
-		require.Equal(t, at(time.Second), shard.IDTime(uuid.UUID(slots[signal.Cell{Queue: "q", Bucket: 5, Shard: 0}][1])))
+		require.Equal(t, at(time.Second), shard.IDTime(slots[signal.Cell{Queue: "q", Bucket: 5, Shard: 0}][1]))
 		require.Len(t, touched, 3)
 		for _, when := range touched {
 			require.WithinDuration(t, time.Now(), when, time.Minute)
@@ -705,9 +705,9 @@ var scenarios = []scenario{
 		ofCells, ofSlots, ofTouched, err := s.Signals().CellsAndTouchesOf(ctx, []string{"q", "r"}, 5, 5)
 		require.NoError(t, err)
 		require.Len(t, ofCells, 3, "both rings' cells")
-		require.Equal(t, at(4*time.Second), shard.IDTime(uuid.UUID(ofCells[other.Cell])), "a cell holds its last touch's row time")
+		require.Equal(t, at(4*time.Second), shard.IDTime(ofCells[other.Cell]), "a cell holds its last touch's row time")
 		require.Len(t, ofSlots, 3, "both rings' cells")
-		require.Equal(t, at(4*time.Second), shard.IDTime(uuid.UUID(ofSlots[other.Cell][4])))
+		require.Equal(t, at(4*time.Second), shard.IDTime(ofSlots[other.Cell][4]))
 		require.Len(t, ofTouched, 4)
 		ofCells, err = s.Signals().CellsOf(ctx, []string{"q", "r"}, 5, 6)
 		require.NoError(t, err)
@@ -798,7 +798,7 @@ var scenarios = []scenario{
 		_, err = s.Series().Get(ctx, "q", "s", true)
 		require.ErrorIs(t, err, store.ErrNotFound)
 		bad := taskRow(1, now, "p")
-		bad.TaskID = gocql.UUID(uuid.New())
+		bad.TaskID = uuid.New()
 		require.Error(t, s.Tasks().Write(ctx, insert(bad)))
 		_, ok, err := s.Tasks().Read(ctx, key, 1, bad.ID)
 		require.NoError(t, err)
@@ -809,7 +809,7 @@ var scenarios = []scenario{
 		idx := s.Index()
 		now := time.Now()
 		id := shard.NewID(now)
-		loc := taskindex.Loc{Key: "q:3:1", Priority: 2, ID: gocql.UUID(shard.NewID(now))}
+		loc := taskindex.Loc{Key: "q:3:1", Priority: 2, ID: shard.NewID(now)}
 		sched := taskindex.Entry{TaskID: id, Key: "k", State: taskindex.Scheduled, Row: loc}
 		s1 := taskindex.Stamp(id, 0, 1)
 		failed, err := idx.Write(ctx, []taskindex.Write{{Entry: sched, Stamp: s1, TTL: time.Hour}}, 2)
@@ -847,7 +847,7 @@ var scenarios = []scenario{
 		now := time.Now().UTC().Truncate(time.Millisecond)
 		row := func(prio int8, at time.Time, attempt int, retrying bool) taskrow.Row {
 			r := taskRow(prio, at, "payload")
-			r.TaskID = gocql.UUID(shard.NewID(now))
+			r.TaskID = shard.NewID(now)
 			r.Attempt, r.Token, r.Keyed, r.Series, r.Retrying = attempt, int64(attempt)+4, true, "s", retrying
 			return r
 		}
@@ -875,7 +875,7 @@ var scenarios = []scenario{
 		require.NoError(t, s.Scans().TaskIDs(ctx, key, 2, func(id uuid.UUID) { ids = append(ids, id) }))
 		var want []uuid.UUID
 		for _, r := range append([]taskrow.Row{before, after}, rows...) {
-			want = append(want, uuid.UUID(r.TaskID))
+			want = append(want, r.TaskID)
 		}
 		require.ElementsMatch(t, want, ids)
 	}},

@@ -10,7 +10,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/gocql/gocql"
+	"github.com/google/uuid"
 )
 
 // The core: tables of partitions of rows kept sorted by clustering key, each row a
@@ -457,7 +457,7 @@ func (s *state) read(t *table, pk string, sls []slice, after string, limit int, 
 }
 
 // Values as stored: the Go types the driver reads back (int8 tinyint, int32 int, int64
-// bigint, bool, string text, []byte blob, gocql.UUID (time)uuid, time.Time timestamp to
+// bigint, bool, string text, []byte blob, uuid.UUID (time)uuid, time.Time timestamp to
 // the millisecond in UTC, the zero time being the empty value the driver writes for it,
 // map[string]string frozen<map<text, text>>).
 
@@ -479,7 +479,7 @@ func encode(v any) []byte {
 		return []byte(x)
 	case []byte:
 		return x
-	case gocql.UUID:
+	case uuid.UUID:
 		return x[:]
 	case time.Time:
 		if x.IsZero() {
@@ -554,7 +554,7 @@ func ckInt64(v int64) string {
 
 // ckUUID orders timeuuids as Cassandra's TimeUUIDType: by version and time, then by
 // the last eight bytes compared as signed bytes.
-func ckUUID(u gocql.UUID, desc bool) string {
+func ckUUID(u uuid.UUID, desc bool) string {
 	b := []byte{u[6], u[7], u[4], u[5], u[0], u[1], u[2], u[3]}
 	for _, x := range u[8:] {
 		b = append(b, x^0x80)
@@ -569,7 +569,7 @@ func ckUUID(u gocql.UUID, desc bool) string {
 
 // validTimeUUID reports whether Cassandra accepts u in a timeuuid column: a version 1
 // UUID.
-func validTimeUUID(u gocql.UUID) bool { return u[6]&0xf0 == 0x10 }
+func validTimeUUID(u uuid.UUID) bool { return u[6]&0xf0 == 0x10 }
 
 // ttlSeconds checks a bound TTL as a node does.
 func ttlSeconds(ttl int64) (int32, error) {

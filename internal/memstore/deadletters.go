@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 
 	"github.com/shardq/shardq/internal/deadletters"
@@ -35,11 +34,11 @@ type letters struct{ *client }
 
 func letterPK(queue string, day int) string { return queue + ":" + strconv.Itoa(day) }
 
-func letterCK(id uuid.UUID) string { return ckUUID(gocql.UUID(id), true) }
+func letterCK(id uuid.UUID) string { return ckUUID(id, true) }
 
 func letterOf(queue string, r *row, sec int64) deadletters.Letter {
 	v := func(col int) any { return r.value(col, sec) }
-	return deadletters.Letter{ID: uuid.UUID(r.key[0].(gocql.UUID)), TaskID: uuid.UUID(uuidOf(v(colDeadTaskID))), Queue: queue,
+	return deadletters.Letter{ID: r.key[0].(uuid.UUID), TaskID: uuidOf(v(colDeadTaskID)), Queue: queue,
 		Payload: readBlob(v(colDeadPayload)), Priority: int(int8Of(v(colDeadPriority))), DueAt: timeOf(v(colDeadDueAt)),
 		Timeout: time.Duration(int64Of(v(colDeadTimeout))) * time.Millisecond, Attempt: int(int32Of(v(colDeadAttempt))),
 		Deliveries: int64Of(v(colDeadDeliveries)), Error: stringOf(v(colDeadError)), DiedAt: timeOf(v(colDeadDiedAt)),
@@ -49,10 +48,10 @@ func letterOf(queue string, r *row, sec int64) deadletters.Letter {
 func (d letters) Write(ctx context.Context, l deadletters.Letter) error {
 	pk := letterPK(l.Queue, deadletters.Day(shard.IDTime(l.ID)))
 	err := d.exec(ctx, Request{Table: "dead_letters", Op: "DeadLetters.Write", Key: pk, Write: true}, writeType(1, false), func(s *state) error {
-		if err := checkUUIDs(gocql.UUID(l.ID), gocql.UUID(l.TaskID)); err != nil {
+		if err := checkUUIDs(l.ID, l.TaskID); err != nil {
 			return err
 		}
-		sets := []set{{colDeadTaskID, gocql.UUID(l.TaskID)}, {colDeadPayload, blob(l.Payload)}, {colDeadPriority, int8(l.Priority)},
+		sets := []set{{colDeadTaskID, l.TaskID}, {colDeadPayload, blob(l.Payload)}, {colDeadPriority, int8(l.Priority)},
 			{colDeadDueAt, timestamp(l.DueAt)}, {colDeadTimeout, l.Timeout.Milliseconds()}, {colDeadAttempt, int32(l.Attempt)},
 			{colDeadDeliveries, l.Deliveries}, {colDeadError, l.Error}, {colDeadDiedAt, timestamp(l.DiedAt)}}
 		if len(l.Headers) > 0 {
@@ -61,7 +60,7 @@ func (d letters) Write(ctx context.Context, l deadletters.Letter) error {
 		if l.Kind != "" {
 			sets = append(sets, set{colDeadKind, l.Kind})
 		}
-		s.apply(s.c.letters, pk, op{ck: letterCK(l.ID), key: []any{gocql.UUID(l.ID)}, insert: true, ttl: s.c.letters.defaultTTL,
+		s.apply(s.c.letters, pk, op{ck: letterCK(l.ID), key: []any{l.ID}, insert: true, ttl: s.c.letters.defaultTTL,
 			sets: sets}, s.serverStamp()) // stamped by the coordinator, as the ack that follows it is
 		return nil
 	})
@@ -117,10 +116,10 @@ func (d letters) Get(ctx context.Context, queue string, id uuid.UUID) (deadlette
 func (d letters) Delete(ctx context.Context, queue string, id uuid.UUID, stamp int64) error {
 	pk := letterPK(queue, deadletters.Day(shard.IDTime(id)))
 	err := d.exec(ctx, Request{Table: "dead_letters", Op: "DeadLetters.Delete", Key: pk, Write: true}, writeType(1, false), func(s *state) error {
-		if err := checkUUIDs(gocql.UUID(id)); err != nil {
+		if err := checkUUIDs(id); err != nil {
 			return err
 		}
-		s.apply(s.c.letters, pk, op{ck: letterCK(id), key: []any{gocql.UUID(id)}, delete: true}, stamp)
+		s.apply(s.c.letters, pk, op{ck: letterCK(id), key: []any{id}, delete: true}, stamp)
 		return nil
 	})
 	if err != nil {

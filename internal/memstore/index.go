@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 
 	"github.com/shardq/shardq/internal/taskindex"
@@ -43,11 +42,11 @@ func indexPK(id uuid.UUID) string {
 	return strconv.Itoa(int(minute)) + ":" + strconv.Itoa(int(slot))
 }
 
-func indexCK(id uuid.UUID) string { return ckUUID(gocql.UUID(id), false) }
+func indexCK(id uuid.UUID) string { return ckUUID(id, false) }
 
 // indexOps are the statements of w (taskindex.Write.stmts), each with its timestamp.
 func indexOps(w taskindex.Write) ([]op, []int64, error) {
-	id := gocql.UUID(w.Entry.TaskID)
+	id := w.Entry.TaskID
 	if err := checkUUIDs(id); err != nil {
 		return nil, nil, err
 	}

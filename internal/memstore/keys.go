@@ -6,7 +6,6 @@ import (
 	"math"
 	"time"
 
-	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 
 	"github.com/shardq/shardq/internal/store"
@@ -26,7 +25,7 @@ func keyPK(queue, key string) string { return queue + ":" + key }
 // store.Claim.args binds them.
 func claimArgs(c store.Claim) (holder, at any) {
 	if c.Holder != uuid.Nil {
-		holder = gocql.UUID(c.Holder)
+		holder = c.Holder
 	}
 	if !c.ClaimedAt.IsZero() {
 		at = c.ClaimedAt
@@ -36,7 +35,7 @@ func claimArgs(c store.Claim) (holder, at any) {
 
 // claimOf reads a key's row as a claim.
 func claimOf(r *row, sec int64) store.Claim {
-	return store.Claim{Holder: uuid.UUID(uuidOf(r.value(colKeyTaskID, sec))), ClaimedAt: timeOf(r.value(colKeyClaimedAt, sec))}
+	return store.Claim{Holder: uuidOf(r.value(colKeyTaskID, sec)), ClaimedAt: timeOf(r.value(colKeyClaimedAt, sec))}
 }
 
 func (k keys) Claim(ctx context.Context, queue, key string, claim store.Claim, ttl time.Duration, seen store.Claim) (bool, store.Claim, error) {
@@ -49,10 +48,10 @@ func (k keys) Claim(ctx context.Context, queue, key string, claim store.Claim, t
 			return err
 		}
 		holder, at := claimArgs(seen)
-		if err := checkUUIDs(gocql.UUID(claim.Holder)); err != nil {
+		if err := checkUUIDs(claim.Holder); err != nil {
 			return err
 		}
-		if h, ok := holder.(gocql.UUID); ok && !validTimeUUID(h) {
+		if h, ok := holder.(uuid.UUID); ok && !validTimeUUID(h) {
 			return errTimeUUID()
 		}
 		ballot := s.serverStamp()
@@ -64,7 +63,7 @@ func (k keys) Claim(ctx context.Context, queue, key string, claim store.Claim, t
 			return nil
 		}
 		// UPDATE: no row marker, so the row lives exactly as long as its two cells.
-		s.apply(s.c.keys, pk, op{sets: []set{{colKeyTaskID, gocql.UUID(claim.Holder)}, {colKeyClaimedAt, timestamp(claim.ClaimedAt)}},
+		s.apply(s.c.keys, pk, op{sets: []set{{colKeyTaskID, claim.Holder}, {colKeyClaimedAt, timestamp(claim.ClaimedAt)}},
 			ttl: secs}, ballot)
 		return nil
 	})
@@ -109,11 +108,11 @@ func (k keys) GetTTL(ctx context.Context, queue, key string) (store.Claim, time.
 func (k keys) Release(ctx context.Context, queue, key string, holder uuid.UUID) error {
 	pk := keyPK(queue, key)
 	return k.exec(ctx, Request{Table: "task_keys", Op: "Keys.Release", Key: pk, Write: true, Conditional: true}, "CAS", func(s *state) error {
-		if err := checkUUIDs(gocql.UUID(holder)); err != nil {
+		if err := checkUUIDs(holder); err != nil {
 			return err
 		}
 		ballot := s.serverStamp()
-		if equal(s.get(s.c.keys, pk, "").value(colKeyTaskID, s.sec), gocql.UUID(holder)) {
+		if equal(s.get(s.c.keys, pk, "").value(colKeyTaskID, s.sec), holder) {
 			s.apply(s.c.keys, pk, op{delete: true}, ballot)
 		}
 		return nil

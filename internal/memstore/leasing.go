@@ -4,7 +4,6 @@ import (
 	"context"
 	"math"
 
-	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 
 	"github.com/shardq/shardq/internal/store"
@@ -25,7 +24,7 @@ func (l leasing) Floors(ctx context.Context, key string) (map[int8]uuid.UUID, er
 			if m == nil {
 				m = map[int8]uuid.UUID{}
 			}
-			m[int8(e.k)] = uuid.UUID(e.v.(gocql.UUID))
+			m[int8(e.k)] = e.v.(uuid.UUID)
 		}
 		return m
 	}, func(m map[int8]uuid.UUID) bool { floors = m; return true })
@@ -38,9 +37,9 @@ func (l leasing) Floors(ctx context.Context, key string) (map[int8]uuid.UUID, er
 func (l leasing) IDs(ctx context.Context, key string, prios []int8, from, to uuid.UUID, limit int) ([]store.RowRef, error) {
 	var refs []store.RowRef
 	q := query{req: l.req("Leasing.IDs", key), t: l.c.tasks, pk: key,
-		slices: prioSlices(kindTask, prios, gocql.UUID(from), gocql.UUID(to)), limit: limit, pageSize: defaultPageSize}
+		slices: prioSlices(kindTask, prios, from, to), limit: limit, pageSize: defaultPageSize}
 	err := read(ctx, l.client, q, func(_ *state, r *row) store.RowRef {
-		return store.RowRef{Priority: r.key[1].(int8), ID: uuid.UUID(r.key[2].(gocql.UUID))}
+		return store.RowRef{Priority: r.key[1].(int8), ID: r.key[2].(uuid.UUID)}
 	}, func(ref store.RowRef) bool { refs = append(refs, ref); return true })
 	return refs, err
 }
@@ -49,7 +48,7 @@ func (l leasing) Rows(ctx context.Context, key string, prios []int8, from, to uu
 	var rows []taskrow.Row
 	cut, bytes := false, 0
 	q := query{req: l.req("Leasing.Rows/page", key), t: l.c.tasks, pk: key,
-		slices: prioSlices(kindTask, prios, gocql.UUID(from), gocql.UUID(to)), limit: limit, pageSize: pageRows}
+		slices: prioSlices(kindTask, prios, from, to), limit: limit, pageSize: pageRows}
 	err := read(ctx, l.client, q, func(s *state, r *row) taskrow.Row { return taskRow(key, r, s.sec) }, func(r taskrow.Row) bool {
 		rows = append(rows, r)
 		bytes += len(r.Payload)
@@ -108,10 +107,10 @@ func (l leasing) Swap(ctx context.Context, lk store.LockRef, bucket int64, floor
 	build := func() ([]op, error) {
 		adds := make([]add, 0, len(floors))
 		for p, id := range floors {
-			if err := checkUUIDs(gocql.UUID(id)); err != nil {
+			if err := checkUUIDs(id); err != nil {
 				return nil, err
 			}
-			adds = append(adds, add{colFloors, int64(p), gocql.UUID(id)})
+			adds = append(adds, add{colFloors, int64(p), id})
 		}
 		ops, err := releaseOps(lk, []set{{colFloorBucket, bucket}}, adds...)
 		if err != nil {
@@ -181,7 +180,7 @@ func (l leasing) MarkersThere(ctx context.Context, markers []taskrow.Row) (map[u
 	}
 	q := query{req: Request{Table: "tasks", Op: "Leasing.MarkersThere", Key: markers[0].Key, Serial: true}, t: l.c.tasks,
 		pk: markers[0].Key, slices: sls, limit: math.MaxInt, pageSize: defaultPageSize}
-	err := read(ctx, l.client, q, func(_ *state, r *row) uuid.UUID { return uuid.UUID(r.key[2].(gocql.UUID)) },
+	err := read(ctx, l.client, q, func(_ *state, r *row) uuid.UUID { return r.key[2].(uuid.UUID) },
 		func(id uuid.UUID) bool { there[id] = true; return true })
 	return there, err
 }

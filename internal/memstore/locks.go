@@ -5,7 +5,6 @@ import (
 	"math"
 	"time"
 
-	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 
 	"github.com/shardq/shardq/internal/store"
@@ -30,7 +29,7 @@ func (s *state) lockRow(key string) (*row, bool) {
 // holds reports whether lk holds its lock: IF lock_holder = ? AND lock_token = ?.
 func (s *state) holds(lk store.LockRef) bool {
 	r, _ := s.lockRow(lk.Key)
-	return equal(r.value(colLockHolder, s.sec), gocql.UUID(lk.Holder)) && equal(r.value(colLockToken, s.sec), lk.Token)
+	return equal(r.value(colLockHolder, s.sec), lk.Holder) && equal(r.value(colLockToken, s.sec), lk.Token)
 }
 
 // free reports whether key's lock is free at token expected: IF lock_holder = null AND
@@ -52,18 +51,18 @@ func (s *state) lockRowOf(key string) store.LockRow {
 		return store.LockRow{}
 	}
 	token := int64Of(r.value(colLockToken, s.sec))
-	return store.LockRow{Holder: uuid.UUID(uuidOf(r.value(colLockHolder, s.sec))), Token: &token}
+	return store.LockRow{Holder: uuidOf(r.value(colLockHolder, s.sec)), Token: &token}
 }
 
 // releaseOps frees lk and leaves its receipt (store's LockRef.release), with extra
 // assignments to the lock row.
 func releaseOps(lk store.LockRef, extra []set, adds ...add) ([]op, error) {
-	if err := checkUUIDs(gocql.UUID(lk.Holder)); err != nil {
+	if err := checkUUIDs(lk.Holder); err != nil {
 		return nil, err
 	}
 	release := lockOp(append([]set{{colLockHolder, nil}}, extra...), 0)
 	release.adds = adds
-	receipt := op{ck: taskCK(kindReceipt, 0, gocql.UUID(lk.Holder)), key: taskKey(kindReceipt, 0, gocql.UUID(lk.Holder)),
+	receipt := op{ck: taskCK(kindReceipt, 0, lk.Holder), key: taskKey(kindReceipt, 0, lk.Holder),
 		insert: true, ttl: receiptTTL}
 	return []op{release, receipt}, nil
 }
@@ -100,9 +99,9 @@ func (l locks) Take(ctx context.Context, key string, holder uuid.UUID, token int
 	return l.cas(ctx, "Locks.Take", key, func(s *state) bool { return s.free(key, expected) }, func() ([]op, error) {
 		secs, err := ttlSeconds(int64(ttl / time.Second))
 		if err == nil {
-			err = checkUUIDs(gocql.UUID(holder))
+			err = checkUUIDs(holder)
 		}
-		return []op{lockOp([]set{{colLockHolder, gocql.UUID(holder)}}, secs), lockOp([]set{{colLockToken, token}}, 0)}, err
+		return []op{lockOp([]set{{colLockHolder, holder}}, secs), lockOp([]set{{colLockToken, token}}, 0)}, err
 	})
 }
 
@@ -116,15 +115,15 @@ func (l locks) Renew(ctx context.Context, lk store.LockRef, ttl time.Duration) (
 	return l.cas(ctx, "Locks.Renew", lk.Key, func(s *state) bool { return s.holds(lk) }, func() ([]op, error) {
 		secs, err := ttlSeconds(int64(ttl / time.Second))
 		if err == nil {
-			err = checkUUIDs(gocql.UUID(lk.Holder))
+			err = checkUUIDs(lk.Holder)
 		}
-		return []op{lockOp([]set{{colLockHolder, gocql.UUID(lk.Holder)}}, secs)}, err
+		return []op{lockOp([]set{{colLockHolder, lk.Holder}}, secs)}, err
 	})
 }
 
 func (l locks) Release(ctx context.Context, lk store.LockRef) (bool, store.LockRow, error) {
 	return l.cas(ctx, "Locks.Release", lk.Key, func(s *state) bool { return s.holds(lk) }, func() ([]op, error) {
-		return []op{lockOp([]set{{colLockHolder, nil}}, 0)}, checkUUIDs(gocql.UUID(lk.Holder))
+		return []op{lockOp([]set{{colLockHolder, nil}}, 0)}, checkUUIDs(lk.Holder)
 	})
 }
 
@@ -143,7 +142,7 @@ func (l locks) Read(ctx context.Context, key string) (store.LockRow, error) {
 func (l locks) Receipt(ctx context.Context, lk store.LockRef) (bool, error) {
 	there := false
 	q := query{req: Request{Table: "tasks", Op: "Locks.Receipt", Key: lk.Key, Serial: true}, t: l.c.tasks, pk: lk.Key,
-		slices: []slice{point(taskCK(kindReceipt, 0, gocql.UUID(lk.Holder)))}, limit: math.MaxInt}
+		slices: []slice{point(taskCK(kindReceipt, 0, lk.Holder))}, limit: math.MaxInt}
 	err := read(ctx, l.client, q, func(*state, *row) bool { return true }, func(bool) bool { there = true; return true })
 	return err == nil && there, err
 }

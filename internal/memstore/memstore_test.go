@@ -81,7 +81,7 @@ func TestTombstoneThresholdFailsARead(t *testing.T) {
 	rows, _, err = s.Leasing().Rows(ctx, key, []int8{1}, from, to, 1, 100, 1<<20)
 	require.NoError(t, err, "the limit is reached before the tombstones")
 	require.Equal(t, []taskrow.Row{head}, rows)
-	rows, _, err = s.Leasing().Rows(ctx, key, []int8{1}, uuid.UUID(head.ID), to, 10, 100, 1<<20)
+	rows, _, err = s.Leasing().Rows(ctx, key, []int8{1}, head.ID, to, 10, 100, 1<<20)
 	require.Error(t, err)
 	require.Empty(t, rows)
 	rows, _, err = s.Leasing().Rows(ctx, key, []int8{1}, shard.MaxID(now.Add(time.Second)), to, 10, 100, 1<<20)
@@ -436,7 +436,7 @@ func TestStragglers(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, cells, 1)
 	for _, id := range cells {
-		require.Equal(t, at.Add(100*time.Millisecond).UnixMilli(), shard.IDTime(uuid.UUID(id)).UnixMilli(), "the touch sent later, stamped later, wins")
+		require.Equal(t, at.Add(100*time.Millisecond).UnixMilli(), shard.IDTime(id).UnixMilli(), "the touch sent later, stamped later, wins")
 	}
 
 	// A conditional write's accepted round: committed by the next SERIAL read of its

@@ -6,7 +6,6 @@ import (
 	"math"
 	"time"
 
-	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 
 	"github.com/shardq/shardq/internal/store"
@@ -39,7 +38,7 @@ func (g series) Get(ctx context.Context, queue, name string, serial bool) (store
 	pk := seriesPK(queue, name)
 	type got struct {
 		r               store.SeriesRow
-		taskID, written gocql.UUID
+		taskID, written uuid.UUID
 		nominal         int64
 	}
 	var found *got
@@ -65,7 +64,7 @@ func (g series) Get(ctx context.Context, queue, name string, serial bool) (store
 		return r, fmt.Errorf("%w: series %s in queue %s", store.ErrNotFound, name, queue)
 	}
 	r = found.r
-	r.TaskID, r.Written = uuid.UUID(found.taskID), uuid.UUID(found.written)
+	r.TaskID, r.Written = found.taskID, found.written
 	if found.nominal != 0 {
 		r.Nominal = time.Unix(0, found.nominal)
 	}
@@ -102,7 +101,7 @@ func (g series) Names(ctx context.Context, queue string) ([]string, error) {
 
 // plain writes o to partition pk of t at write timestamp stamp; ids are the timeuuids it
 // binds.
-func (g series) plain(ctx context.Context, t *table, opName, pk string, o op, stamp int64, ids ...gocql.UUID) error {
+func (g series) plain(ctx context.Context, t *table, opName, pk string, o op, stamp int64, ids ...uuid.UUID) error {
 	return g.exec(ctx, Request{Table: t.name, Op: opName, Key: pk, Write: true}, writeType(1, false), func(s *state) error {
 		if err := checkUUIDs(ids...); err != nil {
 			return err
@@ -121,7 +120,7 @@ func (g series) DeleteName(ctx context.Context, queue, name string, stamp int64)
 }
 
 // cas runs a conditional write on a series' row, if its version is want (nil: null).
-func (g series) cas(ctx context.Context, opName, queue, name string, want any, o op, check ...gocql.UUID) (bool, error) {
+func (g series) cas(ctx context.Context, opName, queue, name string, want any, o op, check ...uuid.UUID) (bool, error) {
 	pk := seriesPK(queue, name)
 	applied := false
 	err := g.exec(ctx, Request{Table: "series", Op: opName, Key: pk, Write: true, Conditional: true}, "CAS", func(s *state) error {
@@ -146,14 +145,14 @@ func (g series) Put(ctx context.Context, r store.SeriesRow, from int64) (bool, e
 		nominal = r.Nominal.UnixNano()
 	}
 	o := op{sets: []set{{colSpec, r.Spec}, {colVersion, r.Version}, {colPaused, r.Paused}, {colDone, r.Done}, {colSeq, r.Seq},
-		{colOpen, r.Open}, {colSeriesTaskID, gocql.UUID(r.TaskID)}, {colNominal, nominal}, {colPriority, r.Priority},
+		{colOpen, r.Open}, {colSeriesTaskID, r.TaskID}, {colNominal, nominal}, {colPriority, r.Priority},
 		{colStamp, r.Stamp}, {colCatchUp, r.CatchUp}, {colAdvancedAt, timestamp(r.AdvancedAt)},
 		{colSeriesCreatedAt, timestamp(r.CreatedAt)}}}
 	var want any // IF version = null
 	if from != 0 {
 		want = from
 	}
-	return g.cas(ctx, "Series.Put", r.Queue, r.Name, want, o, gocql.UUID(r.TaskID))
+	return g.cas(ctx, "Series.Put", r.Queue, r.Name, want, o, r.TaskID)
 }
 
 func (g series) Delete(ctx context.Context, queue, name string, version int64) (bool, error) {
@@ -161,6 +160,6 @@ func (g series) Delete(ctx context.Context, queue, name string, version int64) (
 }
 
 func (g series) MarkWritten(ctx context.Context, queue, name string, id uuid.UUID, stamp int64) error {
-	return g.plain(ctx, g.c.series, "Series.MarkWritten", seriesPK(queue, name), op{sets: []set{{colWritten, gocql.UUID(id)}}},
-		stamp, gocql.UUID(id))
+	return g.plain(ctx, g.c.series, "Series.MarkWritten", seriesPK(queue, name), op{sets: []set{{colWritten, id}}},
+		stamp, id)
 }

@@ -7,8 +7,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/gocql/gocql"
-
+	"github.com/google/uuid"
 	"github.com/shardq/shardq/internal/signal"
 )
 
@@ -22,7 +21,7 @@ type signals struct{ *client }
 
 func fromSlotKey(k int64) (slot, shard int) { return int(k >> 16), int(k & 0xffff) }
 
-// Touch writes the rows of signal.Group as signal.Write does: one statement per queue and
+// Touch writes the rows of signal.Group as the Cassandra store does: one statement per queue and
 // bucket, stamped by the coordinator.
 func (g signals) Touch(ctx context.Context, cells []signal.Touch) error {
 	for _, r := range signal.Group(cells) {
@@ -61,17 +60,17 @@ type bucketEntries struct {
 	entries []entry
 }
 
-func (g signals) Cells(ctx context.Context, queue string, from, to int64) (map[signal.Cell]gocql.UUID, error) {
+func (g signals) Cells(ctx context.Context, queue string, from, to int64) (map[signal.Cell]uuid.UUID, error) {
 	rows, err := buckets(ctx, g, "Signals.Cells", queue, from, to, func(s *state, r *row) bucketEntries {
 		return bucketEntries{r.key[0].(int64), r.entries(colShards, s.sec)}
 	})
 	if err != nil {
 		return nil, err
 	}
-	cells := map[signal.Cell]gocql.UUID{}
+	cells := map[signal.Cell]uuid.UUID{}
 	for _, r := range rows {
 		for _, e := range r.entries {
-			cells[signal.Cell{Queue: queue, Bucket: r.bucket, Shard: int(e.k)}] = e.v.(gocql.UUID)
+			cells[signal.Cell{Queue: queue, Bucket: r.bucket, Shard: int(e.k)}] = e.v.(uuid.UUID)
 		}
 	}
 	return cells, nil
@@ -79,8 +78,8 @@ func (g signals) Cells(ctx context.Context, queue string, from, to int64) (map[s
 
 // CellsOf reads each ring's cells as Cells does: the gate sees a request per ring, where
 // a node is sent one IN read for all of them.
-func (g signals) CellsOf(ctx context.Context, rings []string, from, to int64) (map[signal.Cell]gocql.UUID, error) {
-	cells := map[signal.Cell]gocql.UUID{}
+func (g signals) CellsOf(ctx context.Context, rings []string, from, to int64) (map[signal.Cell]uuid.UUID, error) {
+	cells := map[signal.Cell]uuid.UUID{}
 	for _, ring := range rings {
 		got, err := g.Cells(ctx, ring, from, to)
 		if err != nil {
@@ -93,8 +92,8 @@ func (g signals) CellsOf(ctx context.Context, rings []string, from, to int64) (m
 
 // CellsAndTouchesOf reads each ring's cells as Cells does, then its slots as LastTouches
 // does: the gate sees two requests per ring, where Cassandra serves one.
-func (g signals) CellsAndTouchesOf(ctx context.Context, rings []string, from, to int64) (map[signal.Cell]gocql.UUID, map[signal.Cell]signal.Slots, map[signal.Entry]time.Time, error) {
-	cells, slots, touched := map[signal.Cell]gocql.UUID{}, map[signal.Cell]signal.Slots{}, map[signal.Entry]time.Time{}
+func (g signals) CellsAndTouchesOf(ctx context.Context, rings []string, from, to int64) (map[signal.Cell]uuid.UUID, map[signal.Cell]signal.Slots, map[signal.Entry]time.Time, error) {
+	cells, slots, touched := map[signal.Cell]uuid.UUID{}, map[signal.Cell]signal.Slots{}, map[signal.Entry]time.Time{}
 	for _, ring := range rings {
 		c, err := g.Cells(ctx, ring, from, to)
 		if err != nil {
@@ -126,7 +125,7 @@ func (g signals) LastTouches(ctx context.Context, queue string, from, to int64) 
 			if cells[en.Cell] == nil {
 				cells[en.Cell] = signal.Slots{}
 			}
-			cells[en.Cell][slot] = e.v.(gocql.UUID)
+			cells[en.Cell][slot] = e.v.(uuid.UUID)
 			touched[en] = time.UnixMicro(e.ts)
 		}
 	}

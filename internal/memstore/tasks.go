@@ -7,8 +7,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/gocql/gocql"
-
+	"github.com/google/uuid"
 	"github.com/shardq/shardq/internal/store"
 	"github.com/shardq/shardq/internal/taskrow"
 )
@@ -40,11 +39,11 @@ const (
 	kindReceipt = 2
 )
 
-func taskCK(kind, priority int8, id gocql.UUID) string {
+func taskCK(kind, priority int8, id uuid.UUID) string {
 	return ckInt8(kind, false) + ckInt8(priority, true) + ckUUID(id, false)
 }
 
-func taskKey(kind, priority int8, id gocql.UUID) []any { return []any{kind, priority, id} }
+func taskKey(kind, priority int8, id uuid.UUID) []any { return []any{kind, priority, id} }
 
 // rowCK is the clustering key of task row r.
 func rowCK(r taskrow.Row) string { return taskCK(kindTask, r.Priority, r.ID) }
@@ -53,7 +52,7 @@ func rowCK(r taskrow.Row) string { return taskCK(kindTask, r.Priority, r.ID) }
 func errTimeUUID() error { return invalid("Invalid version for TimeUUID type.") }
 
 // checkUUIDs rejects what a node rejects: timeuuids of another version.
-func checkUUIDs(ids ...gocql.UUID) error {
+func checkUUIDs(ids ...uuid.UUID) error {
 	for _, id := range ids {
 		if !validTimeUUID(id) {
 			return errTimeUUID()
@@ -90,7 +89,8 @@ func insertOp(r taskrow.Row) (op, error) {
 	return op{ck: rowCK(r), key: taskKey(kindTask, r.Priority, r.ID), insert: true, sets: sets}, nil
 }
 
-// deleteOp is taskrow.Delete (and DeleteIfExists, whose condition is the caller's).
+// deleteOp is the Cassandra store's delete of a task row (and its delete-if-exists,
+// whose condition is the caller's).
 func deleteOp(r taskrow.Row) (op, error) {
 	if err := checkUUIDs(r.ID); err != nil {
 		return op{}, err
@@ -98,12 +98,12 @@ func deleteOp(r taskrow.Row) (op, error) {
 	return op{ck: rowCK(r), key: taskKey(kindTask, r.Priority, r.ID), delete: true}, nil
 }
 
-// taskRow reads r as taskrow.Scan does, in SelectRange's columns.
+// taskRow reads r as the Cassandra store's range reads do.
 func taskRow(key string, r *row, sec int64) taskrow.Row {
 	return taskrow.Row{
 		Key:      key,
 		Priority: r.key[1].(int8),
-		ID:       r.key[2].(gocql.UUID),
+		ID:       r.key[2].(uuid.UUID),
 		TaskID:   uuidOf(r.value(colTaskID, sec)),
 		Payload:  readBlob(r.value(colPayload, sec)),
 		DueAt:    timeOf(r.value(colDueAt, sec)),
@@ -119,20 +119,20 @@ func taskRow(key string, r *row, sec int64) taskrow.Row {
 }
 
 // Values as the driver scans them into Go values: null reads as the zero value.
-func uuidOf(v any) gocql.UUID { u, _ := v.(gocql.UUID); return u }
-func timeOf(v any) time.Time  { t, _ := v.(time.Time); return t }
-func int64Of(v any) int64     { n, _ := v.(int64); return n }
-func int32Of(v any) int32     { n, _ := v.(int32); return n }
-func int8Of(v any) int8       { n, _ := v.(int8); return n }
-func boolOf(v any) bool       { b, _ := v.(bool); return b }
-func stringOf(v any) string   { s, _ := v.(string); return s }
+func uuidOf(v any) uuid.UUID { u, _ := v.(uuid.UUID); return u }
+func timeOf(v any) time.Time { t, _ := v.(time.Time); return t }
+func int64Of(v any) int64    { n, _ := v.(int64); return n }
+func int32Of(v any) int32    { n, _ := v.(int32); return n }
+func int8Of(v any) int8      { n, _ := v.(int8); return n }
+func boolOf(v any) bool      { b, _ := v.(bool); return b }
+func stringOf(v any) string  { s, _ := v.(string); return s }
 
 // headersOf reads a frozen map as the driver does: null is a nil map.
 func headersOf(v any) map[string]string {
 	h, _ := v.(map[string]string)
 	return maps.Clone(h)
 }
-func prioSlices(kind int8, prios []int8, lo, hi gocql.UUID) []slice {
+func prioSlices(kind int8, prios []int8, lo, hi uuid.UUID) []slice {
 	sls := make([]slice, len(prios))
 	for i, p := range prios {
 		sls[i] = slice{lo: taskCK(kind, p, lo), hi: taskCK(kind, p, hi), hiIn: true}
@@ -278,11 +278,11 @@ func (t tasks) Exists(ctx context.Context, r taskrow.Row) (bool, error) {
 	return err == nil && there, err
 }
 
-func (t tasks) Read(ctx context.Context, key string, priority int8, id gocql.UUID) (taskrow.Row, bool, error) {
+func (t tasks) Read(ctx context.Context, key string, priority int8, id uuid.UUID) (taskrow.Row, bool, error) {
 	return t.one(ctx, "Tasks.Read", key, []slice{point(taskCK(kindTask, priority, id))})
 }
 
-func (t tasks) Find(ctx context.Context, key string, priorities []int8, id gocql.UUID) (taskrow.Row, bool, error) {
+func (t tasks) Find(ctx context.Context, key string, priorities []int8, id uuid.UUID) (taskrow.Row, bool, error) {
 	sls := make([]slice, len(priorities))
 	for i, p := range priorities {
 		sls[i] = point(taskCK(kindTask, p, id))

@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gocql/gocql"
 	"github.com/stretchr/testify/require"
 
 	"github.com/shardq/shardq/internal/clustertime"
@@ -84,7 +83,7 @@ func TestStaleOccurrenceUnplaced(t *testing.T) {
 	require.True(t, gone)
 	require.NoError(t, e.Write(ctx, q, old), "a write of it still on its way")
 	l := q.Layout()
-	_, found, err := e.Tasks.Read(ctx, l.Key(l.Bucket(at), 0), 0, gocql.UUID(old.TaskID))
+	_, found, err := e.Tasks.Read(ctx, l.Key(l.Bucket(at), 0), 0, old.TaskID)
 	require.NoError(t, err)
 	require.False(t, found, "the delete, stamped later, shadows it")
 

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 
 	"github.com/shardq/shardq/internal/clustertime"
@@ -339,6 +338,6 @@ func (e *Env) signal(ctx context.Context, q shardqtype.QueueConfig, l shard.Layo
 // occurrenceRow is the key of st's occurrence's row, laid out by l: its place is its
 // task ID's time.
 func occurrenceRow(l shard.Layout, st State) taskrow.Row {
-	id := gocql.UUID(st.TaskID)
+	id := st.TaskID
 	return taskrow.Row{Key: l.Key(l.Bucket(shard.IDTime(st.TaskID)), l.ShardFor(st.TaskID)), Priority: st.Priority, ID: id, TaskID: id}
 }

@@ -19,7 +19,6 @@ import (
 	"weak"
 
 	"github.com/gocql/gocql"
-	"github.com/google/uuid"
 
 	"github.com/shardq/shardq/internal/clustertime"
 	"github.com/shardq/shardq/internal/defaults"
@@ -105,7 +104,7 @@ func (s *State) announce(ctx context.Context, rows []taskrow.Row) error {
 			pl = place{l, tshard, cs}
 			places[r.Key] = pl
 		}
-		id, taskID := uuid.UUID(r.ID), uuid.UUID(r.TaskID)
+		id, taskID := r.ID, r.TaskID
 		if pl.l.TimeShard(pl.l.Bucket(shard.IDTime(id))) != pl.tshard || pl.l.ShardFor(taskID) != pl.cs {
 			return fmt.Errorf("sessionstate: row %s of task %s does not belong at %s", id, taskID, r.Key)
 		}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gocql/gocql"
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/shardq/shardq"
@@ -136,13 +137,13 @@ func TestWritesAnnounceTheirCells(t *testing.T) {
 	require.NoError(t, err)
 	l := q.Layout()
 	row := func(at time.Time) taskrow.Row {
-		id := gocql.UUID(shard.NewID(at))
+		id := shard.NewID(at)
 		return taskrow.Row{Key: l.Key(l.Bucket(at), 0), ID: id, TaskID: id, DueAt: at, Timeout: time.Minute}
 	}
 	write := func(r taskrow.Row) error {
 		return st.Store.Tasks().Write(ctx, []store.Mutation{{Op: store.Insert, Row: r, Stamp: now.UnixMicro()}})
 	}
-	cells := func(at time.Time) map[signal.Cell]gocql.UUID {
+	cells := func(at time.Time) map[signal.Cell]uuid.UUID {
 		got, err := tables.Signals().Cells(ctx, l.Ring(), l.Bucket(at), l.Bucket(at))
 		require.NoError(t, err)
 		return got

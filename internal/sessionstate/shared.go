@@ -8,8 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gocql/gocql"
-
+	"github.com/google/uuid"
 	"github.com/shardq/shardq/internal/signal"
 )
 
@@ -23,7 +22,7 @@ const SharedAge = 500 * time.Millisecond
 type cellsRead struct {
 	sent     time.Time // by the monotonic clock, for its age
 	from, to int64
-	cells    map[signal.Cell]gocql.UUID
+	cells    map[signal.Cell]uuid.UUID
 }
 
 // sweepRead is one shared read of a ring's slots, for sweeps.
@@ -45,7 +44,7 @@ type shared struct {
 
 // ShareCells records a read of the cells of rings' buckets from..to sent at sent (by the
 // monotonic clock), for consumers of this State to take (SharedCells).
-func (s *State) ShareCells(rings []string, from, to int64, sent time.Time, cells map[signal.Cell]gocql.UUID) {
+func (s *State) ShareCells(rings []string, from, to int64, sent time.Time, cells map[signal.Cell]uuid.UUID) {
 	s.shared.mu.Lock()
 	defer s.shared.mu.Unlock()
 	if s.shared.cells == nil {
@@ -58,7 +57,7 @@ func (s *State) ShareCells(rings []string, from, to int64, sent time.Time, cells
 
 // ShareLookback records a read of the cells of rings' buckets from..to, a lap before now's
 // bucket, whose cells no longer change (SharedLookback).
-func (s *State) ShareLookback(rings []string, from, to int64, cells map[signal.Cell]gocql.UUID) {
+func (s *State) ShareLookback(rings []string, from, to int64, cells map[signal.Cell]uuid.UUID) {
 	s.shared.mu.Lock()
 	defer s.shared.mu.Unlock()
 	if s.shared.lookbacks == nil {
@@ -70,10 +69,10 @@ func (s *State) ShareLookback(rings []string, from, to int64, cells map[signal.C
 }
 
 // split files cells by ring.
-func split(rings []string, from, to int64, sent time.Time, cells map[signal.Cell]gocql.UUID) map[string]cellsRead {
+func split(rings []string, from, to int64, sent time.Time, cells map[signal.Cell]uuid.UUID) map[string]cellsRead {
 	byRing := make(map[string]cellsRead, len(rings))
 	for _, r := range rings {
-		byRing[r] = cellsRead{sent: sent, from: from, to: to, cells: map[signal.Cell]gocql.UUID{}}
+		byRing[r] = cellsRead{sent: sent, from: from, to: to, cells: map[signal.Cell]uuid.UUID{}}
 	}
 	for c, v := range cells {
 		if r, ok := byRing[c.Queue]; ok {
@@ -85,7 +84,7 @@ func split(rings []string, from, to int64, sent time.Time, cells map[signal.Cell
 
 // SharedCells returns the cells of ring's buckets from..to from a read the watch shared
 // within SharedAge, and how long ago that read was sent; false when there is none.
-func (s *State) SharedCells(ring string, from, to int64) (map[signal.Cell]gocql.UUID, time.Duration, bool) {
+func (s *State) SharedCells(ring string, from, to int64) (map[signal.Cell]uuid.UUID, time.Duration, bool) {
 	s.shared.mu.Lock()
 	defer s.shared.mu.Unlock()
 	r, ok := s.shared.cells[ring]
@@ -99,7 +98,7 @@ func (s *State) SharedCells(ring string, from, to int64) (map[signal.Cell]gocql.
 
 // SharedLookback returns the cells of ring's buckets from..to, a lap before now's, from
 // the last such read the watch shared, and false when it did not cover them.
-func (s *State) SharedLookback(ring string, from, to int64) (map[signal.Cell]gocql.UUID, bool) {
+func (s *State) SharedLookback(ring string, from, to int64) (map[signal.Cell]uuid.UUID, bool) {
 	s.shared.mu.Lock()
 	defer s.shared.mu.Unlock()
 	r, ok := s.shared.lookbacks[ring]
@@ -110,11 +109,11 @@ func (s *State) SharedLookback(ring string, from, to int64) (map[signal.Cell]goc
 }
 
 // within returns r's cells of buckets from..to, if r covered them.
-func (r cellsRead) within(from, to int64) (map[signal.Cell]gocql.UUID, bool) {
+func (r cellsRead) within(from, to int64) (map[signal.Cell]uuid.UUID, bool) {
 	if from < r.from || to > r.to {
 		return nil, false
 	}
-	out := make(map[signal.Cell]gocql.UUID, len(r.cells))
+	out := make(map[signal.Cell]uuid.UUID, len(r.cells))
 	for c, v := range r.cells {
 		if c.Bucket >= from && c.Bucket <= to {
 			out[c] = v

@@ -20,9 +20,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
-	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -30,7 +28,6 @@ import (
 	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 
-	"github.com/shardq/shardq/internal/cql"
 	"github.com/shardq/shardq/shard"
 )
 
@@ -49,7 +46,7 @@ type Entry struct {
 }
 
 // Slots are a cell's entries as read: per slot, the earliest row time of its last touch.
-type Slots map[int]gocql.UUID
+type Slots map[int]uuid.UUID
 
 // SlotWidth is the span of a bucket one entry stands for. A sweep takes a slot whose last
 // touch came more than half the consumer's MaxClockSkew after the slot began for a late
@@ -74,8 +71,12 @@ func SlotStart(l shard.Layout, bucket int64, slot int) time.Time {
 	return l.BucketStart(bucket).Add(time.Duration(slot) * slotWidth(l))
 }
 
-func mapKey(e Entry) int              { return e.Slot<<16 | e.Shard }
-func fromKey(k int) (slot, shard int) { return k >> 16, k & 0xffff }
+func mapKey(e Entry) int { return e.Slot<<16 | e.Shard }
+
+// EntryAt is the entry of the cell of queue's bucket whose slot map has key k (Row.Slots).
+func EntryAt(queue string, bucket int64, k int) Entry {
+	return Entry{Cell: Cell{Queue: queue, Bucket: bucket, Shard: k & 0xffff}, Slot: k >> 16}
+}
 
 // Touches gathers the entries rows were written into, each with the earliest row time
 // written into it, for one Touch.
@@ -120,19 +121,6 @@ type Touch struct {
 	Until    time.Time
 	Needed   time.Time
 }
-
-const (
-	touchStmt = `UPDATE queue_signals USING TTL ? SET shards = shards + ?, slots = slots + ? WHERE queue = ? AND bucket = ?`
-	readStmt  = `SELECT bucket, shards FROM queue_signals WHERE queue = ? AND bucket >= ? AND bucket <= ?`
-	// readRingsStmt reads the cells of several rings whose buckets are numbered alike
-	// (their layouts' buckets are as long) in one request.
-	readRingsStmt = `SELECT queue, bucket, shards FROM queue_signals WHERE queue IN ? AND bucket >= ? AND bucket <= ?`
-	// Write times of a map come in the order of its keys.
-	readSlotsStmt = `SELECT bucket, slots, writetime(slots) FROM queue_signals WHERE queue = ? AND bucket >= ? AND bucket <= ?`
-	// readRingsAllStmt reads, of several rings, both the cells and the slots: a client's
-	// watch serves its reads of cells and a sweep's read of slots with one request.
-	readRingsAllStmt = `SELECT queue, bucket, shards, slots, writetime(slots) FROM queue_signals WHERE queue IN ? AND bucket >= ? AND bucket <= ?`
-)
 
 // maxTTL is Cassandra's longest time to live, 20 years: a cell for a bucket further
 // ahead expires before it; the task is found by the polls of its bucket then.
@@ -312,9 +300,9 @@ type Row struct {
 	Queue  string
 	Bucket int64
 	// Shards holds the entry of each shard: the earliest row time touched in it.
-	Shards map[int]gocql.UUID
+	Shards map[int]uuid.UUID
 	// Slots holds the entry of each slot, by its map key (the slot and the shard).
-	Slots map[int]gocql.UUID
+	Slots map[int]uuid.UUID
 	// Until is the latest end of bucket among the cells, which the row outlives by a day.
 	Until time.Time
 }
@@ -340,13 +328,13 @@ func Group(cells []Touch) []Row {
 		if !ok {
 			i = len(rows)
 			idx[k] = i
-			rows = append(rows, Row{Queue: c.Queue, Bucket: c.Bucket, Shards: map[int]gocql.UUID{}, Slots: map[int]gocql.UUID{}})
+			rows = append(rows, Row{Queue: c.Queue, Bucket: c.Bucket, Shards: map[int]uuid.UUID{}, Slots: map[int]uuid.UUID{}})
 		}
 		r := &rows[i]
-		r.Slots[mapKey(c.Entry)] = gocql.UUID(shard.NewID(c.Earliest))
+		r.Slots[mapKey(c.Entry)] = shard.NewID(c.Earliest)
 		if at, ok := earliest[c.Cell]; !ok || c.Earliest.Before(at) {
 			earliest[c.Cell] = c.Earliest
-			r.Shards[c.Shard] = gocql.UUID(shard.NewID(c.Earliest))
+			r.Shards[c.Shard] = shard.NewID(c.Earliest)
 		}
 		if c.Until.After(r.Until) {
 			r.Until = c.Until
@@ -356,131 +344,21 @@ func Group(cells []Touch) []Row {
 	return rows
 }
 
-// Write touches cells, one statement per row of Group.
-func Write(ctx context.Context, session *gocql.Session, cells []Touch) error {
-	for _, r := range Group(cells) {
-		// Stamped by the coordinator: an entry must keep the touch made last in real time.
-		err := cql.Query(session, touchStmt, r.TTL(time.Now()), r.Shards, r.Slots, r.Queue, r.Bucket).WithContext(ctx).DefaultTimestamp(false).Exec()
-		if err != nil {
-			return fmt.Errorf("signal: touching %s bucket %d: %w", r.Queue, r.Bucket, err)
-		}
-	}
-	return nil
-}
-
-// Cells reads the cells of queue's buckets from..to (within their time to live): the
-// partitions that may hold tasks written for those buckets, each with the earliest row
-// time of its last touch. Every touch changes its cell's value.
-func Cells(ctx context.Context, session *gocql.Session, queue string, from, to int64) (map[Cell]gocql.UUID, error) {
-	cells := map[Cell]gocql.UUID{}
-	iter := cql.Query(session, readStmt, queue, from, to).WithContext(ctx).Iter()
-	var bucket int64
-	var shards map[int]gocql.UUID
-	for iter.Scan(&bucket, &shards) {
-		for s, v := range shards {
-			cells[Cell{Queue: queue, Bucket: bucket, Shard: s}] = v
-		}
-		shards = nil
-	}
-	if err := iter.Close(); err != nil {
-		return nil, fmt.Errorf("signal: reading %s: %w", queue, err)
-	}
-	return cells, nil
-}
-
-// CellsOf reads the cells of buckets from..to of each of rings, whose layouts' buckets
-// are equally long, in one request.
-func CellsOf(ctx context.Context, session *gocql.Session, rings []string, from, to int64) (map[Cell]gocql.UUID, error) {
-	cells := map[Cell]gocql.UUID{}
-	iter := cql.Query(session, readRingsStmt, rings, from, to).WithContext(ctx).Iter()
-	var ring string
-	var bucket int64
-	var shards map[int]gocql.UUID
-	for iter.Scan(&ring, &bucket, &shards) {
-		for s, v := range shards {
-			cells[Cell{Queue: ring, Bucket: bucket, Shard: s}] = v
-		}
-		shards = nil
-	}
-	if err := iter.Close(); err != nil {
-		return nil, fmt.Errorf("signal: reading %v: %w", rings, err)
-	}
-	return cells, nil
-}
-
-// LastTouches reads the slots of the cells of queue's buckets from..to, and when each slot
-// was last touched, by the cluster's clock. Only sweeps need them, once per SweepInterval.
-func LastTouches(ctx context.Context, session *gocql.Session, queue string, from, to int64) (map[Cell]Slots, map[Entry]time.Time, error) {
-	iter := cql.Query(session, readSlotsStmt, queue, from, to).WithContext(ctx).Iter()
-	return scanSlots(iter, queue, nil)
-}
-
-// CellsAndTouchesOf reads buckets from..to of each of rings, whose layouts' buckets are
-// equally long, in one request: their cells, as CellsOf, and their slots and when each
-// was last touched, as LastTouches.
-func CellsAndTouchesOf(ctx context.Context, session *gocql.Session, rings []string, from, to int64) (map[Cell]gocql.UUID, map[Cell]Slots, map[Entry]time.Time, error) {
-	iter := cql.Query(session, readRingsAllStmt, rings, from, to).WithContext(ctx).Iter()
-	cells := map[Cell]gocql.UUID{}
-	slots, touched, err := scanSlots(iter, "", cells)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	return cells, slots, touched, nil
-}
-
-// scanSlots reads the rows of iter, each a bucket's slots and their write times, of
-// queue; or, when cells is not nil, each a ring, a bucket, its cells (into cells), its
-// slots and their write times.
-func scanSlots(iter *gocql.Iter, queue string, cells map[Cell]gocql.UUID) (map[Cell]Slots, map[Entry]time.Time, error) {
-	slotsOf, touched := map[Cell]Slots{}, map[Entry]time.Time{}
-	var bucket int64
-	var shards, cellShards map[int]gocql.UUID
-	var times []int64
-	dest := []any{&bucket, &shards, &times}
-	if cells != nil {
-		dest = []any{&queue, &bucket, &cellShards, &shards, &times}
-	}
-	for iter.Scan(dest...) {
-		for s, v := range cellShards {
-			cells[Cell{Queue: queue, Bucket: bucket, Shard: s}] = v
-		}
-		keys := slices.Sorted(maps.Keys(shards))
-		if len(keys) != len(times) {
-			_ = iter.Close()
-			return nil, nil, fmt.Errorf("signal: reading %s bucket %d: %d write times for %d slots", queue, bucket, len(times), len(keys))
-		}
-		for i, k := range keys {
-			slot, s := fromKey(k)
-			e := Entry{Cell: Cell{Queue: queue, Bucket: bucket, Shard: s}, Slot: slot}
-			if slotsOf[e.Cell] == nil {
-				slotsOf[e.Cell] = Slots{}
-			}
-			slotsOf[e.Cell][slot] = shards[k]
-			touched[e] = time.UnixMicro(times[i])
-		}
-		shards, cellShards, times = nil, nil, nil
-	}
-	if err := iter.Close(); err != nil {
-		return nil, nil, fmt.Errorf("signal: reading the slots of %s: %w", queue, err)
-	}
-	return slotsOf, touched, nil
-}
-
 // Watcher notices touches of one queue's cells.
 type Watcher struct {
 	cells Reader
 	queue string
-	seen  map[Cell]gocql.UUID
+	seen  map[Cell]uuid.UUID
 }
 
-// Reader reads cells: the session's store (internal/store), which calls Cells.
+// Reader reads cells: the session's store (internal/store).
 type Reader interface {
-	Cells(ctx context.Context, queue string, from, to int64) (map[Cell]gocql.UUID, error)
+	Cells(ctx context.Context, queue string, from, to int64) (map[Cell]uuid.UUID, error)
 }
 
 // NewWatcher returns a Watcher of queue reading through cells.
 func NewWatcher(cells Reader, queue string) *Watcher {
-	return &Watcher{cells: cells, queue: queue, seen: map[Cell]gocql.UUID{}}
+	return &Watcher{cells: cells, queue: queue, seen: map[Cell]uuid.UUID{}}
 }
 
 // Changed reads the cells of buckets from..to and reports whether one was touched since
@@ -500,7 +378,7 @@ func (w *Watcher) ChangedIn(ctx context.Context, ring string, from, to int64, si
 	}
 	changed := false
 	for c, v := range cells {
-		if w.seen[c] != v && !shard.IDTime(uuid.UUID(v)).Before(since) {
+		if w.seen[c] != v && !shard.IDTime(v).Before(since) {
 			changed = true
 		}
 		w.seen[c] = v

@@ -26,7 +26,7 @@ const (
 func (s leasing) Floors(ctx context.Context, key string) (map[int8]uuid.UUID, error) {
 	var bucket int64
 	var stored map[int8]gocql.UUID
-	err := cql.Query(s.session, selectFloors, key, taskrow.LockID).WithContext(ctx).Scan(&bucket, &stored)
+	err := cql.Query(s.session, selectFloors, key, lockID).WithContext(ctx).Scan(&bucket, &stored)
 	switch {
 	case errors.Is(err, gocql.ErrNotFound):
 		return nil, nil
@@ -44,7 +44,7 @@ func (s leasing) Floors(ctx context.Context, key string) (map[int8]uuid.UUID, er
 }
 
 func (s leasing) IDs(ctx context.Context, key string, prios []int8, from, to uuid.UUID, limit int) ([]RowRef, error) {
-	iter := cql.Query(s.session, taskrow.SelectRangeIDs, key, prios, gocql.UUID(from), gocql.UUID(to), limit).WithContext(ctx).Iter()
+	iter := cql.Query(s.session, selectRangeIDs, key, prios, gocql.UUID(from), gocql.UUID(to), limit).WithContext(ctx).Iter()
 	var refs []RowRef
 	var prio int8
 	var id gocql.UUID
@@ -55,9 +55,9 @@ func (s leasing) IDs(ctx context.Context, key string, prios []int8, from, to uui
 }
 
 func (s leasing) Rows(ctx context.Context, key string, prios []int8, from, to uuid.UUID, limit, pageRows, maxBytes int) ([]taskrow.Row, bool, error) {
-	iter := cql.Query(s.session, taskrow.SelectRange, key, prios, gocql.UUID(from), gocql.UUID(to), limit).
+	iter := cql.Query(s.session, selectRange, key, prios, gocql.UUID(from), gocql.UUID(to), limit).
 		WithContext(ctx).PageSize(pageRows).Iter()
-	return taskrow.Scan(iter, key, maxBytes)
+	return scanRows(iter, key, maxBytes)
 }
 
 func (s leasing) WriteMarkers(ctx context.Context, rows []taskrow.Row, ts int64, inFlight int) error {
@@ -65,7 +65,7 @@ func (s leasing) WriteMarkers(ctx context.Context, rows []taskrow.Row, ts int64,
 	return fanout.Each(len(batches), inFlight, func(i int) error {
 		b := cql.Batch(s.session, gocql.UnloggedBatch).WithContext(ctx)
 		for _, idx := range batches[i] {
-			stmt, args := rows[idx].Insert(ts)
+			stmt, args := rowInsert(rows[idx], ts)
 			b.Query(stmt, args...)
 		}
 		return s.session.ExecuteBatch(b)
@@ -77,7 +77,7 @@ func (s leasing) DropMarkers(ctx context.Context, rows []taskrow.Row, ts int64, 
 	return fanout.Each(len(batches), inFlight, func(i int) error {
 		b := cql.Batch(s.session, gocql.UnloggedBatch).WithContext(ctx)
 		for _, idx := range batches[i] {
-			stmt, args := rows[idx].DeleteAt(ts)
+			stmt, args := rowDeleteAt(rows[idx], ts)
 			b.Query(stmt, args...)
 		}
 		return s.session.ExecuteBatch(b)
@@ -93,31 +93,31 @@ func (s leasing) Swap(ctx context.Context, lk LockRef, bucket int64, floors map[
 	lk.release(b, floorAssignments, bucket, stored)
 	for _, r := range rows {
 		if r.Attempt == 0 {
-			b.Query(taskrow.Delete, r.KeyArgs()...)
+			b.Query(deleteStmt, keyArgs(r)...)
 		} else {
-			b.Query(taskrow.DeleteIfExists, r.KeyArgs()...)
+			b.Query(deleteIfExistsStmt, keyArgs(r)...)
 		}
 	}
 	return lwt.Batch(s.session, b)
 }
 
 func (s leasing) DeleteMarker(ctx context.Context, marker taskrow.Row) (bool, error) {
-	return cql.Query(s.session, taskrow.DeleteIfExists, marker.KeyArgs()...).
+	return cql.Query(s.session, deleteIfExistsStmt, keyArgs(marker)...).
 		WithContext(ctx).RetryPolicy(lwt.NoRetry).MapScanCAS(map[string]any{})
 }
 
 func (s leasing) DeleteMarkers(ctx context.Context, markers []taskrow.Row) (bool, error) {
 	b := cql.Batch(s.session, gocql.LoggedBatch).WithContext(ctx)
 	for _, m := range markers {
-		b.Query(taskrow.DeleteIfExists, m.KeyArgs()...)
+		b.Query(deleteIfExistsStmt, keyArgs(m)...)
 	}
 	return lwt.Batch(s.session, b)
 }
 
 func (s leasing) ReplaceMarker(ctx context.Context, from, to taskrow.Row) (bool, error) {
 	b := cql.Batch(s.session, gocql.LoggedBatch).WithContext(ctx)
-	b.Query(taskrow.DeleteIfExists, from.KeyArgs()...)
-	stmt, args := to.InsertLWT()
+	b.Query(deleteIfExistsStmt, keyArgs(from)...)
+	stmt, args := rowInsertLWT(to)
 	b.Query(stmt, args...)
 	return lwt.Batch(s.session, b)
 }
@@ -131,7 +131,7 @@ func (s leasing) MarkersThere(ctx context.Context, markers []taskrow.Row) (map[u
 		strings.TrimSuffix(strings.Repeat("(1, ?, ?), ", len(markers)), ", ") + `)`
 	args := []any{markers[0].Key}
 	for _, m := range markers {
-		args = append(args, m.Priority, m.ID)
+		args = append(args, m.Priority, gocql.UUID(m.ID))
 	}
 	iter := lwt.SerialRead(s.session, cql.Query(s.session, stmt, args...).WithContext(ctx)).Iter()
 	var id gocql.UUID

@@ -10,7 +10,6 @@ import (
 
 	"github.com/shardq/shardq/internal/cql"
 	"github.com/shardq/shardq/internal/lwt"
-	"github.com/shardq/shardq/internal/taskrow"
 )
 
 type locks cassandra
@@ -42,7 +41,7 @@ func (lk LockRef) release(b *gocql.Batch, assignments string, args ...any) {
 	if assignments != "" {
 		stmt = `UPDATE tasks SET lock_holder = null, ` + assignments + lockWhere + ` IF lock_holder = ? AND lock_token = ?`
 	}
-	b.Query(stmt, append(args, lk.Key, taskrow.LockID, gocql.UUID(lk.Holder), lk.Token)...)
+	b.Query(stmt, append(args, lk.Key, lockID, gocql.UUID(lk.Holder), lk.Token)...)
 	b.Query(writeReceipt, lk.Key, gocql.UUID(lk.Holder), int(receiptTTL/time.Second))
 }
 
@@ -50,8 +49,8 @@ func seconds(ttl time.Duration) int { return int(ttl / time.Second) }
 
 func (s locks) Take(ctx context.Context, key string, holder uuid.UUID, token int64, expected *int64, ttl time.Duration) (bool, LockRow, error) {
 	b := cql.Batch(s.session, gocql.LoggedBatch).WithContext(ctx)
-	b.Query(takeLock, seconds(ttl), gocql.UUID(holder), key, taskrow.LockID, expected)
-	b.Query(setToken, token, key, taskrow.LockID)
+	b.Query(takeLock, seconds(ttl), gocql.UUID(holder), key, lockID, expected)
+	b.Query(setToken, token, key, lockID)
 	b.RetryPolicy(lwt.NoRetry)
 	// Not lwt.Batch: a batch that did not apply returns the stored row, which we keep.
 	row := map[string]any{}
@@ -63,15 +62,15 @@ func (s locks) Take(ctx context.Context, key string, holder uuid.UUID, token int
 }
 
 func (s locks) Bump(ctx context.Context, key string, token int64, expected *int64) (bool, LockRow, error) {
-	return s.cas(ctx, bumpToken, token, key, taskrow.LockID, expected)
+	return s.cas(ctx, bumpToken, token, key, lockID, expected)
 }
 
 func (s locks) Renew(ctx context.Context, lk LockRef, ttl time.Duration) (bool, LockRow, error) {
-	return s.cas(ctx, renewLock, seconds(ttl), gocql.UUID(lk.Holder), lk.Key, taskrow.LockID, gocql.UUID(lk.Holder), lk.Token)
+	return s.cas(ctx, renewLock, seconds(ttl), gocql.UUID(lk.Holder), lk.Key, lockID, gocql.UUID(lk.Holder), lk.Token)
 }
 
 func (s locks) Release(ctx context.Context, lk LockRef) (bool, LockRow, error) {
-	return s.cas(ctx, releaseLock, lk.Key, taskrow.LockID, gocql.UUID(lk.Holder), lk.Token)
+	return s.cas(ctx, releaseLock, lk.Key, lockID, gocql.UUID(lk.Holder), lk.Token)
 }
 
 // cas runs one conditional statement on a lock row.
@@ -83,7 +82,7 @@ func (s locks) cas(ctx context.Context, stmt string, args ...any) (bool, LockRow
 
 func (s locks) Read(ctx context.Context, key string) (LockRow, error) {
 	row := map[string]any{}
-	err := lwt.SerialRead(s.session, cql.Query(s.session, readLock, key, taskrow.LockID).WithContext(ctx)).MapScan(row)
+	err := lwt.SerialRead(s.session, cql.Query(s.session, readLock, key, lockID).WithContext(ctx)).MapScan(row)
 	if err != nil && !errors.Is(err, gocql.ErrNotFound) {
 		return LockRow{}, err
 	}

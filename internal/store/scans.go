@@ -27,7 +27,9 @@ func (s scans) Tally(ctx context.Context, key string, prios []int8, from, to uui
 	iter := cql.Query(s.session, tallyStmt, key, prios, gocql.UUID(from), gocql.UUID(to)).
 		WithContext(ctx).PageSize(pageRows).Iter()
 	r := taskrow.Row{Key: key}
-	for iter.Scan(&r.Priority, &r.ID, &r.Attempt, &r.Retrying) {
+	var id gocql.UUID
+	for iter.Scan(&r.Priority, &id, &r.Attempt, &r.Retrying) {
+		r.ID = uuid.UUID(id)
 		fn(r)
 	}
 	return iter.Close()
@@ -38,7 +40,9 @@ func (s scans) Heads(ctx context.Context, key string, prios []int8, from, to uui
 	var rows []taskrow.Row
 	r := taskrow.Row{Key: key}
 	var timeoutMs int64
-	for iter.Scan(&r.Priority, &r.ID, &r.TaskID, &r.DueAt, &timeoutMs, &r.Attempt, &r.Token) {
+	var id, taskID gocql.UUID
+	for iter.Scan(&r.Priority, &id, &taskID, &r.DueAt, &timeoutMs, &r.Attempt, &r.Token) {
+		r.ID, r.TaskID = uuid.UUID(id), uuid.UUID(taskID)
 		r.Timeout = time.Duration(timeoutMs) * time.Millisecond
 		rows = append(rows, r)
 	}

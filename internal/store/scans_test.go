@@ -4,7 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
@@ -21,8 +20,8 @@ func TestScansReadRangesWithoutPayloads(t *testing.T) {
 	const key = "q:0:0"
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	row := func(prio int8, at time.Time, attempt int, retrying bool) taskrow.Row {
-		id := gocql.UUID(shard.NewID(at))
-		return taskrow.Row{Key: key, Priority: prio, ID: id, TaskID: gocql.UUID(shard.NewID(now)), Payload: []byte("payload"),
+		id := shard.NewID(at)
+		return taskrow.Row{Key: key, Priority: prio, ID: id, TaskID: shard.NewID(now), Payload: []byte("payload"),
 			DueAt: now, Timeout: 3 * time.Second, Attempt: attempt, Token: int64(attempt) + 4, Keyed: true, Series: "s", Retrying: retrying}
 	}
 	before := row(9, now.Add(-time.Hour), 0, false) // below from
@@ -60,7 +59,7 @@ func TestScansReadRangesWithoutPayloads(t *testing.T) {
 	require.NoError(t, s.Scans().TaskIDs(ctx, key, 2, func(id uuid.UUID) { ids = append(ids, id) }))
 	var want []uuid.UUID
 	for _, r := range append([]taskrow.Row{before, after, other}, rows...) {
-		want = append(want, uuid.UUID(r.TaskID))
+		want = append(want, r.TaskID)
 	}
 	require.ElementsMatch(t, want, ids, "every row of the partition, whatever its priority and time")
 }

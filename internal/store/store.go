@@ -1,8 +1,9 @@
 // Package store is the boundary between shardq's protocol and the tables it keeps: one
-// interface per table, speaking in rows, composed into Store. Packages above it decide
-// (what to write, how to settle an unknown outcome); the store only reads and writes, so
-// the protocol can run against something other than a live node. Cassandra is the
-// implementation on a gocql session.
+// interface per table, speaking in rows and uuid.UUIDs, composed into Store. Packages
+// above it decide (what to write, how to settle an unknown outcome); the store only reads
+// and writes, so the protocol can run against something other than a live node.
+// Cassandra is the implementation on a gocql session, and the one place that spells the
+// statements on the tables.
 //
 // A conditional write is never retried. Its error is the driver's, as is or wrapped, so
 // callers tell a definite refusal (lwt.Definite) from an unknown outcome, which they
@@ -14,7 +15,6 @@ import (
 	"errors"
 	"time"
 
-	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 
 	"github.com/shardq/shardq/internal/deadletters"
@@ -84,9 +84,9 @@ type Tasks interface {
 	// Exists reads at SERIAL whether r is there: a change in flight is settled first.
 	Exists(ctx context.Context, r taskrow.Row) (bool, error)
 	// Read reads the row at key, priority and id.
-	Read(ctx context.Context, key string, priority int8, id gocql.UUID) (taskrow.Row, bool, error)
+	Read(ctx context.Context, key string, priority int8, id uuid.UUID) (taskrow.Row, bool, error)
 	// Find reads the row of id in partition key, whichever of priorities it has.
-	Find(ctx context.Context, key string, priorities []int8, id gocql.UUID) (taskrow.Row, bool, error)
+	Find(ctx context.Context, key string, priorities []int8, id uuid.UUID) (taskrow.Row, bool, error)
 }
 
 // Scans reads task rows for those that look at a queue without taking part in it (the
@@ -202,15 +202,15 @@ type Signals interface {
 	// Touch writes cells.
 	Touch(ctx context.Context, cells []signal.Touch) error
 	// Cells reads the cells of queue's buckets from..to.
-	Cells(ctx context.Context, queue string, from, to int64) (map[signal.Cell]gocql.UUID, error)
+	Cells(ctx context.Context, queue string, from, to int64) (map[signal.Cell]uuid.UUID, error)
 	// CellsOf reads the cells of buckets from..to of rings whose buckets are equally
 	// long, in one request.
-	CellsOf(ctx context.Context, rings []string, from, to int64) (map[signal.Cell]gocql.UUID, error)
+	CellsOf(ctx context.Context, rings []string, from, to int64) (map[signal.Cell]uuid.UUID, error)
 	// LastTouches reads the slots of those cells and when each was last touched.
 	LastTouches(ctx context.Context, queue string, from, to int64) (map[signal.Cell]signal.Slots, map[signal.Entry]time.Time, error)
 	// CellsAndTouchesOf is CellsOf and LastTouches on buckets from..to of rings whose
 	// buckets are equally long, in one request.
-	CellsAndTouchesOf(ctx context.Context, rings []string, from, to int64) (map[signal.Cell]gocql.UUID, map[signal.Cell]signal.Slots, map[signal.Entry]time.Time, error)
+	CellsAndTouchesOf(ctx context.Context, rings []string, from, to int64) (map[signal.Cell]uuid.UUID, map[signal.Cell]signal.Slots, map[signal.Entry]time.Time, error)
 	// Passed reads ring's pass mark (the queue_passes table): per concurrency shard a
 	// bucket, and when the mark was made; nil when none is stored.
 	Passed(ctx context.Context, ring string) (map[int]int64, time.Time, error)

@@ -103,7 +103,7 @@ func TestTasksApplyIsFencedByItsLockAndRows(t *testing.T) {
 	const key = "q:0:0"
 	now := time.Now().UTC()
 	row := func(at time.Time) taskrow.Row {
-		id := gocql.UUID(shard.NewID(at))
+		id := shard.NewID(at)
 		return taskrow.Row{Key: key, Priority: 3, ID: id, TaskID: id, Payload: []byte("p"), DueAt: at.Truncate(time.Millisecond), Timeout: time.Second}
 	}
 	from, to := row(now), row(now.Add(time.Second))
@@ -260,33 +260,26 @@ func TestLocksWriteOnTheRowAsExpected(t *testing.T) {
 	}
 }
 
-// Cassandra stamps every write of a conditional batch with the batch's ballot, whatever
-// timestamp a statement in it asks for (CASSANDRA_NOTES: a conditional batch cannot carry
-// a custom timestamp). Markers a conditional batch writes therefore always order after
-// the plain writes stamped below the cluster's time, and never need a Stamp.
+// Cassandra stamps every write of a conditional batch with the batch's ballot
+// (CASSANDRA_NOTES: a conditional batch cannot carry a custom timestamp). Markers a
+// conditional batch writes (here ReplaceMarker's) therefore always order after the plain
+// writes stamped below the cluster's time, and never need a Stamp.
 func TestConditionalBatchStampsByItsBallot(t *testing.T) {
 	t.Parallel()
-	ctx, session, _ := setup(t)
+	ctx, session, s := setup(t)
 	at := time.Now().UTC()
 	row := func(at time.Time) taskrow.Row {
-		id := gocql.UUID(shard.NewID(at))
+		id := shard.NewID(at)
 		return taskrow.Row{Key: "q:0:0", Priority: 1, ID: id, TaskID: id, DueAt: at.Truncate(time.Millisecond), Timeout: time.Second}
 	}
 	from, to := row(at), row(at.Add(time.Second))
-	stmt, args := from.Insert(at.UnixMicro())
-	require.NoError(t, session.Query(stmt, args...).WithContext(ctx).Exec())
-
-	b := session.NewBatch(gocql.LoggedBatch).WithContext(ctx)
-	b.Query(taskrow.DeleteIfExists, from.KeyArgs()...)
-	stmt, args = to.Insert(1000) // asks for 1970
-	b.Query(stmt, args...)
-	applied, iter, err := session.ExecuteBatchCAS(b)
+	require.NoError(t, s.Tasks().Write(ctx, []store.Mutation{{Op: store.Insert, Row: from, Stamp: at.UnixMicro()}}))
+	applied, err := s.Leasing().ReplaceMarker(ctx, from, to)
 	require.NoError(t, err)
-	require.NoError(t, iter.Close())
 	require.True(t, applied)
 
 	var stamp int64
 	require.NoError(t, session.Query(`SELECT writetime(task_id) FROM tasks WHERE shard_key = ? AND kind = 1 AND priority = ? AND id = ?`,
-		to.KeyArgs()...).WithContext(ctx).Scan(&stamp))
+		to.Key, to.Priority, gocql.UUID(to.ID)).WithContext(ctx).Scan(&stamp))
 	require.Greater(t, stamp, at.Add(-time.Minute).UnixMicro(), "the ballot's time, not the 1000 asked for")
 }

@@ -7,6 +7,7 @@ import (
 	"math"
 
 	"github.com/gocql/gocql"
+	"github.com/google/uuid"
 
 	"github.com/shardq/shardq/internal/cql"
 	"github.com/shardq/shardq/internal/lwt"
@@ -20,16 +21,16 @@ func (m Mutation) stmt(conditional bool) (string, []any) {
 	switch m.Op {
 	case Insert:
 		if conditional {
-			return m.Row.InsertLWT()
+			return rowInsertLWT(m.Row)
 		}
-		return m.Row.Insert(m.Stamp)
+		return rowInsert(m.Row, m.Stamp)
 	case Delete:
 		if m.Stamp != 0 {
-			return m.Row.DeleteAt(m.Stamp)
+			return rowDeleteAt(m.Row, m.Stamp)
 		}
-		return taskrow.Delete, m.Row.KeyArgs()
+		return deleteStmt, keyArgs(m.Row)
 	case DeleteIfExists:
-		return taskrow.DeleteIfExists, m.Row.KeyArgs()
+		return deleteIfExistsStmt, keyArgs(m.Row)
 	}
 	panic(fmt.Sprintf("store: mutation %d has no single statement", m.Op))
 }
@@ -61,28 +62,28 @@ func (t tasks) Apply(ctx context.Context, muts []Mutation) (bool, error) {
 }
 
 func (t tasks) DeleteIfExists(ctx context.Context, r taskrow.Row) (bool, error) {
-	return cql.Query(t.session, taskrow.DeleteIfExists, r.KeyArgs()...).WithContext(ctx).
+	return cql.Query(t.session, deleteIfExistsStmt, keyArgs(r)...).WithContext(ctx).
 		RetryPolicy(lwt.NoRetry).MapScanCAS(map[string]any{})
 }
 
 func (t tasks) Exists(ctx context.Context, r taskrow.Row) (bool, error) {
-	err := lwt.SerialRead(t.session, cql.Query(t.session, taskrow.SelectOne, r.KeyArgs()...).WithContext(ctx)).Scan(new(gocql.UUID))
+	err := lwt.SerialRead(t.session, cql.Query(t.session, selectOne, keyArgs(r)...).WithContext(ctx)).Scan(new(gocql.UUID))
 	if errors.Is(err, gocql.ErrNotFound) {
 		return false, nil
 	}
 	return err == nil, err
 }
 
-func (t tasks) Read(ctx context.Context, key string, priority int8, id gocql.UUID) (taskrow.Row, bool, error) {
-	return t.one(cql.Query(t.session, taskrow.SelectRow, key, priority, id).WithContext(ctx).Iter(), key)
+func (t tasks) Read(ctx context.Context, key string, priority int8, id uuid.UUID) (taskrow.Row, bool, error) {
+	return t.one(cql.Query(t.session, selectRow, key, priority, gocql.UUID(id)).WithContext(ctx).Iter(), key)
 }
 
-func (t tasks) Find(ctx context.Context, key string, priorities []int8, id gocql.UUID) (taskrow.Row, bool, error) {
-	return t.one(cql.Query(t.session, taskrow.SelectAnyPriority, key, priorities, id).WithContext(ctx).Iter(), key)
+func (t tasks) Find(ctx context.Context, key string, priorities []int8, id uuid.UUID) (taskrow.Row, bool, error) {
+	return t.one(cql.Query(t.session, selectAnyPriority, key, priorities, gocql.UUID(id)).WithContext(ctx).Iter(), key)
 }
 
 func (t tasks) one(iter *gocql.Iter, key string) (taskrow.Row, bool, error) {
-	rows, _, err := taskrow.Scan(iter, key, math.MaxInt)
+	rows, _, err := scanRows(iter, key, math.MaxInt)
 	if err != nil || len(rows) == 0 {
 		return taskrow.Row{}, false, err
 	}

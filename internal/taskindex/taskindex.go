@@ -1,5 +1,6 @@
-// Package taskindex keeps the task_index table: where each task's row is and what state
-// the task is in, for Get, Cancel and Reschedule.
+// Package taskindex is the task_index table's entries: where each task's row is and what
+// state the task is in, for Get, Cancel and Reschedule (internal/store reads and writes
+// them).
 //
 // Every move of a task writes its entry before the move (so a crash in between leaves the
 // entry pointing at both the old and the new row, and readers check which exists) or after
@@ -11,18 +12,12 @@
 package taskindex
 
 import (
-	"context"
 	"encoding/binary"
 	"errors"
-	"fmt"
-	"strings"
 	"time"
 
-	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 
-	"github.com/shardq/shardq/internal/cql"
-	"github.com/shardq/shardq/internal/fanout"
 	"github.com/shardq/shardq/shard"
 )
 
@@ -77,7 +72,7 @@ const maxTTL = 20 * 365 * 24 * time.Hour
 type Loc struct {
 	Key      string
 	Priority int8
-	ID       gocql.UUID
+	ID       uuid.UUID
 }
 
 // Entry is one task's index row.
@@ -117,12 +112,11 @@ func TTL(now, visible time.Time) time.Duration {
 	return min(max(visible.Sub(now), 0)+Keep, maxTTL)
 }
 
-func partition(id uuid.UUID) (int32, int8) {
+// Partition is the index partition of task id's entry: its minute and slot.
+func Partition(id uuid.UUID) (int32, int8) {
 	minute := shard.IDTime(id).Unix() / 60
 	return int32(minute), int8(binary.BigEndian.Uint64(id[8:]) % Slots)
 }
-
-const remove = `DELETE FROM task_index USING TIMESTAMP ? WHERE minute = ? AND slot = ? AND task_id = ?`
 
 // Write is one entry to write with its timestamp (Stamp) and TTL; with Replace, in place
 // of all the entry held; with Delete, the removal of the entry of Entry.TaskID.
@@ -134,175 +128,5 @@ type Write struct {
 	Delete  bool
 }
 
-// stmts returns the statements of w. Columns whose value is zero are left out rather
-// than written as nulls (tombstones): what an earlier step wrote there is either still
-// true (the key) or never read in the new state. A final entry (Replace) first deletes
-// the entry, so that the cells of earlier steps, which live as long as their own TTLs,
-// go with it.
-func (w Write) stmts() (stmts []string, args [][]any) {
-	minute, slot := partition(w.Entry.TaskID)
-	id := gocql.UUID(w.Entry.TaskID)
-	switch {
-	case w.Delete:
-		return []string{remove}, [][]any{{w.Stamp, minute, slot, id}}
-	case w.Replace:
-		stmts, args = append(stmts, remove), append(args, []any{w.Stamp - 1, minute, slot, id})
-	}
-	e := w.Entry
-	cols := []string{"minute", "slot", "task_id", "state"}
-	vals := []any{minute, slot, id, int8(e.State)}
-	add := func(col string, v any) {
-		cols, vals = append(cols, col), append(vals, v)
-	}
-	if e.Key != "" {
-		add("key", e.Key)
-	}
-	if e.State.Final() {
-		add("queue", e.Queue)
-		add("attempt", e.Attempt)
-		add("deliveries", e.Token)
-		add("done_at", e.DoneAt)
-		if !e.DueAt.IsZero() {
-			add("due_at", e.DueAt)
-		}
-		if e.Error != "" {
-			add("error", e.Error)
-		}
-	}
-	if e.Row.Key != "" {
-		add("row_key", e.Row.Key)
-		add("row_priority", e.Row.Priority)
-		add("row_id", e.Row.ID)
-	}
-	if e.Prev.Key != "" {
-		add("prev_state", int8(e.PrevState))
-		add("prev_key", e.Prev.Key)
-		add("prev_priority", e.Prev.Priority)
-		add("prev_id", e.Prev.ID)
-	}
-	marks := strings.Repeat("?, ", len(cols)-1) + "?"
-	stmt := "INSERT INTO task_index (" + strings.Join(cols, ", ") + ") VALUES (" + marks + ") USING TIMESTAMP ? AND TTL ?"
-	return append(stmts, stmt), append(args, append(vals, w.Stamp, max(int64(w.TTL/time.Second), 1)))
-}
-
-// batchPartitions is the most index partitions one request writes: Cassandra warns of
-// unlogged batches across more (unlogged_batch_across_partitions_warn_threshold).
-const batchPartitions = 10
-
-// Apply writes ws, in unlogged batches of up to batchPartitions index partitions each,
-// inflight batches at once. The entries of one consumer's fetch or ack lie in as many
-// partitions as tasks (a partition per minute and slot of task IDs); a request each would
-// cost more than the writes. On error, failed lists the indexes of ws that may not be
-// written.
-func Apply(ctx context.Context, session *gocql.Session, ws []Write, inflight int) (failed []int, err error) {
-	if len(ws) == 0 {
-		return nil, nil
-	}
-	type pk struct {
-		minute int32
-		slot   int8
-	}
-	groups := map[pk][]int{}
-	var order []pk
-	for i, w := range ws {
-		m, s := partition(w.Entry.TaskID)
-		k := pk{m, s}
-		if _, ok := groups[k]; !ok {
-			order = append(order, k)
-		}
-		groups[k] = append(groups[k], i)
-	}
-	chunks := (len(order) + batchPartitions - 1) / batchPartitions
-	members := func(c int) []int {
-		var idx []int
-		for _, k := range order[c*batchPartitions : min((c+1)*batchPartitions, len(order))] {
-			idx = append(idx, groups[k]...)
-		}
-		return idx
-	}
-	bad := make([]bool, chunks)
-	err = fanout.Each(chunks, max(inflight, 1), func(c int) error {
-		var stmts []string
-		var args [][]any
-		for _, j := range members(c) {
-			s, a := ws[j].stmts()
-			stmts, args = append(stmts, s...), append(args, a...)
-		}
-		var err error
-		if len(stmts) == 1 {
-			err = cql.Query(session, stmts[0], args[0]...).WithContext(ctx).Exec()
-		} else {
-			b := cql.Batch(session, gocql.UnloggedBatch).WithContext(ctx)
-			for k, stmt := range stmts {
-				b.Query(stmt, args[k]...)
-			}
-			err = session.ExecuteBatch(b)
-		}
-		if err != nil {
-			bad[c] = true
-			return fmt.Errorf("writing the task index: %w", err)
-		}
-		return nil
-	})
-	for c, b := range bad {
-		if b {
-			failed = append(failed, members(c)...)
-		}
-	}
-	return failed, err
-}
-
 // ErrNotFound means the index holds no entry for the task.
 var ErrNotFound = errors.New("taskindex: no entry")
-
-// Read returns the entry of task id and the timestamp of its last write.
-func Read(ctx context.Context, session *gocql.Session, id uuid.UUID) (Entry, int64, error) {
-	minute, slot := partition(id)
-	var (
-		e                               Entry
-		state, prevState, rowPr, prevPr int8
-		queue, key, rowKey, prevKey     *string
-		errText                         *string
-		rowID, prevID                   *gocql.UUID
-		dueAt, doneAt                   *time.Time
-		stamp                           int64
-	)
-	err := cql.Query(session, `SELECT queue, key, state, row_key, row_priority, row_id, prev_state, prev_key,
-		prev_priority, prev_id, due_at, attempt, deliveries, error, done_at, WRITETIME(state)
-		FROM task_index WHERE minute = ? AND slot = ? AND task_id = ?`, minute, slot, gocql.UUID(id)).
-		WithContext(ctx).Scan(&queue, &key, &state, &rowKey, &rowPr, &rowID, &prevState, &prevKey, &prevPr, &prevID,
-		&dueAt, &e.Attempt, &e.Token, &errText, &doneAt, &stamp)
-	if errors.Is(err, gocql.ErrNotFound) {
-		return Entry{}, 0, ErrNotFound
-	}
-	if err != nil {
-		return Entry{}, 0, fmt.Errorf("reading the task index: %w", err)
-	}
-	e.TaskID = id
-	e.Key = deref(key)
-	e.State, e.PrevState = State(state), State(prevState)
-	if rowKey != nil && rowID != nil {
-		e.Row = Loc{Key: *rowKey, Priority: rowPr, ID: *rowID}
-	}
-	if prevKey != nil && prevID != nil {
-		e.Prev = Loc{Key: *prevKey, Priority: prevPr, ID: *prevID}
-	}
-	e.DueAt, e.DoneAt = deref(dueAt), deref(doneAt)
-	e.Error = deref(errText)
-	// Entries of tasks still moving leave the queue out: their rows' keys name it.
-	e.Queue = deref(queue)
-	for _, at := range []Loc{e.Row, e.Prev} {
-		if e.Queue == "" && at.Key != "" {
-			e.Queue, _, _, _ = shard.ParseKey(at.Key)
-		}
-	}
-	return e, stamp, nil
-}
-
-func deref[T any](p *T) T {
-	var zero T
-	if p == nil {
-		return zero
-	}
-	return *p
-}

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 
 	"github.com/shardq/shardq/internal/defaults"
@@ -157,11 +156,11 @@ func (fi *Finder) home(ctx context.Context, id uuid.UUID) (Found, error) {
 		for i := 0; i < len(lays); i++ {
 			lay := lays[i]
 			key := lay.Key(lay.Bucket(shard.IDTime(id)), lay.ShardFor(id))
-			r, ok, err := fi.store.Tasks().Find(ctx, key, allPriorities, gocql.UUID(id))
+			r, ok, err := fi.store.Tasks().Find(ctx, key, allPriorities, id)
 			if err != nil {
 				return Found{}, fmt.Errorf("tasklookup: reading %s: %w", key, err)
 			}
-			if ok && r.TaskID == gocql.UUID(id) {
+			if ok && r.TaskID == id {
 				e := taskindex.Entry{TaskID: id, Queue: name, State: taskindex.Scheduled,
 					Row: taskindex.Loc{Key: r.Key, Priority: r.Priority, ID: r.ID}, DueAt: r.DueAt}
 				return Found{Entry: e, Stamp: taskindex.Stamp(id, 0, 0), State: taskindex.Scheduled, Row: r}, nil
@@ -292,7 +291,7 @@ func (fi *Finder) Info(f Found) *shardqtype.TaskInfo {
 	info.Priority, info.Attempt, info.Token, info.Payload, info.DueAt = int(r.Priority), r.Attempt, r.Token, r.Payload, r.DueAt
 	info.Headers = r.Headers
 	info.Kind = r.Kind
-	visible := shard.IDTime(uuid.UUID(r.ID))
+	visible := shard.IDTime(r.ID)
 	info.Timeout, info.VisibleAt, info.PartitionKey = r.Timeout, visible, r.Key
 	switch {
 	case f.State == taskindex.Scheduled:

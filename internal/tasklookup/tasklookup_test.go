@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
@@ -68,7 +67,7 @@ func newWorld(t *testing.T) *world {
 // row is a copy of the task visible at at, delivered attempt times.
 func (w *world) row(at time.Time, attempt int) taskrow.Row {
 	lay := w.q.Layout()
-	return taskrow.Row{Key: lay.Key(lay.Bucket(at), 0), ID: gocql.UUID(shard.NewID(at)), TaskID: gocql.UUID(w.id),
+	return taskrow.Row{Key: lay.Key(lay.Bucket(at), 0), ID: shard.NewID(at), TaskID: w.id,
 		DueAt: w.now.Add(-time.Minute), Timeout: 10 * time.Second, Attempt: attempt, Token: int64(attempt)}
 }
 
@@ -127,7 +126,7 @@ func TestLocateFollowsAFirstMoveDuringTheLookup(t *testing.T) {
 	w := newWorld(t)
 	lay := w.q.Layout()
 	home := w.row(w.now.Add(-time.Minute), 0)
-	home.ID = gocql.UUID(w.id)
+	home.ID = w.id
 	home.Key = lay.Key(lay.Bucket(shard.IDTime(w.id)), lay.ShardFor(w.id))
 	w.write(store.Insert, home)
 	marker := w.row(w.now.Add(10*time.Second), 1)

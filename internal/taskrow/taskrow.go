@@ -1,12 +1,12 @@
-// Package taskrow is the one place that spells a task row of the tasks table (kind 1),
-// for the producer that writes fresh rows and the consumer that swaps them for timeout
-// markers, and the statements both send.
+// Package taskrow is a task row of the tasks table (kind 1), as the producer writes
+// fresh rows and the consumer swaps them for timeout markers; internal/store spells its
+// statements.
 package taskrow
 
 import (
 	"time"
 
-	"github.com/gocql/gocql"
+	"github.com/google/uuid"
 )
 
 // Row is one task row. ID's time is when the row becomes visible: the due time of a
@@ -16,8 +16,8 @@ import (
 type Row struct {
 	Key      string
 	Priority int8
-	ID       gocql.UUID
-	TaskID   gocql.UUID
+	ID       uuid.UUID
+	TaskID   uuid.UUID
 	Payload  []byte
 	DueAt    time.Time
 	Timeout  time.Duration
@@ -50,110 +50,7 @@ func (r Row) Size() int { return len(r.Payload) + HeaderBytes(r.Headers) + len(r
 
 // LockID is the clustering id of a partition's lock row (kind 0, priority 0): a fixed,
 // valid version 1 UUID.
-var LockID = gocql.UUID{0, 0, 0, 0, 0, 0, 0x10, 0, 0x80}
-
-const (
-	insertCols = `INSERT INTO tasks (shard_key, kind, priority, id, task_id, payload, due_at, timeout_ms, attempt, deliveries`
-	insertVals = `) VALUES (?, 1, ?, ?, ?, ?, ?, ?, ?, ?`
-)
-
-// Insert returns the statement writing r with write timestamp ts, in microseconds (see
-// clustertime.Clock.Stamp: rows are deleted by lightweight transactions, stamped by
-// coordinators, which must win over the insert).
-func (r Row) Insert(ts int64) (string, []any) {
-	stmt, args := r.InsertLWT()
-	return stmt + ` USING TIMESTAMP ?`, append(args, ts)
-}
-
-// InsertLWT returns the statement writing r inside a conditional batch, which carries
-// no timestamps of its own. Only a keyed row writes the keyed column, and only an
-// occurrence of a series the series column, only a retry the retrying column, only a
-// task with headers the headers column, and only a task with a kind the task_kind column,
-// so other rows cost no cell for them.
-func (r Row) InsertLWT() (string, []any) {
-	args := []any{r.Key, r.Priority, r.ID, r.TaskID, r.Payload, r.DueAt, r.Timeout.Milliseconds(), r.Attempt, r.Token}
-	cols, vals := insertCols, insertVals
-	if r.Keyed {
-		cols, vals = cols+`, keyed`, vals+`, true`
-	}
-	if r.Series != "" {
-		cols, vals = cols+`, series`, vals+`, ?`
-		args = append(args, r.Series)
-	}
-	if r.Retrying {
-		cols, vals = cols+`, retrying`, vals+`, true`
-	}
-	if len(r.Headers) > 0 {
-		cols, vals = cols+`, headers`, vals+`, ?`
-		args = append(args, r.Headers)
-	}
-	if r.Kind != "" {
-		cols, vals = cols+`, task_kind`, vals+`, ?`
-		args = append(args, r.Kind)
-	}
-	return cols + vals + `)`, args
-}
-
-// Delete removes a row; DeleteIfExists removes it only if it is there, so its
-// applied flag tells whether it was.
-const (
-	Delete         = `DELETE FROM tasks WHERE shard_key = ? AND kind = 1 AND priority = ? AND id = ?`
-	DeleteIfExists = Delete + ` IF EXISTS`
-)
-
-// KeyArgs binds r's primary key to Delete and DeleteIfExists.
-func (r Row) KeyArgs() []any { return []any{r.Key, r.Priority, r.ID} }
-
-// DeleteAt returns the statement deleting r with write timestamp ts, in microseconds: the
-// stamp r was written with, so that the delete wins over it whatever the clock of the
-// host that deletes (a tombstone wins a tie).
-func (r Row) DeleteAt(ts int64) (string, []any) {
-	return `DELETE FROM tasks USING TIMESTAMP ? WHERE shard_key = ? AND kind = 1 AND priority = ? AND id = ?`,
-		[]any{ts, r.Key, r.Priority, r.ID}
-}
-
-// SelectRange reads up to LIMIT rows of the given priorities (bind a []int8) whose IDs
-// lie in (floor, upper], highest priority first, then earliest. Bind the floor as an
-// exact ID or shard.MinID(t), and the upper bound as shard.MaxID(t).
-const SelectRange = `SELECT priority, id, task_id, payload, due_at, timeout_ms, attempt, deliveries, keyed, series, retrying, headers, task_kind FROM tasks
-	WHERE shard_key = ? AND kind = 1 AND priority IN ? AND id > ? AND id <= ? LIMIT ?`
-
-// SelectRangeIDs is SelectRange reading only priorities and IDs.
-const SelectRangeIDs = `SELECT priority, id FROM tasks
-	WHERE shard_key = ? AND kind = 1 AND priority IN ? AND id > ? AND id <= ? LIMIT ?`
-
-// SelectOne reads one row's ID by primary key.
-const SelectOne = `SELECT id FROM tasks WHERE shard_key = ? AND kind = 1 AND priority = ? AND id = ?`
-
-// SelectAnyPriority reads the row of an ID whatever its priority (bind a []int8 of every
-// priority), in SelectRange's columns.
-const SelectAnyPriority = `SELECT priority, id, task_id, payload, due_at, timeout_ms, attempt, deliveries, keyed, series, retrying, headers, task_kind FROM tasks
-	WHERE shard_key = ? AND kind = 1 AND priority IN ? AND id = ?`
-
-// SelectRow reads one whole row by primary key, in SelectRange's columns; bind KeyArgs.
-const SelectRow = `SELECT priority, id, task_id, payload, due_at, timeout_ms, attempt, deliveries, keyed, series, retrying, headers, task_kind FROM tasks
-	WHERE shard_key = ? AND kind = 1 AND priority = ? AND id = ?`
-
-// Scan reads the rows of a SelectRange query of partition key, stopping once the rows
-// read hold maxBytes of payload and headers or more (the row that crosses it is kept).
-// It reports whether it stopped early.
-func Scan(iter *gocql.Iter, key string, maxBytes int) (rows []Row, cut bool, err error) {
-	var r Row
-	var timeoutMs int64
-	bytes := 0
-	for iter.Scan(&r.Priority, &r.ID, &r.TaskID, &r.Payload, &r.DueAt, &timeoutMs, &r.Attempt, &r.Token, &r.Keyed, &r.Series, &r.Retrying, &r.Headers, &r.Kind) {
-		r.Key = key
-		r.Timeout = time.Duration(timeoutMs) * time.Millisecond
-		rows = append(rows, r)
-		bytes += r.Size()
-		r = Row{}
-		if bytes >= maxBytes {
-			cut = true
-			break
-		}
-	}
-	return rows, cut, iter.Close()
-}
+var LockID = uuid.UUID{0, 0, 0, 0, 0, 0, 0x10, 0, 0x80}
 
 // Batches to one partition stay under these, well inside Cassandra's mutation limits.
 const (

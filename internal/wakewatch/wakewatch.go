@@ -19,7 +19,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 
 	"github.com/shardq/shardq/internal/scanplan"
@@ -52,7 +51,7 @@ type Config struct {
 type Watch struct {
 	cfg        Config
 	state      *sessionstate.State
-	seen       map[signal.Cell]gocql.UUID
+	seen       map[signal.Cell]uuid.UUID
 	lookedBack map[laps]int64 // per kind of ring, the bucket a lap before now whose cells were last shared
 	swept      time.Time      // when the lap's slots were last shared
 }
@@ -66,7 +65,7 @@ type laps struct {
 
 // New returns a Watch of cfg.Queues on state's store, waking state's bus.
 func New(state *sessionstate.State, cfg Config) *Watch {
-	return &Watch{cfg: cfg, state: state, seen: map[signal.Cell]gocql.UUID{}, lookedBack: map[laps]int64{}}
+	return &Watch{cfg: cfg, state: state, seen: map[signal.Cell]uuid.UUID{}, lookedBack: map[laps]int64{}}
 }
 
 // Run reads the signals every Interval until ctx ends.
@@ -141,7 +140,7 @@ func (w *Watch) read(ctx context.Context, now, since time.Time) bool {
 			// An entry keeps the earliest row time of its last touch only: a row due sooner,
 			// touched just before, may hide behind it. So a change wakes the queue now, as a
 			// worker's own read of its signals does.
-			if w.seen[c] != v && !shard.IDTime(uuid.UUID(v)).Before(since) {
+			if w.seen[c] != v && !shard.IDTime(v).Before(since) {
 				woken[queueOf[c.Queue]] = true
 			}
 			w.seen[c] = v
@@ -200,7 +199,7 @@ type lookback struct {
 
 // got is what a request returned; slots and touched are nil when only cells were read.
 type got struct {
-	cells   map[signal.Cell]gocql.UUID
+	cells   map[signal.Cell]uuid.UUID
 	slots   map[signal.Cell]signal.Slots
 	touched map[signal.Entry]time.Time
 }
@@ -235,8 +234,8 @@ func (w *Watch) readGroup(ctx context.Context, r reads, all bool) (got, error) {
 }
 
 // cellsIn returns the cells of g in buckets s, of rings when rings is not nil.
-func (g got) cellsIn(s span, rings []string) map[signal.Cell]gocql.UUID {
-	out := map[signal.Cell]gocql.UUID{}
+func (g got) cellsIn(s span, rings []string) map[signal.Cell]uuid.UUID {
+	out := map[signal.Cell]uuid.UUID{}
 	for c, v := range g.cells {
 		if c.Bucket >= s.from && c.Bucket <= s.to && (rings == nil || slices.Contains(rings, c.Queue)) {
 			out[c] = v
