@@ -139,7 +139,10 @@ type delivery struct {
 	// ended is when the handler returned; ok whether it succeeded.
 	ended time.Time
 	ok    bool
-	acked bool // an Acked event named it
+	// clockErr is how far the process's cluster clock was ahead of true time when the
+	// handler started (and, handlers being short, when it returned).
+	clockErr time.Duration
+	acked    bool // an Acked event named it
 }
 
 // keyClaim is one success of a call that scheduled a task with a key.
@@ -321,6 +324,7 @@ func (o *oracle) delivered(p *proc, ct *consumer.Task) *delivery {
 	// consumer judged it due by its clock when it leased it: that clock's error then is
 	// at least how far its time of the lease is past the handler's start.
 	clockErr = max(clockErr, ct.Deadline.Add(-ct.Timeout).Sub(now))
+	d.clockErr = clockErr
 	if floor := t.dueFloor; !floor.IsZero() && now.Add(max(clockErr, 0)+tolerance).Before(floor) {
 		o.violations = append(o.violations, fmt.Sprintf("task %s delivered at %s, %s before it was due (%s; cluster clock error %s)",
 			ct.ID, stamp(now), floor.Sub(now), stamp(floor), clockErr)+t.history()+fmt.Sprintf("\n      this delivery: attempt %d due %s visible %s deadline %s", ct.Attempt, stamp(ct.DueAt), stamp(visibleOf(ct)), stamp(ct.Deadline)))
@@ -541,13 +545,15 @@ func checkDeliveries(t *task, leaseFaults, workerCrashes []time.Time, backoff ti
 					t.id, stamp(d.leased()), d.source, stamp(e.leased()), e.proc.name, e.source))
 			}
 			// The retry a failure writes is due Backoff after it, by the failing
-			// process's cluster clock; the consumer leases it by its own. A delivery from
+			// process's cluster clock; the consumer leases it by its own, so the two
+			// clocks' errors then may bring the lease forward. A delivery from
 			// e's marker (visible at e's deadline: the lease ran out before the retry's move)
 			// is no retry, nor one a reschedule moved (a retrying task runs at the time
 			// Reschedule gives it).
 			if d.attempt == e.attempt+1 && !e.ok && !e.ended.IsZero() && !crashedBy(e.proc, e.ended) &&
 				d.made.Add(d.timeout).Sub(e.deadline).Abs() > tolerance && !t.movedBetween(e.ended, d.leased()) &&
-				!t.replayedBetween(e.ended, d.leased()) && d.leased().Add(tolerance).Before(e.ended.Add(backoff)) {
+				!t.replayedBetween(e.ended, d.leased()) &&
+				d.leased().Add(tolerance+max(d.clockErr, 0)+max(-e.clockErr, 0)).Before(e.ended.Add(backoff)) {
 				v = append(v, fmt.Sprintf("task %s attempt %d leased at %s, before the backoff from attempt %d's failure at %s",
 					t.id, d.attempt, stamp(d.leased()), e.attempt, stamp(e.ended)))
 			}

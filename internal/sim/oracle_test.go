@@ -48,6 +48,16 @@ func TestCheckDeliveries(t *testing.T) {
 		},
 		wants: "before the backoff",
 	}, {
+		name: "a retry leased early by as much as the failing process's cluster clock trailed",
+		task: func() *task {
+			failed := leaseOf(a, "row-1", 1, t0, t0.Add(time.Second), false)
+			failed.clockErr = -200 * time.Millisecond // its retry is due 200 ms early in true time
+			return &task{id: uuid.New(), deliveries: []*delivery{
+				failed,
+				leaseOf(b, "retry-1", 2, t0.Add(1850*time.Millisecond), t0.Add(2*time.Second), true),
+			}}
+		},
+	}, {
 		name: "a copy after a move whose outcome stayed unknown",
 		task: func() *task {
 			tk := &task{id: uuid.New(), deliveries: []*delivery{
