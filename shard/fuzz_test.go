@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 
 	"github.com/shardq/shardq/shard"
@@ -37,8 +38,9 @@ func FuzzKey(f *testing.F) {
 
 // FuzzID checks, across the whole range of due times accepted (t.UnixNano
 // overflows after 2262), that IDs keep their time to 100 ns, stay version 1, carry the
-// time gocql's bounds give, order as their times do, and map to an in-range
-// concurrency shard; and that buckets hold their times.
+// time their bounds give, order as their times do, and map to an in-range concurrency
+// shard; that the bounds are the driver's (gocql's MinTimeUUID and MaxTimeUUID); and
+// that buckets hold their times.
 func FuzzID(f *testing.F) {
 	for _, at := range []time.Time{
 		shard.MinIDTime, shard.MaxIDTime,
@@ -66,8 +68,11 @@ func FuzzID(f *testing.F) {
 		if !shard.IDTime(hi).Equal(at) || !shard.IDTime(lo).Equal(at) {
 			t.Fatal("bounds lost the time")
 		}
+		if lo != uuid.UUID(gocql.MinTimeUUID(a)) || hi != uuid.UUID(gocql.MaxTimeUUID(a)) {
+			t.Fatalf("bounds of %v are %v and %v, not the driver's %v and %v", a, lo, hi, gocql.MinTimeUUID(a), gocql.MaxTimeUUID(a))
+		}
 		if [8]byte(id[:8]) != [8]byte(lo[:8]) {
-			t.Fatalf("NewID(%v) carries another time than gocql's MinTimeUUID: %v, %v", a, id, lo)
+			t.Fatalf("NewID(%v) carries another time than MinID: %v, %v", a, id, lo)
 		}
 		if shard.CompareIDs(lo, id) >= 0 || shard.CompareIDs(id, hi) >= 0 {
 			t.Fatalf("%v not strictly between its bounds %v and %v", id, lo, hi)

@@ -19,7 +19,6 @@ import (
 
 	"github.com/shardq/shardq/internal/random"
 
-	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 )
 
@@ -165,16 +164,34 @@ var (
 func NewID(t time.Time) uuid.UUID {
 	var r [8]byte
 	random.Read(r[:])
-	return uuid.UUID(gocql.TimeUUIDWith(ticks(t), uint32(r[0])<<8|uint32(r[1]), r[2:]))
+	return timeUUID(ticks(t), r[0], r[1], [6]byte(r[2:]))
 }
 
 // MinID and MaxID are the smallest and greatest IDs Cassandra orders at time t, for
-// slice bounds. They are not unique IDs. (gocql computes their time from t's seconds,
-// so unlike t.UnixNano it does not overflow before the 60-bit UUID clock ends.)
-func MinID(t time.Time) uuid.UUID { return uuid.UUID(gocql.MinTimeUUID(t)) }
+// slice bounds. They are not unique IDs. Cassandra orders the clock sequence and node
+// bytes as signed bytes: 0x80 is the least, 0x7f the greatest (and the variant bits keep
+// the first of them in 0x80-0xbf). These are the bounds the drivers make.
+func MinID(t time.Time) uuid.UUID {
+	return timeUUID(ticks(t), 0x80, 0x80, [6]byte{0x80, 0x80, 0x80, 0x80, 0x80, 0x80})
+}
 
 // MaxID: see MinID.
-func MaxID(t time.Time) uuid.UUID { return uuid.UUID(gocql.MaxTimeUUID(t)) }
+func MaxID(t time.Time) uuid.UUID {
+	return timeUUID(ticks(t), 0x7f, 0x7f, [6]byte{0x7f, 0x7f, 0x7f, 0x7f, 0x7f, 0x7f})
+}
+
+// timeUUID lays out a version 1 UUID (RFC 9562): ticks, the 60-bit time in 100 ns since
+// the UUID epoch, in its three fields, then the clock sequence (its top two bits replaced
+// by the variant) and the node.
+func timeUUID(ticks int64, clockHi, clockLo byte, node [6]byte) uuid.UUID {
+	var u uuid.UUID
+	u[0], u[1], u[2], u[3] = byte(ticks>>24), byte(ticks>>16), byte(ticks>>8), byte(ticks)
+	u[4], u[5] = byte(ticks>>40), byte(ticks>>32)
+	u[6], u[7] = byte(ticks>>56)&0x0f|0x10, byte(ticks>>48)
+	u[8], u[9] = clockHi&0x3f|0x80, clockLo
+	copy(u[10:], node[:])
+	return u
+}
 
 // IDTime returns the time an ID carries, to 100 ns.
 func IDTime(id uuid.UUID) time.Time {
@@ -186,8 +203,8 @@ func IDTime(id uuid.UUID) time.Time {
 
 const ticksPerSecond = 10_000_000 // 100 ns ticks
 
-// ticks returns t in 100 ns units since the UUID epoch, from t's seconds as gocql's
-// MinTimeUUID does: t.UnixNano would overflow after 2262.
+// ticks returns t in 100 ns units since the UUID epoch, from t's seconds: t.UnixNano
+// would overflow after 2262.
 func ticks(t time.Time) int64 {
 	return t.Unix()*ticksPerSecond + int64(t.Nanosecond()/100) + uuidEpoch
 }
