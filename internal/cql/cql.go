@@ -80,3 +80,18 @@ func TimedOut(err error) bool {
 		errors.As(err, &rt) || errors.As(err, &wt) || (errors.As(err, &ne) && ne.Timeout()) ||
 		strings.Contains(msg, "within timeout") || strings.Contains(msg, "i/o timeout")
 }
+
+// Refused reports whether a node refused err's request for what it is (invalid, say,
+// or not allowed), so that sending it again would be refused again.
+func Refused(err error) bool {
+	var re gocql.RequestError
+	if !errors.As(err, &re) {
+		return false
+	}
+	switch re.Code() {
+	case gocql.ErrCodeInvalid, gocql.ErrCodeSyntax, gocql.ErrCodeUnauthorized, gocql.ErrCodeConfig,
+		gocql.ErrCodeCredentials, gocql.ErrCodeProtocol:
+		return true
+	}
+	return false
+}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/shardq/shardq/internal/cql"
 	"github.com/shardq/shardq/internal/signal"
 )
 
@@ -36,6 +37,9 @@ func (g signals) Touch(ctx context.Context, cells []signal.Touch) error {
 			s.apply(s.c.signals, r.Queue, o, s.serverStamp())
 			return nil
 		})
+		if cql.Refused(err) {
+			err = fmt.Errorf("%w: %w", signal.ErrRefused, err)
+		}
 		if err != nil {
 			return fmt.Errorf("signal: touching %s bucket %d: %w", r.Queue, r.Bucket, err)
 		}

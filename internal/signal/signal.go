@@ -25,7 +25,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 
 	"github.com/shardq/shardq/shard"
@@ -126,6 +125,10 @@ type Touch struct {
 // ahead expires before it; the task is found by the polls of its bucket then.
 const maxTTL = 630_720_000
 
+// ErrRefused marks a touch the cluster refused for what it is (invalid, say): sending it
+// again would be refused again. The store wraps such errors with it.
+var ErrRefused = errors.New("signal: touch refused for good")
+
 // TouchTimeout bounds a touch sent on its own, after its caller's write.
 const TouchTimeout = 10 * time.Second
 
@@ -201,7 +204,7 @@ func (t *Toucher) settle(cells []Touch, err error) {
 			t.failures = 0
 		}
 		return
-	case refusedForGood(err):
+	case errors.Is(err, ErrRefused):
 		return
 	}
 	now := time.Now()
@@ -255,21 +258,6 @@ func (t *Toucher) gather(cells []Touch) []Touch {
 		}
 	}
 	return out
-}
-
-// refusedForGood reports whether err refuses a touch for what it is (invalid, say), so
-// that sending it again would be refused again.
-func refusedForGood(err error) bool {
-	var re gocql.RequestError
-	if !errors.As(err, &re) {
-		return false
-	}
-	switch re.Code() {
-	case gocql.ErrCodeInvalid, gocql.ErrCodeSyntax, gocql.ErrCodeUnauthorized, gocql.ErrCodeConfig,
-		gocql.ErrCodeCredentials, gocql.ErrCodeProtocol:
-		return true
-	}
-	return false
 }
 
 func (t *Toucher) flush() {

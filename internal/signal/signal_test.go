@@ -2,7 +2,7 @@ package signal_test
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"sync"
@@ -93,7 +93,7 @@ func TestFailedTouchRetried(t *testing.T) {
 // A touch refused for what it is would be refused again: it is not retried.
 func TestRefusedTouchNotRetried(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		refused := errors.Join(errors.New("touching"), gocqlInvalid{})
+		refused := fmt.Errorf("touching: %w: ttl is too large", signal.ErrRefused)
 		w := &cells{touched: map[signal.Entry]time.Time{}, fail: func(int) error { return refused }}
 		tc := signal.NewToucher(w, slog.New(slog.NewTextHandler(io.Discard, nil)))
 		_, err := touchNow(tc)
@@ -125,9 +125,3 @@ func TestFailingTouchRetriedUntilTheLapEnds(t *testing.T) {
 		require.InDelta(t, 300/5+6, calls, 3)
 	})
 }
-
-type gocqlInvalid struct{}
-
-func (gocqlInvalid) Error() string   { return "ttl is too large" }
-func (gocqlInvalid) Code() int       { return gocql.ErrCodeInvalid }
-func (gocqlInvalid) Message() string { return "ttl is too large" }

@@ -36,6 +36,9 @@ func (s signals) Touch(ctx context.Context, cells []signal.Touch) error {
 		// Stamped by the coordinator: an entry must keep the touch made last in real time.
 		err := cql.Query(s.session, touchStmt, r.TTL(time.Now()), driverIDs(r.Shards), driverIDs(r.Slots), r.Queue, r.Bucket).
 			WithContext(ctx).DefaultTimestamp(false).Exec()
+		if cql.Refused(err) {
+			err = fmt.Errorf("%w: %w", signal.ErrRefused, err)
+		}
 		if err != nil {
 			return fmt.Errorf("signal: touching %s bucket %d: %w", r.Queue, r.Bucket, err)
 		}
