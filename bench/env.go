@@ -214,6 +214,7 @@ type tracker struct {
 	want      int
 	seen      map[uuid.UUID]int
 	lateness  []time.Duration
+	dues      []time.Time // beside lateness, when recordDue gave them
 	delivered atomic.Int64
 	all       chan struct{} // closed once want tasks were delivered
 	lastAck   time.Time
@@ -234,6 +235,32 @@ func (t *tracker) record(id uuid.UUID, lateness time.Duration) bool {
 	defer t.mu.Unlock()
 	t.lateness = append(t.lateness, lateness)
 	return t.count(id)
+}
+
+// recordDue is record for a task due at due, which it keeps beside the lateness.
+func (t *tracker) recordDue(id uuid.UUID, due time.Time, lateness time.Duration) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.lateness = append(t.lateness, lateness)
+	t.dues = append(t.dues, due)
+	return t.count(id)
+}
+
+// p99ByTenth returns the lateness p99 of the tasks due in each tenth of [from, from+span),
+// in milliseconds (0 for a tenth with none), from what recordDue kept.
+func (t *tracker) p99ByTenth(from time.Time, span time.Duration) []float64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	tenths := make([][]time.Duration, 10)
+	for i, due := range t.dues {
+		k := min(max(int(due.Sub(from)*10/span), 0), 9)
+		tenths[k] = append(tenths[k], t.lateness[i])
+	}
+	out := make([]float64, 10)
+	for k, ds := range tenths {
+		_, out[k], _ = percentiles(ds)
+	}
+	return out
 }
 
 // deliver notes a delivered task without keeping its lateness, for runs too large to
@@ -370,7 +397,7 @@ func (b *bench) ratios() {
 func startRecording(ctx context.Context, s *gocql.Session, queue string, handlers int, tr *tracker) (*worker.Worker, error) {
 	w, err := worker.New(s, worker.Config{Queue: queue, Concurrency: handlers,
 		Handler: worker.HandlerFunc(func(_ context.Context, t *consumer.Task) error {
-			tr.record(t.ID, time.Since(t.DueAt))
+			tr.recordDue(t.ID, t.DueAt, time.Since(t.DueAt))
 			return nil
 		})})
 	if err != nil {
