@@ -520,26 +520,34 @@ func (c *Consumer) touch(ctx context.Context, rows []taskrow.Row) {
 	}
 }
 
-// touchedCells reads which signal cells of the buckets of parts were touched, or nil when
-// they cannot be read. With shared, a read of them that a client's watch shared within
-// sessionstate.SharedAge serves instead: not for a scan after a call that took tasks,
-// which counts a partition whose cell shows no new touch as holding nothing new, so a
-// read up to SharedAge old would hide what came since, until the watch's next read woke
-// the worker (a stream's tasks waited up to a whole SignalInterval).
-func (c *Consumer) touchedCells(ctx context.Context, parts []scanplan.Part, shared bool) scanplan.Cells {
+// ownCells reads which signal cells of the buckets of parts were touched, or nil when
+// they cannot be read: for a scan after a call that took tasks, which counts a partition
+// whose cell shows no new touch as holding nothing new, so a read a client's watch shared
+// up to sessionstate.SharedAge ago would hide what came since, until the watch's next
+// read woke the worker (a stream's tasks waited up to a whole SignalInterval).
+func (c *Consumer) ownCells(ctx context.Context, parts []scanplan.Part) scanplan.Cells {
 	if len(parts) == 0 {
 		return nil
 	}
 	from, to := bucketsOf(parts)
-	if shared {
-		if cells, _, ok := c.state.SharedCells(c.layout.Ring(), from, to); ok {
-			return planCells(nil, cells)
-		}
+	return c.readCells(ctx, from, to)
+}
+
+// sharedCells is ownCells served, when it can be, by a read of them that a client's watch
+// shared within sessionstate.SharedAge: for what only finds NextDue, the watch waking
+// the worker for what is new.
+func (c *Consumer) sharedCells(ctx context.Context, parts []scanplan.Part) scanplan.Cells {
+	if len(parts) == 0 {
+		return nil
+	}
+	from, to := bucketsOf(parts)
+	if cells, _, ok := c.state.SharedCells(c.layout.Ring(), from, to); ok {
+		return planCells(nil, cells)
 	}
 	return c.readCells(ctx, from, to)
 }
 
-// idleCells is touchedCells for an idle scan of parts at now, with the cells of the
+// idleCells is sharedCells for an idle scan of parts at now, with the cells of the
 // buckets a lap before that the plan asks for (scanplan.Plan.Lookback), whether those
 // were read, and when the cells were read by the consumer's clock (at now, or earlier for
 // a shared read). Without shared reads, one read covers both.

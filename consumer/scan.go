@@ -157,7 +157,7 @@ func (c *Consumer) peekAll(ctx context.Context, parts []scanplan.Part, want int,
 		// cell shows no write since their last peek are counted from what it saw coming
 		// due; the others are peeked, reading ahead.
 		if c.plan.WantsCells(parts, now) {
-			knowing = c.touchedCells(ctx, parts, false)
+			knowing = c.ownCells(ctx, parts)
 		}
 		read = c.plan.Known(parts, current, now, knowing)
 	}
@@ -240,7 +240,7 @@ func (c *Consumer) lookAhead(ctx context.Context, parts []scanplan.Part, ahead [
 	for _, i := range ahead {
 		aheadParts = append(aheadParts, parts[i])
 	}
-	cells := c.touchedCells(ctx, aheadParts, true) // NextDue only: the watch wakes for what is new
+	cells := c.sharedCells(ctx, aheadParts)
 	for _, i := range ahead {
 		if !cells.Untouched(&parts[i]) {
 			idx = append(idx, i)
