@@ -28,7 +28,11 @@ func (h offsetHost) Now() time.Time { return time.Now().Add(time.Duration(h)) }
 // this host, so its clock is the real one), tells the cluster's time, and stamps writes
 // no later than that time less WriteLag, whatever time it is given, and deletes WriteLag
 // past it.
+//
+// Each measure is off by up to half its round trip, which on the two-core CI box running
+// three nodes and other packages' tests has passed 100 ms: the checks allow tolerance.
 func TestMeasuresOffsetAndStampsBehindCluster(t *testing.T) {
+	const tolerance = 300 * time.Millisecond
 	t.Parallel()
 	s := cassandratest.Session(t)
 	ctx := context.Background()
@@ -38,16 +42,16 @@ func TestMeasuresOffsetAndStampsBehindCluster(t *testing.T) {
 	for _, off := range []time.Duration{5 * time.Second, -5 * time.Second} {
 		c := clustertime.New(store.Cassandra(s), offsetHost(off), nil)
 		require.NoError(t, c.Ready(ctx))
-		require.InDelta(t, float64(-off), float64(c.Offset()), float64(100*time.Millisecond), "offset of a host %v off", off)
-		require.Less(t, c.Spread(), 100*time.Millisecond, "the test nodes share this host's clock")
-		require.WithinDuration(t, time.Now(), c.Now(), 100*time.Millisecond)
+		require.InDelta(t, float64(-off), float64(c.Offset()), float64(tolerance), "offset of a host %v off", off)
+		require.Less(t, c.Spread(), tolerance, "the test nodes share this host's clock")
+		require.WithinDuration(t, time.Now(), c.Now(), tolerance)
 
 		ahead := time.Now().Add(time.Hour)
-		require.LessOrEqual(t, c.Stamp(ahead), time.Now().Add(-clustertime.WriteLag+100*time.Millisecond).UnixMicro(),
+		require.LessOrEqual(t, c.Stamp(ahead), time.Now().Add(-clustertime.WriteLag+tolerance).UnixMicro(),
 			"a writer's clock ahead is stamped by the cluster's time")
 		behind := time.Now().Add(-time.Hour)
 		require.Equal(t, behind.Add(-clustertime.WriteLag).UnixMicro(), c.Stamp(behind), "a trailing writer stamps by its own clock")
-		require.InDelta(t, time.Now().Add(clustertime.WriteLag).UnixMicro(), c.DeleteStamp(), float64(100*time.Millisecond/time.Microsecond),
+		require.InDelta(t, time.Now().Add(clustertime.WriteLag).UnixMicro(), c.DeleteStamp(), float64(tolerance/time.Microsecond),
 			"deletes are stamped WriteLag past the cluster's time, whatever the host's")
 	}
 }
@@ -90,7 +94,7 @@ func TestFailedMeasureRetriedSoon(t *testing.T) {
 				time.Sleep(50 * time.Millisecond)
 			}
 		}
-		require.InDelta(t, float64(-5*time.Second), float64(c.Offset()), float64(100*time.Millisecond))
+		require.InDelta(t, float64(-5*time.Second), float64(c.Offset()), float64(300*time.Millisecond), "a measure is off by up to half its round trip")
 		require.NoError(t, c.Ready(ctx))
 	}
 }
