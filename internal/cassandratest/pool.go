@@ -29,12 +29,11 @@ import (
 // a loaded node when a test ended have been seen to land after a TRUNCATE.) Pooled
 // keyspaces are named for the host, the schema and replication factor they were made
 // with, and the process that made them, and a process holds a lock file for each
-// keyspace it uses, touched when the keyspace is returned. A test waits for a keyspace of
-// its process still resting rather than make one. A test binary with none of its own
-// takes over one a gone process of its host made with its schema and replication factor
-// before it makes one (go test runs one binary per package, and a later one reuses an
-// earlier one's), and drops the others of gone processes, so a node that keeps running
-// between `go test` runs does not collect them.
+// keyspace it uses, touched when the keyspace is returned. A test binary with no rested
+// keyspace takes over one a gone process of its host made with its schema and
+// replication factor before it makes one (go test runs one binary per package, and a
+// later one reuses an earlier one's), and drops the others of gone processes, so a node
+// that keeps running between `go test` runs does not collect them.
 var pool struct {
 	sync.Mutex
 	free  []pooled // oldest first
@@ -99,14 +98,10 @@ func takePooled(admin *gocql.Session) (string, error) {
 	}
 	for {
 		var ks string
-		if len(pool.free) > 0 {
-			// One still resting is worth the wait: making a keyspace takes longer, and at
-			// RF 3 the first tests of a package, each making one at once, waited 60-97 s.
-			next := pool.free[0]
+		if len(pool.free) > 0 && time.Since(pool.free[0].returned) >= poolRest {
+			ks = pool.free[0].ks
 			pool.free = pool.free[1:]
 			pool.Unlock()
-			time.Sleep(poolRest - time.Since(next.returned))
-			ks = next.ks
 		} else {
 			left, err := takeOver(admin)
 			if left.ks == "" || err != nil {
