@@ -24,15 +24,17 @@ const (
 )
 
 func (s scans) Tally(ctx context.Context, key string, prios []int8, from, to uuid.UUID, pageRows int, fn func(taskrow.Row)) error {
-	iter := cql.Query(s.session, tallyStmt, key, prios, gocql.UUID(from), gocql.UUID(to)).
-		WithContext(ctx).PageSize(pageRows).Iter()
-	r := taskrow.Row{Key: key}
-	var id gocql.UUID
-	for iter.Scan(&r.Priority, &id, &r.Attempt, &r.Retrying) {
-		r.ID = uuid.UUID(id)
-		fn(r)
+	q := func() *gocql.Query {
+		return cql.Query(s.session, tallyStmt, key, prios, gocql.UUID(from), gocql.UUID(to)).WithContext(ctx).PageSize(pageRows)
 	}
-	return iter.Close()
+	return eachPage(ctx, q, func(iter *gocql.Iter) {
+		r := taskrow.Row{Key: key}
+		var id gocql.UUID
+		for iter.Scan(&r.Priority, &id, &r.Attempt, &r.Retrying) {
+			r.ID = uuid.UUID(id)
+			fn(r)
+		}
+	})
 }
 
 func (s scans) Heads(ctx context.Context, key string, prios []int8, from, to uuid.UUID, limit int) ([]taskrow.Row, error) {
@@ -50,9 +52,43 @@ func (s scans) Heads(ctx context.Context, key string, prios []int8, from, to uui
 }
 
 func (s scans) TaskIDs(ctx context.Context, key string, pageRows int, fn func(uuid.UUID)) error {
-	iter := cql.Query(s.session, taskIDsStmt, key).WithContext(ctx).PageSize(pageRows).Iter()
-	for id := (gocql.UUID{}); iter.Scan(&id); {
-		fn(uuid.UUID(id))
+	q := func() *gocql.Query {
+		return cql.Query(s.session, taskIDsStmt, key).WithContext(ctx).PageSize(pageRows)
 	}
-	return iter.Close()
+	return eachPage(ctx, q, func(iter *gocql.Iter) {
+		for id := (gocql.UUID{}); iter.Scan(&id); {
+			fn(uuid.UUID(id))
+		}
+	})
+}
+
+// pageTries is how many times eachPage sends one page that timed out.
+const pageTries = 3
+
+// eachPage runs the paged read q makes one page at a time, handing each to scan, and
+// sends a page that timed out again from where it began, up to pageTries times: a read
+// of a partition drained of many tasks walks their tombstones, and one page may take
+// longer than the driver waits (as a bench's count of what a burst left did on one
+// node, which has no other replica to send it to). A page is one request, whose rows
+// arrive whole or not at all, so scan never sees a row twice.
+func eachPage(ctx context.Context, q func() *gocql.Query, scan func(*gocql.Iter)) error {
+	var state []byte
+	for {
+		for try := 1; ; try++ {
+			iter := q().PageState(state).Iter()
+			scan(iter)
+			next := iter.PageState()
+			err := iter.Close()
+			if err == nil {
+				state = next
+				break
+			}
+			if try == pageTries || !cql.TimedOut(err) || ctx.Err() != nil {
+				return err
+			}
+		}
+		if len(state) == 0 {
+			return nil
+		}
+	}
 }
