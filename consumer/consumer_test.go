@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -172,25 +174,61 @@ func TestNeverEarly(t *testing.T) {
 // delivered early nor keep the due tasks from being delivered.
 func TestFarFuture(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 1, BucketCount: 4, BucketDuration: time.Second, DefaultTimeout: time.Second})
-	window := 4 * time.Second
-	far := e.schedule(producer.Task{Payload: []byte("far"), Priority: 9, DueAt: base.Add(3*window + 500*time.Millisecond)})[0]
-	due := e.schedule(producer.Task{Payload: []byte("now"), DueAt: base.Add(-2 * time.Millisecond)},
-		producer.Task{Payload: []byte("now too"), DueAt: base.Add(-time.Millisecond)})
-	c := e.consumer()
-	got := e.acquire(c, 1)
-	require.Equal(t, []uuid.UUID{due[0]}, ids(got), "the far task, though higher priority, does not block")
-	got2 := e.acquire(c, 1)
-	require.Equal(t, []uuid.UUID{due[1]}, ids(got2))
-	require.NoError(t, c.AckTasks(context.Background(), append(got, got2...)...))
+	// The order of the first two takes holds only if their lock, read and swap all
+	// answered: a swap whose outcome a loaded node left unknown (seen once in CI, on the
+	// race detector's run) leaves its task to its timeout. Such a run is made again.
+	for try := 1; ; try++ {
+		e := newEnv(t, shardqtype.QueueConfig{ShardCount: 1, BucketCount: 4, BucketDuration: time.Second, DefaultTimeout: time.Second})
+		window := 4 * time.Second
+		far := e.schedule(producer.Task{Payload: []byte("far"), Priority: 9, DueAt: base.Add(3*window + 500*time.Millisecond)})[0]
+		due := e.schedule(producer.Task{Payload: []byte("now"), DueAt: base.Add(-2 * time.Millisecond)},
+			producer.Task{Payload: []byte("now too"), DueAt: base.Add(-time.Millisecond)})
+		var warned warnings
+		c, err := consumer.New(e.s, consumer.Config{Queue: e.q.Name, Clock: e.clock, Logger: slog.New(&warned)})
+		require.NoError(t, err)
+		got := e.acquire(c, 1)
+		got2 := e.acquire(c, 1)
+		if w := warned.all(); len(w) > 0 && try < 3 {
+			t.Logf("the first takes met a fault, running again: %v", w)
+			continue
+		}
+		require.Equal(t, []uuid.UUID{due[0]}, ids(got), "the far task, though higher priority, does not block")
+		require.Equal(t, []uuid.UUID{due[1]}, ids(got2))
+		require.NoError(t, c.AckTasks(context.Background(), append(got, got2...)...))
 
-	for e.clock.Now().Before(base.Add(3*window + 500*time.Millisecond)) {
-		require.Empty(t, e.acquire(c, 10), "at %v", e.clock.Now().Sub(base))
-		e.clock.Add(250 * time.Millisecond)
+		for e.clock.Now().Before(base.Add(3*window + 500*time.Millisecond)) {
+			require.Empty(t, e.acquire(c, 10), "at %v", e.clock.Now().Sub(base))
+			e.clock.Add(250 * time.Millisecond)
+		}
+		got = e.acquire(c, 10)
+		require.Equal(t, []uuid.UUID{far}, ids(got))
+		require.NoError(t, c.AckTasks(context.Background(), got...))
+		return
 	}
-	got = e.acquire(c, 10)
-	require.Equal(t, []uuid.UUID{far}, ids(got))
-	require.NoError(t, c.AckTasks(context.Background(), got...))
+}
+
+// warnings is a slog.Handler that keeps the messages of warnings and errors.
+type warnings struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (w *warnings) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+
+func (w *warnings) Handle(_ context.Context, r slog.Record) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.msgs = append(w.msgs, r.Message)
+	return nil
+}
+
+func (w *warnings) WithAttrs([]slog.Attr) slog.Handler { return w }
+func (w *warnings) WithGroup(string) slog.Handler      { return w }
+
+func (w *warnings) all() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.msgs)
 }
 
 func TestRedeliveryAfterTimeout(t *testing.T) {
