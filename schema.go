@@ -6,6 +6,7 @@ import (
 
 	"github.com/gocql/gocql"
 
+	"github.com/shardq/shardq/internal/driver/gocqlv1"
 	"github.com/shardq/shardq/internal/schema"
 )
 
@@ -24,5 +25,5 @@ func Schema() []string { return schema.Statements(schemaCQL) }
 // not reconcile. So the driver never retries these statements; ApplySchema waits for the
 // table to appear instead, and sends the statement again only if it does not.
 func ApplySchema(ctx context.Context, session *gocql.Session) error {
-	return schema.Apply(ctx, session, Schema())
+	return schema.Apply(ctx, gocqlv1.New(session), Schema())
 }

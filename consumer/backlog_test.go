@@ -19,7 +19,7 @@ import (
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/internal/cassandratest"
-	"github.com/shardq/shardq/internal/cql"
+	"github.com/shardq/shardq/internal/driver/gocqlv1"
 	"github.com/shardq/shardq/internal/testclock"
 	"github.com/shardq/shardq/lock"
 	"github.com/shardq/shardq/producer"
@@ -64,7 +64,7 @@ func TestFloorsHideNothing(t *testing.T) {
 	// settled takes an ack's or a move's error: nil, or a timeout, which leaves st's task
 	// liable to come again.
 	settled := func(st *state, err error) {
-		if cql.TimedOut(err) {
+		if gocqlv1.TimedOut(err) {
 			t.Logf("may come again after: %v", err)
 			st.again = true
 			return
@@ -163,7 +163,7 @@ func countTimeouts(t *testing.T) (*atomic.Int64, shardqtype.Observer) {
 		f, ok := ev.(shardqtype.PartitionFailed)
 		switch {
 		case !ok:
-		case cql.TimedOut(f.Err):
+		case gocqlv1.TimedOut(f.Err):
 			n.Add(1)
 			t.Logf("partition %s timed out (%s): %v", f.PartitionKey, f.Op, f.Err)
 		default:
@@ -338,7 +338,7 @@ func TestBacklogInOnePartition(t *testing.T) {
 	c, err := consumer.New(s, consumer.Config{Queue: q.Name, Observer: shardqtype.ObserverFunc(func(_ context.Context, ev shardqtype.Event) {
 		// A read past the tombstone failure threshold fails on the replica; a timeout on a
 		// node busy with other tests is tried again by the next call.
-		if f, ok := ev.(shardqtype.PartitionFailed); ok && !cql.TimedOut(f.Err) {
+		if f, ok := ev.(shardqtype.PartitionFailed); ok && !gocqlv1.TimedOut(f.Err) {
 			failed.Add(1)
 			t.Errorf("partition %s failed (%s): %v", f.PartitionKey, f.Op, f.Err)
 		}
@@ -349,7 +349,7 @@ func TestBacklogInOnePartition(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Minute)
 	for delivered < n && time.Now().Before(deadline) && failed.Load() == 0 {
 		got, err := c.AcquireTasks(ctx, consumer.MaxAcquire)
-		if cql.TimedOut(err) {
+		if gocqlv1.TimedOut(err) {
 			continue
 		}
 		require.NoError(t, err)
@@ -367,7 +367,7 @@ func TestBacklogInOnePartition(t *testing.T) {
 		}
 		// An ack that timed out may not have applied: its tasks come back at their
 		// deadlines.
-		if err := c.AckTasks(ctx, got...); cql.TimedOut(err) {
+		if err := c.AckTasks(ctx, got...); gocqlv1.TimedOut(err) {
 			for _, i := range idx {
 				unsure[i] = true
 			}

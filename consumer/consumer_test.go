@@ -19,7 +19,7 @@ import (
 	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/inspect"
 	"github.com/shardq/shardq/internal/cassandratest"
-	"github.com/shardq/shardq/internal/cql"
+	"github.com/shardq/shardq/internal/driver/gocqlv1"
 	"github.com/shardq/shardq/internal/testclock"
 	"github.com/shardq/shardq/lock"
 	"github.com/shardq/shardq/producer"
@@ -80,7 +80,7 @@ func (e *env) acquire(c *consumer.Consumer, n int) []*consumer.Task {
 	e.t.Helper()
 	for tries := 1; ; tries++ {
 		got, err := c.AcquireTasks(context.Background(), n)
-		if tries < 10 && cql.TimedOut(err) && !errors.Is(err, consumer.ErrOutcomeUnknown) {
+		if tries < 10 && gocqlv1.TimedOut(err) && !errors.Is(err, consumer.ErrOutcomeUnknown) {
 			e.t.Logf("taking again after: %v", err)
 			continue
 		}

@@ -14,7 +14,8 @@ import (
 
 	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/inspect"
-	"github.com/shardq/shardq/internal/cql"
+	"github.com/shardq/shardq/internal/driver"
+	"github.com/shardq/shardq/internal/driver/gocqlv1"
 	"github.com/shardq/shardq/internal/lwt"
 	"github.com/shardq/shardq/internal/store"
 	"github.com/shardq/shardq/internal/taskindex"
@@ -385,7 +386,7 @@ func (e *env) consume(n int, d *deliveries, stop <-chan struct{}) (wait func()) 
 				got, err := c.AcquireTasks(context.Background(), 10)
 				// Every read of the call timed out on a busy node: it leased nothing, and a
 				// worker would call again.
-				if cql.TimedOut(err) && !errors.Is(err, consumer.ErrOutcomeUnknown) {
+				if gocqlv1.TimedOut(err) && !errors.Is(err, consumer.ErrOutcomeUnknown) {
 					e.t.Logf("taking again after: %v", err)
 					continue
 				}
@@ -473,7 +474,7 @@ func TestCancelRacesAcquire(t *testing.T) {
 		case errors.Is(err, shardqtype.ErrTaskInFlight), errors.Is(err, shardqtype.ErrTaskNotFound):
 			raced++
 			require.Len(t, d.of(id), 1, "task %d: %v", i, err)
-		case cql.TimedOut(err) && !errors.Is(err, consumer.ErrOutcomeUnknown):
+		case gocqlv1.TimedOut(err) && !errors.Is(err, consumer.ErrOutcomeUnknown):
 			// Timed out on a busy node before it changed anything: the task runs as if
 			// never cancelled, once at most here.
 			t.Logf("task %d: cancel timed out: %v", i, err)
@@ -526,8 +527,8 @@ func (e *env) unfinishedSwap(how string) time.Time {
 		consumer.SetBeforeSwap(c, func() {
 			// The lease ends here, as if it expired, so the swap cannot apply.
 			var holder *gocql.UUID
-			require.NoError(e.t, lwt.SerialRead(e.s, e.s.Query(`SELECT lock_holder FROM tasks WHERE shard_key = ? AND kind = 0
-				AND priority = 0 AND id = ?`, key, gocql.UUID(taskrow.LockID))).Scan(&holder))
+			require.NoError(e.t, e.s.Query(`SELECT lock_holder FROM tasks WHERE shard_key = ? AND kind = 0
+				AND priority = 0 AND id = ?`, key, gocql.UUID(taskrow.LockID)).Consistency(gocql.Consistency(gocql.Serial)).Scan(&holder))
 			require.NotNil(e.t, holder, "the consumer holds the lock")
 			applied, err := e.s.Query(`UPDATE tasks SET lock_holder = null WHERE shard_key = ? AND kind = 0
 				AND priority = 0 AND id = ? IF lock_holder = ?`, key, gocql.UUID(taskrow.LockID), *holder).MapScanCAS(map[string]any{})
@@ -535,7 +536,7 @@ func (e *env) unfinishedSwap(how string) time.Time {
 			require.True(e.t, applied)
 		})
 		// Whatever came back, the swap could not apply: its lease was gone.
-		consumer.SetAfterSwap(c, func(error) error { return gocql.ErrTimeoutNoResponse })
+		consumer.SetAfterSwap(c, func(error) error { return driver.NewError(0, true, "no response") })
 		ctx = lwt.SettleBy(ctx, time.Now()) // settling gives up at once
 	}
 	deadline := e.clock.Now().Add(e.q.DefaultTimeout)
@@ -547,8 +548,8 @@ func (e *env) unfinishedSwap(how string) time.Time {
 	// partition, and a test that expects nothing delivered would pass without trying.
 	require.Eventually(e.t, func() bool {
 		var holder *gocql.UUID
-		require.NoError(e.t, lwt.SerialRead(e.s, e.s.Query(`SELECT lock_holder FROM tasks WHERE shard_key = ? AND kind = 0
-			AND priority = 0 AND id = ?`, key, gocql.UUID(taskrow.LockID))).Scan(&holder))
+		require.NoError(e.t, e.s.Query(`SELECT lock_holder FROM tasks WHERE shard_key = ? AND kind = 0
+			AND priority = 0 AND id = ?`, key, gocql.UUID(taskrow.LockID)).Consistency(gocql.Consistency(gocql.Serial)).Scan(&holder))
 		return holder == nil
 	}, 20*time.Second, 50*time.Millisecond, "the crashed consumer's lock never expired")
 	return deadline
@@ -830,7 +831,7 @@ func TestRescheduleRacesAcquire(t *testing.T) {
 		case errors.Is(err, shardqtype.ErrTaskInFlight), errors.Is(err, shardqtype.ErrTaskNotFound),
 			errors.Is(err, lock.ErrLockHeld): // consumers kept the partition busy: not moved
 			require.True(t, at[0].Before(later))
-		case errors.Is(err, lock.ErrOutcomeUnknown), cql.TimedOut(err):
+		case errors.Is(err, lock.ErrOutcomeUnknown), gocqlv1.TimedOut(err):
 			// A timeout on a busy node (and reading back timed out too, or a write of the
 			// move got no answer): the move may or may not have happened, so the task runs
 			// once, at either time.

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/shardq/shardq/consumer"
+	"github.com/shardq/shardq/internal/driver"
 	"github.com/shardq/shardq/internal/taskrow"
 	"github.com/shardq/shardq/producer"
 	"github.com/shardq/shardq/shardqtype"
@@ -21,6 +22,14 @@ import (
 // consumer swapped in the same partition before the settling read: its receipt tells.
 // Taking it as not applied would drop its markers and lose its tasks (seen with three
 // nodes at RF 3 and a frozen node).
+
+// errNoResponse is the error of a request no node answered in time.
+var errNoResponse = func() error {
+	e := driver.NewError(0, true, "no response received from cassandra within timeout period")
+	e.Unanswered = true
+	return e
+}()
+
 func TestUnknownSwapSettledAfterAnotherSwap(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -36,7 +45,7 @@ func TestUnknownSwapSettledAfterAnotherSwap(t *testing.T) {
 				swapped, swapErr = true, err
 				if err == nil {
 					fromB = e.acquire(b, 10)
-					err = gocql.ErrTimeoutNoResponse
+					err = errNoResponse
 				}
 			})
 			return err
@@ -98,7 +107,7 @@ func TestUnknownSwapNotAppliedWhileAnotherTookTheRows(t *testing.T) {
 	})
 	consumer.SetAfterSwap(a, func(err error) error {
 		// Whatever came back, the swap could not apply: its lease was gone.
-		after.Do(func() { err = gocql.ErrTimeoutNoResponse })
+		after.Do(func() { err = errNoResponse })
 		return err
 	})
 	require.Empty(t, e.acquire(a, 2), "a's swap did not apply")
@@ -123,7 +132,7 @@ func TestUnknownAckBatchSettledAsAcked(t *testing.T) {
 			if ackErr = err; err != nil {
 				return err
 			}
-			return gocql.ErrTimeoutNoResponse
+			return errNoResponse
 		})
 		got := e.acquire(c, 10)
 		require.ElementsMatch(t, want, ids(got))

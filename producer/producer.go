@@ -17,8 +17,8 @@ import (
 
 	"github.com/shardq/shardq/internal/clustertime"
 	"github.com/shardq/shardq/internal/combine"
-	"github.com/shardq/shardq/internal/cql"
 	"github.com/shardq/shardq/internal/defaults"
+	"github.com/shardq/shardq/internal/driver"
 	"github.com/shardq/shardq/internal/fanout"
 	"github.com/shardq/shardq/internal/sessionstate"
 	"github.com/shardq/shardq/internal/signal"
@@ -344,7 +344,7 @@ func (p *Producer) write(ctx context.Context, key string, inserts []store.Mutati
 		if p.afterWrite != nil {
 			err = p.afterWrite(err)
 		}
-		if err == nil || attempt >= p.cfg.WriteAttempts || !cql.TimedOut(err) || ctx.Err() != nil {
+		if err == nil || attempt >= p.cfg.WriteAttempts || !driver.TimedOut(err) || ctx.Err() != nil {
 			return err
 		}
 		p.cfg.Logger.DebugContext(ctx, "task write timed out; sending it again",

@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gocql/gocql"
 	"github.com/stretchr/testify/require"
 
 	"github.com/shardq/shardq/consumer"
+	"github.com/shardq/shardq/internal/driver"
 	"github.com/shardq/shardq/internal/testclock"
 	"github.com/shardq/shardq/producer"
 )
@@ -17,6 +17,14 @@ import (
 // A write that timed out is sent again with its first write timestamp: here the first
 // copy applied and a consumer took and acked the task before the second copy landed,
 // which the consumer's delete shadows, so the task runs once and the call succeeds.
+
+// errNoResponse is the error of a request no node answered in time.
+var errNoResponse = func() error {
+	e := driver.NewError(0, true, "no response received from cassandra within timeout period")
+	e.Unanswered = true
+	return e
+}()
+
 func TestTimedOutWriteSentAgain(t *testing.T) {
 	t.Parallel()
 	s, q := setup(t)
@@ -39,7 +47,7 @@ func TestTimedOutWriteSentAgain(t *testing.T) {
 		if taken, takeErr = c.AcquireTasks(ctx, 10); takeErr == nil {
 			takeErr = c.AckTasks(ctx, taken...)
 		}
-		return gocql.ErrTimeoutNoResponse
+		return errNoResponse
 	})
 	id, err := p.ScheduleTask(ctx, producer.Task{Queue: q.Name, Payload: []byte("x")})
 	require.NoError(t, err)
@@ -67,12 +75,12 @@ func TestWriteAttemptsBounded(t *testing.T) {
 	p, err := producer.New(s, producer.Config{WriteAttempts: 2})
 	require.NoError(t, err)
 	attempts := 0
-	producer.SetAfterWrite(p, func(error) error { attempts++; return gocql.ErrTimeoutNoResponse })
+	producer.SetAfterWrite(p, func(error) error { attempts++; return errNoResponse })
 	_, err = p.ScheduleTasks(ctx, []producer.Task{{Queue: q.Name}})
 	var perr *producer.PartialError
 	require.ErrorAs(t, err, &perr)
 	require.Equal(t, []int{0}, perr.Failed)
-	require.ErrorIs(t, err, gocql.ErrTimeoutNoResponse)
+	require.ErrorIs(t, err, errNoResponse)
 	require.Equal(t, 2, attempts)
 
 	refused := errors.New("refused")

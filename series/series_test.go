@@ -15,7 +15,7 @@ import (
 	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/inspect"
 	"github.com/shardq/shardq/internal/cassandratest"
-	"github.com/shardq/shardq/internal/cql"
+	"github.com/shardq/shardq/internal/driver/gocqlv1"
 	"github.com/shardq/shardq/internal/layouts"
 	iseries "github.com/shardq/shardq/internal/series"
 	"github.com/shardq/shardq/internal/taskid"
@@ -406,7 +406,7 @@ func TestKeeperLeavesEndedOccurrenceUnrecorded(t *testing.T) {
 	// A cancel that timed out on a loaded node (a clean CI run) may have applied: sent
 	// again, it finds the task gone.
 	err = e.p.Cancel(ctx, moved.NextID, producer.CancelOptions{})
-	for tries := 1; tries < 5 && cql.TimedOut(err); tries++ {
+	for tries := 1; tries < 5 && gocqlv1.TimedOut(err); tries++ {
 		if err = e.p.Cancel(ctx, moved.NextID, producer.CancelOptions{}); errors.Is(err, shardqtype.ErrTaskNotFound) {
 			err = nil
 		}

@@ -20,7 +20,7 @@ import (
 	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/inspect"
 	"github.com/shardq/shardq/internal/cassandratest"
-	"github.com/shardq/shardq/internal/cql"
+	"github.com/shardq/shardq/internal/driver/gocqlv1"
 	"github.com/shardq/shardq/internal/testclock"
 	"github.com/shardq/shardq/producer"
 	"github.com/shardq/shardq/shardqtype"
@@ -219,7 +219,7 @@ func TestChangeLayoutUnderLoad(t *testing.T) {
 		ch, err := shardq.ChangeLayout(ctx, e.s, e.q.Name, cfg)
 		// A change that timed out on a busy node and read back as not stored is asked
 		// again, as an operator would; one of unknown outcome is not.
-		for tries := 1; tries < 5 && cql.TimedOut(err) && !errors.Is(err, consumer.ErrOutcomeUnknown); tries++ {
+		for tries := 1; tries < 5 && gocqlv1.TimedOut(err) && !errors.Is(err, consumer.ErrOutcomeUnknown); tries++ {
 			t.Logf("changing the layout again after: %v", err)
 			ch, err = shardq.ChangeLayout(ctx, e.s, e.q.Name, cfg)
 		}

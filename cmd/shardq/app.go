@@ -21,8 +21,8 @@ import (
 	"golang.org/x/term"
 
 	"github.com/shardq/shardq/inspect"
-	"github.com/shardq/shardq/internal/cql"
 	"github.com/shardq/shardq/internal/cqlcluster"
+	"github.com/shardq/shardq/internal/driver/gocqlv1"
 	"github.com/shardq/shardq/shard"
 	"github.com/shardq/shardq/shardqtype"
 )
@@ -293,7 +293,7 @@ func (a *app) session(ctx context.Context) (*gocql.Session, error) {
 	}
 	hint := "check --hosts (or " + envHosts + "), that the nodes are up and listen for CQL"
 	switch msg := err.Error(); {
-	case cql.TimedOut(err):
+	case gocqlv1.TimedOut(err):
 		hint = "the nodes did not answer within --request-timeout " + a.requestTimeout.String() + ": they may be overloaded; try again, or raise it"
 	case strings.Contains(msg, "tls:") || strings.Contains(msg, "x509:"):
 		hint = "check the --tls flags: the nodes may not speak TLS, or their certificate does not verify against --tls-ca"
@@ -316,7 +316,7 @@ func (a *app) keyspaceMissing(ctx context.Context) bool {
 	}
 	defer s.Close()
 	var name string
-	err = cql.Query(s, `SELECT keyspace_name FROM system_schema.keyspaces WHERE keyspace_name = ?`, a.keyspace).
+	err = s.Query(`SELECT keyspace_name FROM system_schema.keyspaces WHERE keyspace_name = ?`, a.keyspace).
 		WithContext(ctx).Consistency(gocql.One).Scan(&name)
 	return errors.Is(err, gocql.ErrNotFound)
 }
@@ -331,7 +331,7 @@ func (a *app) explain(err error) error {
 		return fmt.Errorf("%w: shardq's tables are missing in keyspace %q; create them with 'shardq schema apply'", err, a.keyspace)
 	case errors.Is(err, context.Canceled):
 		return fmt.Errorf("interrupted: %w", err)
-	case cql.TimedOut(err):
+	case gocqlv1.TimedOut(err):
 		return fmt.Errorf("%w: Cassandra did not answer within --request-timeout %v; it may be overloaded: try again, or raise "+
 			"--request-timeout (schema apply and queue create are safe to repeat; a schedule that timed out may have been "+
 			"written, and repeating it may schedule the task twice)", err, a.requestTimeout)

@@ -28,6 +28,7 @@ import (
 	tccassandra "github.com/testcontainers/testcontainers-go/modules/cassandra"
 
 	"github.com/shardq/shardq/internal/cqlcluster"
+	"github.com/shardq/shardq/internal/driver/gocqlv1"
 	"github.com/shardq/shardq/internal/schema"
 	"github.com/shardq/shardq/shard"
 )
@@ -201,7 +202,7 @@ func ApplySchema(t testing.TB, session *gocql.Session) {
 // seen the nodes agree on the schema failed with INCOMPATIBLE_SCHEMA from two replicas
 // of three: a replica may answer before it has the new table.
 func applySchema(ctx context.Context, session *gocql.Session) error {
-	if err := schema.Apply(ctx, session, schemaStatements()); err != nil {
+	if err := schema.Apply(ctx, gocqlv1.New(session), schemaStatements()); err != nil {
 		return err
 	}
 	for _, table := range schemaTables() {

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/gocql/gocql"
-	"github.com/shardq/shardq/internal/cql"
+	"github.com/shardq/shardq/internal/driver/gocqlv1"
 	"github.com/shardq/shardq/internal/hostpolicy"
 )
 
@@ -51,7 +51,7 @@ func Recommended(c *gocql.ClusterConfig) *gocql.ClusterConfig {
 	c.PoolConfig.HostSelectionPolicy = hostpolicy.Wrap(inner, hostpolicy.Config{
 		// Below the speculative delay, so a read abandoned for its copy counts against
 		// its node.
-		Slow:       cql.SpeculativeDelay / 2,
+		Slow:       gocqlv1.SpeculativeDelay / 2,
 		Backoff:    time.Second,
 		MaxBackoff: 16 * time.Second,
 	})

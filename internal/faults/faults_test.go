@@ -3,6 +3,7 @@
 package faults_test
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"syscall"
@@ -14,7 +15,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/shardq/shardq"
-	"github.com/shardq/shardq/internal/cql"
+	"github.com/shardq/shardq/internal/driver"
+	"github.com/shardq/shardq/internal/driver/gocqlv1"
 	"github.com/shardq/shardq/shardqtype"
 )
 
@@ -234,19 +236,19 @@ func TestSlowReadOnOneNode(t *testing.T) {
 	defer s.Close()
 	read := func() error {
 		var v string
-		return cql.Query(s, `SELECT release_version FROM system.local`).Scan(&v)
+		return driver.Scan(context.Background(), gocqlv1.New(s), driver.Statement{CQL: `SELECT release_version FROM system.local`}, &v)
 	}
 	require.NoError(t, read())
 	pid := c.pid(1)
 	for range 3 {
 		c.signal(1, syscall.SIGSTOP)
-		thaw := time.AfterFunc(2*cql.SpeculativeDelay, func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
+		thaw := time.AfterFunc(2*gocqlv1.SpeculativeDelay, func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
 		start := time.Now()
 		err := read()
 		took := time.Since(start)
 		thaw.Stop()
 		c.signal(1, syscall.SIGCONT)
 		require.NoError(t, err, "a read answered after %v", took)
-		require.Greater(t, took, cql.SpeculativeDelay, "the read outlasted the speculative delay")
+		require.Greater(t, took, gocqlv1.SpeculativeDelay, "the read outlasted the speculative delay")
 	}
 }

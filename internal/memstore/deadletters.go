@@ -47,7 +47,7 @@ func letterOf(queue string, r *row, sec int64) deadletters.Letter {
 
 func (d letters) Write(ctx context.Context, l deadletters.Letter) error {
 	pk := letterPK(l.Queue, deadletters.Day(shard.IDTime(l.ID)))
-	err := d.exec(ctx, Request{Table: "dead_letters", Op: "DeadLetters.Write", Key: pk, Write: true}, writeType(1, false), func(s *state) error {
+	err := d.exec(ctx, Request{Table: "dead_letters", Op: "DeadLetters.Write", Key: pk, Write: true}, func(s *state) error {
 		if err := checkUUIDs(l.ID, l.TaskID); err != nil {
 			return err
 		}
@@ -115,7 +115,7 @@ func (d letters) Get(ctx context.Context, queue string, id uuid.UUID) (deadlette
 
 func (d letters) Delete(ctx context.Context, queue string, id uuid.UUID, stamp int64) error {
 	pk := letterPK(queue, deadletters.Day(shard.IDTime(id)))
-	err := d.exec(ctx, Request{Table: "dead_letters", Op: "DeadLetters.Delete", Key: pk, Write: true}, writeType(1, false), func(s *state) error {
+	err := d.exec(ctx, Request{Table: "dead_letters", Op: "DeadLetters.Delete", Key: pk, Write: true}, func(s *state) error {
 		if err := checkUUIDs(id); err != nil {
 			return err
 		}

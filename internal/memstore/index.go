@@ -111,7 +111,7 @@ func (x index) Write(ctx context.Context, ws []taskindex.Write, _ int) (failed [
 	bad := make([]bool, len(order))
 	err = each(len(order), func(i int) error {
 		pk := order[i]
-		err := x.exec(ctx, Request{Table: "task_index", Op: "Index.Write", Key: pk, Write: true}, writeType(1, false), func(s *state) error {
+		err := x.exec(ctx, Request{Table: "task_index", Op: "Index.Write", Key: pk, Write: true}, func(s *state) error {
 			var ops []op
 			var stamps []int64
 			for _, j := range groups[pk] {

@@ -42,7 +42,7 @@ func (k keys) Claim(ctx context.Context, queue, key string, claim store.Claim, t
 	pk := keyPK(queue, key)
 	applied := false
 	var cur store.Claim
-	err := k.exec(ctx, Request{Table: "task_keys", Op: "Keys.Claim", Key: pk, Write: true, Conditional: true}, "CAS", func(s *state) error {
+	err := k.exec(ctx, Request{Table: "task_keys", Op: "Keys.Claim", Key: pk, Write: true, Conditional: true}, func(s *state) error {
 		secs, err := ttlSeconds(int64(ttl / time.Second))
 		if err != nil {
 			return err
@@ -107,7 +107,7 @@ func (k keys) GetTTL(ctx context.Context, queue, key string) (store.Claim, time.
 
 func (k keys) Release(ctx context.Context, queue, key string, holder uuid.UUID) error {
 	pk := keyPK(queue, key)
-	return k.exec(ctx, Request{Table: "task_keys", Op: "Keys.Release", Key: pk, Write: true, Conditional: true}, "CAS", func(s *state) error {
+	return k.exec(ctx, Request{Table: "task_keys", Op: "Keys.Release", Key: pk, Write: true, Conditional: true}, func(s *state) error {
 		if err := checkUUIDs(holder); err != nil {
 			return err
 		}

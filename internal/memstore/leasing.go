@@ -68,7 +68,7 @@ func (l leasing) plainBatches(ctx context.Context, name string, rows []taskrow.R
 		if ts == 0 {
 			ts = l.clientStamp()
 		}
-		return l.exec(ctx, Request{Table: "tasks", Op: name, Key: key, Write: true}, writeType(1, false), func(s *state) error {
+		return l.exec(ctx, Request{Table: "tasks", Op: name, Key: key, Write: true}, func(s *state) error {
 			ops := make([]op, len(batches[i]))
 			for j, idx := range batches[i] {
 				var err error

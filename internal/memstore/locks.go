@@ -74,7 +74,7 @@ type locks struct{ *client }
 func (l locks) cas(ctx context.Context, opName, key string, check func(s *state) bool, build func() ([]op, error)) (bool, store.LockRow, error) {
 	applied := false
 	var cur store.LockRow
-	err := l.exec(ctx, Request{Table: "tasks", Op: opName, Key: key, Write: true, Conditional: true}, "CAS", func(s *state) error {
+	err := l.exec(ctx, Request{Table: "tasks", Op: opName, Key: key, Write: true, Conditional: true}, func(s *state) error {
 		ops, err := build()
 		if err != nil {
 			return err

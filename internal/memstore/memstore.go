@@ -129,19 +129,18 @@ type Fault int8
 
 const (
 	None Fault = iota
-	// Unavailable is refused, nothing applied: *gocql.RequestErrUnavailable (definite).
+	// Unavailable is refused, nothing applied: a *driver.Error of code
+	// driver.CodeUnavailable (definite).
 	Unavailable
-	// Overloaded is refused, nothing applied: an error whose gocql.RequestError Code()
-	// is gocql.ErrCodeOverloaded (definite).
+	// Overloaded is refused, nothing applied: code driver.CodeOverloaded (definite).
 	Overloaded
-	// TimeoutLost timed out, not applied: write: *gocql.RequestErrWriteTimeout{WriteType:
-	// "CAS" for conditional, "BATCH", "UNLOGGED_BATCH" or "SIMPLE"}; read:
-	// *gocql.RequestErrReadTimeout.
+	// TimeoutLost timed out, not applied: code driver.CodeWriteTimeout for a write,
+	// driver.CodeReadTimeout for a read.
 	TimeoutLost
 	// TimeoutApplied is applied, then the same timeout error (reads: as TimeoutLost).
 	TimeoutApplied
-	// NoResponseLost: the client gave up before an answer, not applied:
-	// gocql.ErrTimeoutNoResponse.
+	// NoResponseLost: the client gave up before an answer, not applied: a *driver.Error
+	// that is Unanswered.
 	NoResponseLost
 	// NoResponseApplied is the same error, but the write applied.
 	NoResponseApplied
@@ -184,8 +183,7 @@ func (cl *client) clientStamp() int64 { return cl.clock().UnixNano() / 1000 }
 
 // exec sends one request: the Gate decides its fault, and run, which executes it on the
 // cluster's data under the cluster's lock, runs unless the fault says it did not apply.
-// writeType names a write's kind for a timeout ("CAS", "SIMPLE", ...); "" for reads.
-func (cl *client) exec(ctx context.Context, r Request, writeType string, run func(s *state) error) error {
+func (cl *client) exec(ctx context.Context, r Request, run func(s *state) error) error {
 	if err := ctx.Err(); err != nil {
 		return err // gocql sends nothing on an ended context
 	}
@@ -202,15 +200,15 @@ func (cl *client) exec(ctx context.Context, r Request, writeType string, run fun
 	case Overloaded:
 		return overloaded()
 	case TimeoutLost, NoResponseLost:
-		return timeout(fault, r, writeType)
+		return timeout(fault, r)
 	case TimeoutApplied, NoResponseApplied, NoResponseLate:
 		if !r.Write {
-			return timeout(fault, r, writeType)
+			return timeout(fault, r)
 		}
 	}
 	if fault == NoResponseLate && cl.later != nil {
 		cl.straggle(r, run)
-		return timeout(fault, r, writeType)
+		return timeout(fault, r)
 	}
 	cl.c.mu.Lock()
 	if r.Conditional || r.Serial {
@@ -221,7 +219,7 @@ func (cl *client) exec(ctx context.Context, r Request, writeType string, run fun
 	if err != nil || fault == None {
 		return err
 	}
-	return timeout(fault, r, writeType)
+	return timeout(fault, r)
 }
 
 // straggle hands run, the write of request r sent now, to the client's Later, and for a
@@ -332,7 +330,7 @@ func read[T any](ctx context.Context, cl *client, q query, extract func(s *state
 		}
 		var page []T
 		n := 0
-		err := cl.exec(ctx, q.req, "", func(s *state) error {
+		err := cl.exec(ctx, q.req, func(s *state) error {
 			if q.limit <= 0 {
 				return invalid("LIMIT must be strictly positive")
 			}
@@ -369,16 +367,4 @@ func each(n int, fn func(i int) error) error {
 		errs[i] = fn(i)
 	}
 	return errors.Join(errs...)
-}
-
-// writeType is the write type a node reports for a plain write's timeout: a mutation of
-// one partition is SIMPLE, whatever the batch.
-func writeType(partitions int, logged bool) string {
-	switch {
-	case partitions <= 1:
-		return "SIMPLE"
-	case logged:
-		return "BATCH"
-	}
-	return "UNLOGGED_BATCH"
 }

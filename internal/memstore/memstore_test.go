@@ -6,11 +6,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/shardq/shardq/internal/deadletters"
+	"github.com/shardq/shardq/internal/driver"
 	"github.com/shardq/shardq/internal/lwt"
 	"github.com/shardq/shardq/internal/memstore"
 	"github.com/shardq/shardq/internal/signal"
@@ -71,9 +71,9 @@ func TestTombstoneThresholdFailsARead(t *testing.T) {
 
 	deleted(t, ctx, s, now.Add(time.Second), 1)
 	_, _, err = s.Leasing().Rows(ctx, key, []int8{1}, from, to, 10, 100, 1<<20)
-	var rf *gocql.RequestErrReadFailure
+	var rf *driver.Error
 	require.ErrorAs(t, err, &rf)
-	require.Equal(t, gocql.ErrCodeReadFailure, rf.Code())
+	require.Equal(t, driver.CodeReadFailure, rf.Code)
 	require.False(t, lwt.Definite(err))
 	_, err = s.Leasing().IDs(ctx, key, []int8{1}, from, to, 10)
 	require.ErrorAs(t, err, &rf)
@@ -224,35 +224,29 @@ func TestFaults(t *testing.T) {
 	type check func(t *testing.T, err error)
 	definite := func(code int) check {
 		return func(t *testing.T, err error) {
-			var re gocql.RequestError
+			var re *driver.Error
 			require.ErrorAs(t, err, &re)
-			require.Equal(t, code, re.Code())
+			require.Equal(t, code, re.Code)
 			require.True(t, lwt.Definite(err))
 		}
 	}
-	writeTimeout := func(writeType string) check {
+	timedOut := func(code int) check {
 		return func(t *testing.T, err error) {
-			var wt *gocql.RequestErrWriteTimeout
-			require.ErrorAs(t, err, &wt)
-			require.Equal(t, writeType, wt.WriteType)
-			require.Equal(t, gocql.ErrCodeWriteTimeout, wt.Code())
+			var e *driver.Error
+			require.ErrorAs(t, err, &e)
+			require.Equal(t, code, e.Code)
+			require.True(t, driver.TimedOut(err))
+			require.False(t, driver.Unanswered(err))
 			require.False(t, lwt.Definite(err))
 		}
 	}
-	readTimeout := func(t *testing.T, err error) {
-		var rt *gocql.RequestErrReadTimeout
-		require.ErrorAs(t, err, &rt)
-		require.Equal(t, gocql.ErrCodeReadTimeout, rt.Code())
-	}
+	writeTimeout, readTimeout := timedOut(driver.CodeWriteTimeout), timedOut(driver.CodeReadTimeout)
 	noResponse := func(t *testing.T, err error) {
-		require.ErrorIs(t, err, gocql.ErrTimeoutNoResponse)
+		require.True(t, driver.TimedOut(err))
+		require.True(t, driver.Unanswered(err))
 		require.False(t, lwt.Definite(err))
 	}
-	unavailable := func(t *testing.T, err error) {
-		var ue *gocql.RequestErrUnavailable
-		require.ErrorAs(t, err, &ue)
-		definite(gocql.ErrCodeUnavailable)(t, err)
-	}
+	unavailable := definite(driver.CodeUnavailable)
 	for _, tc := range []struct {
 		fault   memstore.Fault
 		applied bool
@@ -262,10 +256,10 @@ func TestFaults(t *testing.T) {
 		read    check
 	}{
 		{memstore.Unavailable, false, unavailable, unavailable, unavailable, unavailable},
-		{memstore.Overloaded, false, definite(gocql.ErrCodeOverloaded), definite(gocql.ErrCodeOverloaded),
-			definite(gocql.ErrCodeOverloaded), definite(gocql.ErrCodeOverloaded)},
-		{memstore.TimeoutLost, false, writeTimeout("CAS"), writeTimeout("SIMPLE"), writeTimeout("UNLOGGED_BATCH"), readTimeout},
-		{memstore.TimeoutApplied, true, writeTimeout("CAS"), writeTimeout("SIMPLE"), writeTimeout("UNLOGGED_BATCH"), readTimeout},
+		{memstore.Overloaded, false, definite(driver.CodeOverloaded), definite(driver.CodeOverloaded),
+			definite(driver.CodeOverloaded), definite(driver.CodeOverloaded)},
+		{memstore.TimeoutLost, false, writeTimeout, writeTimeout, writeTimeout, readTimeout},
+		{memstore.TimeoutApplied, true, writeTimeout, writeTimeout, writeTimeout, readTimeout},
 		{memstore.NoResponseLost, false, noResponse, noResponse, noResponse, noResponse},
 		{memstore.NoResponseApplied, true, noResponse, noResponse, noResponse, noResponse},
 	} {
@@ -407,7 +401,7 @@ func TestStragglers(t *testing.T) {
 	kept, shadowed := taskRow(1, at, "kept"), taskRow(1, at, "shadowed")
 	err := late("Tasks.Write").Tasks().Write(ctx, []store.Mutation{
 		{Op: store.Insert, Row: kept, Stamp: at.UnixMicro()}, {Op: store.Insert, Row: shadowed, Stamp: at.UnixMicro()}})
-	require.ErrorIs(t, err, gocql.ErrTimeoutNoResponse)
+	require.True(t, driver.Unanswered(err))
 	require.Len(t, landing, 1)
 	for _, r := range []taskrow.Row{kept, shadowed} {
 		there, err := clean.Tasks().Exists(ctx, r)
@@ -428,7 +422,7 @@ func TestStragglers(t *testing.T) {
 	var first, second signal.Touches
 	first.Add(l, shard.NewID(at), uuid.New())
 	second.Add(l, shard.NewID(at.Add(100*time.Millisecond)), uuid.New())
-	require.ErrorIs(t, late("Signals.Touch").Signals().Touch(ctx, first.List()), gocql.ErrTimeoutNoResponse)
+	require.True(t, driver.Unanswered(late("Signals.Touch").Signals().Touch(ctx, first.List())))
 	clock.Add(time.Second)
 	require.NoError(t, clean.Signals().Touch(ctx, second.List()))
 	landing[1]()
@@ -444,7 +438,7 @@ func TestStragglers(t *testing.T) {
 	claims := late("Keys.Claim").Keys()
 	for i, k := range []string{"by-read", "by-coordinator"} {
 		applied, _, err := claims.Claim(ctx, "q", k, store.Claim{Holder: shard.NewID(at), ClaimedAt: at}, time.Minute, store.Claim{})
-		require.ErrorIs(t, err, gocql.ErrTimeoutNoResponse)
+		require.True(t, driver.Unanswered(err))
 		require.False(t, applied)
 		require.Len(t, landing, 3+i)
 		_, err = clean.Keys().Get(ctx, "q", k, false)

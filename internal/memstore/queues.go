@@ -36,7 +36,7 @@ func queueOf(name string, r *row, sec int64) store.Queue {
 func (q queues) Create(ctx context.Context, qu store.Queue) (bool, store.Queue, error) {
 	applied := false
 	var existing store.Queue
-	err := q.exec(ctx, Request{Table: "queues", Op: "Queues.Create", Key: qu.Name, Write: true, Conditional: true}, "CAS", func(s *state) error {
+	err := q.exec(ctx, Request{Table: "queues", Op: "Queues.Create", Key: qu.Name, Write: true, Conditional: true}, func(s *state) error {
 		ballot := s.serverStamp()
 		if r := s.get(s.c.queues, qu.Name, ""); r != nil && r.live(s.sec) {
 			existing = queueOf(qu.Name, r, s.sec)
@@ -83,7 +83,7 @@ func (q queues) all(ctx context.Context, op string, fn func(name string, st stor
 		st   store.QueueStatus
 	}
 	var rows []got
-	err := q.exec(ctx, Request{Table: "queues", Op: op}, "", func(s *state) error {
+	err := q.exec(ctx, Request{Table: "queues", Op: op}, func(s *state) error {
 		names := make([]string, 0, len(s.c.queues.parts))
 		for name := range s.c.queues.parts {
 			names = append(names, name)
@@ -167,7 +167,7 @@ func (q queues) Statuses(ctx context.Context) (map[string]store.QueueStatus, err
 
 func (q queues) SetPaused(ctx context.Context, name string, paused bool) (bool, error) {
 	applied := false
-	err := q.exec(ctx, Request{Table: "queues", Op: "Queues.SetPaused", Key: name, Write: true, Conditional: true}, "CAS", func(s *state) error {
+	err := q.exec(ctx, Request{Table: "queues", Op: "Queues.SetPaused", Key: name, Write: true, Conditional: true}, func(s *state) error {
 		ballot := s.serverStamp()
 		if r := s.get(s.c.queues, name, ""); r == nil || !r.live(s.sec) {
 			return nil
@@ -181,7 +181,7 @@ func (q queues) SetPaused(ctx context.Context, name string, paused bool) (bool, 
 
 func (q queues) SetLayouts(ctx context.Context, name, from, to string) (bool, error) {
 	applied := false
-	err := q.exec(ctx, Request{Table: "queues", Op: "Queues.SetLayouts", Key: name, Write: true, Conditional: true}, "CAS", func(s *state) error {
+	err := q.exec(ctx, Request{Table: "queues", Op: "Queues.SetLayouts", Key: name, Write: true, Conditional: true}, func(s *state) error {
 		ballot := s.serverStamp()
 		r := s.get(s.c.queues, name, "")
 		if r == nil || !r.live(s.sec) || stringOf(r.value(colLayouts, s.sec)) != from {

@@ -102,7 +102,7 @@ func (g series) Names(ctx context.Context, queue string) ([]string, error) {
 // plain writes o to partition pk of t at write timestamp stamp; ids are the timeuuids it
 // binds.
 func (g series) plain(ctx context.Context, t *table, opName, pk string, o op, stamp int64, ids ...uuid.UUID) error {
-	return g.exec(ctx, Request{Table: t.name, Op: opName, Key: pk, Write: true}, writeType(1, false), func(s *state) error {
+	return g.exec(ctx, Request{Table: t.name, Op: opName, Key: pk, Write: true}, func(s *state) error {
 		if err := checkUUIDs(ids...); err != nil {
 			return err
 		}
@@ -123,7 +123,7 @@ func (g series) DeleteName(ctx context.Context, queue, name string, stamp int64)
 func (g series) cas(ctx context.Context, opName, queue, name string, want any, o op, check ...uuid.UUID) (bool, error) {
 	pk := seriesPK(queue, name)
 	applied := false
-	err := g.exec(ctx, Request{Table: "series", Op: opName, Key: pk, Write: true, Conditional: true}, "CAS", func(s *state) error {
+	err := g.exec(ctx, Request{Table: "series", Op: opName, Key: pk, Write: true, Conditional: true}, func(s *state) error {
 		if err := checkUUIDs(check...); err != nil {
 			return err
 		}

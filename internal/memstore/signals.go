@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/shardq/shardq/internal/cql"
+	"github.com/shardq/shardq/internal/driver"
 	"github.com/shardq/shardq/internal/signal"
 )
 
@@ -33,11 +33,11 @@ func (g signals) Touch(ctx context.Context, cells []signal.Touch) error {
 		for k, v := range r.Slots {
 			o.adds = append(o.adds, add{colSlots, int64(k), v})
 		}
-		err := g.exec(ctx, Request{Table: "queue_signals", Op: "Signals.Touch", Key: r.Queue, Write: true}, writeType(1, false), func(s *state) error {
+		err := g.exec(ctx, Request{Table: "queue_signals", Op: "Signals.Touch", Key: r.Queue, Write: true}, func(s *state) error {
 			s.apply(s.c.signals, r.Queue, o, s.serverStamp())
 			return nil
 		})
-		if cql.Refused(err) {
+		if driver.Refused(err) {
 			err = fmt.Errorf("%w: %w", signal.ErrRefused, err)
 		}
 		if err != nil {
@@ -166,7 +166,7 @@ func (g signals) Passed(ctx context.Context, ring string) (map[int]int64, time.T
 // Pass writes the row as an INSERT with the client's timestamp: a frozen map is one cell.
 func (g signals) Pass(ctx context.Context, ring string, mark map[int]int64, madeAt time.Time) error {
 	stamp := g.clientStamp()
-	err := g.exec(ctx, Request{Table: "queue_passes", Op: "Signals.Pass", Key: ring, Write: true}, writeType(1, false), func(s *state) error {
+	err := g.exec(ctx, Request{Table: "queue_passes", Op: "Signals.Pass", Key: ring, Write: true}, func(s *state) error {
 		s.apply(s.c.passes, ring, op{insert: true, ttl: s.c.passes.defaultTTL,
 			sets: []set{{colPassBuckets, maps.Clone(mark)}, {colPassMadeAt, timestamp(madeAt)}}}, stamp)
 		return nil

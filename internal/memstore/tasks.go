@@ -155,7 +155,7 @@ func (t tasks) Write(ctx context.Context, muts []store.Mutation) error {
 		keys[m.Row.Key] = true
 	}
 	stamp := t.clientStamp()
-	return t.exec(ctx, t.req("Tasks.Write", muts[0].Row.Key, true, false, false), writeType(len(keys), false), func(s *state) error {
+	return t.exec(ctx, t.req("Tasks.Write", muts[0].Row.Key, true, false, false), func(s *state) error {
 		ops := make([]op, len(muts))
 		stamps := make([]int64, len(muts))
 		for i, m := range muts {
@@ -189,7 +189,7 @@ func (t tasks) Write(ctx context.Context, muts []store.Mutation) error {
 // all stamped by the ballot.
 func (t tasks) cas(ctx context.Context, op, key string, check func(s *state) bool, build func() ([]op, error)) (bool, error) {
 	applied := false
-	err := t.exec(ctx, t.req(op, key, true, true, false), "CAS", func(s *state) error {
+	err := t.exec(ctx, t.req(op, key, true, true, false), func(s *state) error {
 		ops, err := build()
 		if err != nil {
 			return err

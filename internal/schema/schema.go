@@ -4,15 +4,12 @@ package schema
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"regexp"
 	"strings"
 	"time"
 
-	"github.com/gocql/gocql"
-
-	"github.com/shardq/shardq/internal/lwt"
+	"github.com/shardq/shardq/internal/driver"
 )
 
 // Statements returns the CQL statements of cql (schema.cql's text), in order, without
@@ -42,7 +39,7 @@ func Statements(cql string) []string {
 // node at once, it could create the same table twice, with two IDs, which Cassandra does
 // not reconcile. So the driver never retries these statements; Apply waits for the
 // table to appear instead, and sends the statement again only if it does not.
-func Apply(ctx context.Context, session *gocql.Session, stmts []string) error {
+func Apply(ctx context.Context, session driver.Session, stmts []string) error {
 	for _, stmt := range stmts {
 		if err := applyStatement(ctx, session, stmt); err != nil {
 			return fmt.Errorf("shardq: applying schema: %w", err)
@@ -65,7 +62,7 @@ func Apply(ctx context.Context, session *gocql.Session, stmts []string) error {
 }
 
 // missingTables names the tables of stmts that the session's keyspace lacks.
-func missingTables(ctx context.Context, session *gocql.Session, stmts []string) ([]string, error) {
+func missingTables(ctx context.Context, session driver.Session, stmts []string) ([]string, error) {
 	have, err := names(ctx, session, `SELECT table_name FROM system_schema.tables WHERE keyspace_name = ?`)
 	if err != nil {
 		return nil, err
@@ -81,9 +78,9 @@ func missingTables(ctx context.Context, session *gocql.Session, stmts []string) 
 
 // names returns the first column of query's rows, which takes the session's keyspace
 // and, optionally, more values.
-func names(ctx context.Context, session *gocql.Session, query string, values ...any) (map[string]bool, error) {
+func names(ctx context.Context, session driver.Session, query string, values ...any) (map[string]bool, error) {
 	have := map[string]bool{}
-	iter := session.Query(query, append([]any{session.Query("").Keyspace()}, values...)...).WithContext(ctx).Iter()
+	iter := session.Iter(ctx, driver.Statement{CQL: query, Args: append([]any{session.Keyspace()}, values...)})
 	for name := ""; iter.Scan(&name); {
 		have[strings.ToLower(name)] = true
 	}
@@ -100,7 +97,7 @@ func tableOf(stmt string) string {
 
 // applied reports whether the change stmt makes is in the keyspace: its table for a
 // CREATE TABLE, its column for an ALTER TABLE ... ADD, false for other statements.
-func applied(ctx context.Context, session *gocql.Session, stmt string) (bool, error) {
+func applied(ctx context.Context, session driver.Session, stmt string) (bool, error) {
 	if name := tableOf(stmt); name != "" {
 		have, err := names(ctx, session, `SELECT table_name FROM system_schema.tables WHERE keyspace_name = ?`)
 		return have[name], err
@@ -127,10 +124,10 @@ var (
 	addColumn   = regexp.MustCompile(`(?i)^ALTER\s+TABLE\s+(\w+)\s+ADD\s+IF\s+NOT\s+EXISTS\s+(\w+)`)
 )
 
-func applyStatement(ctx context.Context, session *gocql.Session, stmt string) error {
+func applyStatement(ctx context.Context, session driver.Session, stmt string) error {
 	var err error
 	for range schemaAttempts {
-		err = session.Query(stmt).WithContext(ctx).RetryPolicy(lwt.NoRetry).Exec()
+		err = session.Exec(ctx, driver.Statement{CQL: stmt, Mode: driver.Once})
 		if !unanswered(err) || ctx.Err() != nil {
 			return err
 		}
@@ -144,14 +141,14 @@ func applyStatement(ctx context.Context, session *gocql.Session, stmt string) er
 // unanswered reports whether err says the node did not answer, so the statement may
 // still be applied there.
 func unanswered(err error) bool {
-	return errors.Is(err, gocql.ErrTimeoutNoResponse) || errors.Is(err, gocql.ErrConnectionClosed)
+	return driver.Unanswered(err)
 }
 
 // awaitApplied waits, up to schemaWait, for the change stmt makes to show, and reports
 // whether it did; once it shows, it waits for every node to agree on the schema for as
 // long as ctx allows. (schemaWait is for a change that may never have been made: cut
 // short, an agreement wait on a loaded cluster failed a change that had been made.)
-func awaitApplied(ctx context.Context, session *gocql.Session, stmt string) (bool, error) {
+func awaitApplied(ctx context.Context, session driver.Session, stmt string) (bool, error) {
 	if tableOf(stmt) == "" && !addColumn.MatchString(stmt) {
 		return false, nil
 	}

@@ -10,10 +10,10 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/shardq/shardq/internal/driver"
 	"github.com/shardq/shardq/internal/signal"
 	"github.com/shardq/shardq/shard"
 )
@@ -67,7 +67,7 @@ func TestFailedTouchRetried(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := &cells{touched: map[signal.Entry]time.Time{}, fail: func(n int) error {
 			if n < 3 {
-				return &gocql.RequestErrUnavailable{}
+				return driver.NewError(driver.CodeUnavailable, false, "unavailable")
 			}
 			return nil
 		}}

@@ -7,14 +7,28 @@ import (
 	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 
-	"github.com/shardq/shardq/internal/cql"
+	"github.com/shardq/shardq/internal/driver"
+	"github.com/shardq/shardq/internal/driver/gocqlv1"
 	"github.com/shardq/shardq/shard"
 )
 
-// Cassandra returns the Store of session's keyspace.
-func Cassandra(session *gocql.Session) Store { return cassandra{session} }
+// Cassandra returns the Store of session's keyspace, read and written through the gocql
+// driver.
+func Cassandra(session *gocql.Session) Store { return Of(gocqlv1.New(session)) }
 
-type cassandra struct{ session *gocql.Session }
+// Of returns the Store of session's keyspace.
+func Of(session driver.Session) Store { return cassandra{session} }
+
+type cassandra struct{ session driver.Session }
+
+// read is a read of stmt, at SERIAL when serial.
+func read(stmt string, serial bool, args ...any) driver.Statement {
+	st := driver.Statement{CQL: stmt, Args: args}
+	if serial {
+		st.Mode = driver.Serial
+	}
+	return st
+}
 
 func (c cassandra) Tasks() Tasks             { return tasks(c) }
 func (c cassandra) Leasing() Leasing         { return leasing(c) }
@@ -28,8 +42,8 @@ func (c cassandra) Series() Series           { return series(c) }
 func (c cassandra) Scans() Scans             { return scans(c) }
 
 func (c cassandra) Now(ctx context.Context) (time.Time, string, error) {
-	var id gocql.UUID
-	iter := cql.Query(c.session, `SELECT now() FROM system.local`).WithContext(ctx).Iter()
+	var id uuid.UUID
+	iter := c.session.Iter(ctx, driver.Statement{CQL: `SELECT now() FROM system.local`})
 	scanned := iter.Scan(&id)
 	if err := iter.Close(); err != nil {
 		return time.Time{}, "", err
@@ -37,9 +51,5 @@ func (c cassandra) Now(ctx context.Context) (time.Time, string, error) {
 	if !scanned {
 		return time.Time{}, "", ErrNotFound
 	}
-	node := ""
-	if h := iter.Host(); h != nil {
-		node = h.HostID()
-	}
-	return shard.IDTime(uuid.UUID(id)), node, nil
+	return shard.IDTime(id), iter.Node(), nil
 }

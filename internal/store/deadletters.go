@@ -5,15 +5,14 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 
-	"github.com/shardq/shardq/internal/cql"
 	"github.com/shardq/shardq/internal/deadletters"
+	"github.com/shardq/shardq/internal/driver"
 	"github.com/shardq/shardq/shard"
 )
 
-type letters struct{ session *gocql.Session }
+type letters struct{ session driver.Session }
 
 const (
 	letterColumns = `dead_id, task_id, payload, priority, due_at, timeout_ms, attempt, deliveries, error, died_at`
@@ -30,7 +29,7 @@ const (
 // Write stores l. It is stamped by the coordinator, as the ack that follows it is.
 func (d letters) Write(ctx context.Context, l deadletters.Letter) error {
 	cols, vals := insertLetter, `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?`
-	args := []any{l.Queue, deadletters.Day(shard.IDTime(l.ID)), gocql.UUID(l.ID), gocql.UUID(l.TaskID), l.Payload,
+	args := []any{l.Queue, deadletters.Day(shard.IDTime(l.ID)), l.ID, l.TaskID, l.Payload,
 		int8(l.Priority), l.DueAt, l.Timeout.Milliseconds(), l.Attempt, l.Deliveries, l.Error, l.DiedAt}
 	if len(l.Headers) > 0 {
 		cols, vals, args = cols+`, headers`, vals+`, ?`, append(args, l.Headers)
@@ -38,7 +37,7 @@ func (d letters) Write(ctx context.Context, l deadletters.Letter) error {
 	if l.Kind != "" {
 		cols, vals, args = cols+`, task_kind`, vals+`, ?`, append(args, l.Kind)
 	}
-	err := cql.Query(d.session, cols+vals+`)`, args...).WithContext(ctx).DefaultTimestamp(false).Exec()
+	err := d.session.Exec(ctx, driver.Statement{CQL: cols + vals + `)`, Args: args, CoordinatorTime: true})
 	if err != nil {
 		return fmt.Errorf("deadletters: writing dead letter of %s: %w", l.TaskID, err)
 	}
@@ -55,11 +54,11 @@ func (d letters) Page(ctx context.Context, queue string, now time.Time, after uu
 	}
 	var out []deadletters.Letter
 	for ; day > today-deadletters.Days && len(out) < limit; day-- {
-		q := cql.Query(d.session, pageLetters, queue, day, limit-len(out))
+		st := driver.Statement{CQL: pageLetters, Args: []any{queue, day, limit - len(out)}}
 		if after != uuid.Nil && day == deadletters.Day(shard.IDTime(after)) {
-			q = cql.Query(d.session, pageLettersBefore, queue, day, gocql.UUID(after), limit-len(out))
+			st = driver.Statement{CQL: pageLettersBefore, Args: []any{queue, day, after, limit - len(out)}}
 		}
-		letters, err := scanLetters(q.WithContext(ctx).Iter(), queue)
+		letters, err := scanLetters(d.session.Iter(ctx, st), queue)
 		if err != nil {
 			return nil, err
 		}
@@ -70,7 +69,7 @@ func (d letters) Page(ctx context.Context, queue string, now time.Time, after uu
 
 // Get returns queue's letter id, and false when it is not kept.
 func (d letters) Get(ctx context.Context, queue string, id uuid.UUID) (deadletters.Letter, bool, error) {
-	letters, err := scanLetters(cql.Query(d.session, oneLetter, queue, deadletters.Day(shard.IDTime(id)), gocql.UUID(id)).WithContext(ctx).Iter(), queue)
+	letters, err := scanLetters(d.session.Iter(ctx, driver.Statement{CQL: oneLetter, Args: []any{queue, deadletters.Day(shard.IDTime(id)), id}}), queue)
 	if err != nil || len(letters) == 0 {
 		return deadletters.Letter{}, false, err
 	}
@@ -81,7 +80,7 @@ func (d letters) Get(ctx context.Context, queue string, id uuid.UUID) (deadlette
 // (clustertime.Clock.DeleteStamp): the letter was stamped by a coordinator, so a delete
 // stamped by a host whose clock trails the servers' would be shadowed by it.
 func (d letters) Delete(ctx context.Context, queue string, id uuid.UUID, stamp int64) error {
-	if err := cql.Query(d.session, removeLetter, stamp, queue, deadletters.Day(shard.IDTime(id)), gocql.UUID(id)).WithContext(ctx).Exec(); err != nil {
+	if err := d.session.Exec(ctx, driver.Statement{CQL: removeLetter, Args: []any{stamp, queue, deadletters.Day(shard.IDTime(id)), id}}); err != nil {
 		return fmt.Errorf("deadletters: deleting dead letter %s: %w", id, err)
 	}
 	return nil
@@ -93,8 +92,8 @@ func (d letters) Count(ctx context.Context, queue string, now time.Time, pageSiz
 	today := deadletters.Day(now)
 	n := 0
 	for day := today - deadletters.Days + 1; day <= today; day++ {
-		iter := cql.Query(d.session, letterIDs, queue, day).WithContext(ctx).PageSize(pageSize).Iter()
-		var id gocql.UUID
+		iter := d.session.Iter(ctx, driver.Statement{CQL: letterIDs, Args: []any{queue, day}, PageSize: pageSize})
+		var id uuid.UUID
 		for iter.Scan(&id) {
 			n++
 		}
@@ -106,14 +105,14 @@ func (d letters) Count(ctx context.Context, queue string, now time.Time, pageSiz
 	return n, nil
 }
 
-func scanLetters(iter *gocql.Iter, queue string) ([]deadletters.Letter, error) {
+func scanLetters(iter driver.Iter, queue string) ([]deadletters.Letter, error) {
 	var out []deadletters.Letter
 	l := deadletters.Letter{Queue: queue}
-	var id, taskID gocql.UUID
+	var id, taskID uuid.UUID
 	var prio int8
 	var timeoutMs int64
 	for iter.Scan(&id, &taskID, &l.Payload, &prio, &l.DueAt, &timeoutMs, &l.Attempt, &l.Deliveries, &l.Error, &l.DiedAt, &l.Headers, &l.Kind) {
-		l.ID, l.TaskID, l.Priority = uuid.UUID(id), uuid.UUID(taskID), int(prio)
+		l.ID, l.TaskID, l.Priority = id, taskID, int(prio)
 		l.Timeout = time.Duration(timeoutMs) * time.Millisecond
 		out = append(out, l)
 		l = deadletters.Letter{Queue: queue}

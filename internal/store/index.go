@@ -7,16 +7,15 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 
-	"github.com/shardq/shardq/internal/cql"
+	"github.com/shardq/shardq/internal/driver"
 	"github.com/shardq/shardq/internal/fanout"
 	"github.com/shardq/shardq/internal/taskindex"
 	"github.com/shardq/shardq/shard"
 )
 
-type index struct{ session *gocql.Session }
+type index struct{ session driver.Session }
 
 const removeIndexStmt = `DELETE FROM task_index USING TIMESTAMP ? WHERE minute = ? AND slot = ? AND task_id = ?`
 
@@ -27,7 +26,7 @@ const removeIndexStmt = `DELETE FROM task_index USING TIMESTAMP ? WHERE minute =
 // go with it.
 func indexStmts(w taskindex.Write) (stmts []string, args [][]any) {
 	minute, slot := taskindex.Partition(w.Entry.TaskID)
-	id := gocql.UUID(w.Entry.TaskID)
+	id := w.Entry.TaskID
 	switch {
 	case w.Delete:
 		return []string{removeIndexStmt}, [][]any{{w.Stamp, minute, slot, id}}
@@ -58,13 +57,13 @@ func indexStmts(w taskindex.Write) (stmts []string, args [][]any) {
 	if e.Row.Key != "" {
 		add("row_key", e.Row.Key)
 		add("row_priority", e.Row.Priority)
-		add("row_id", gocql.UUID(e.Row.ID))
+		add("row_id", e.Row.ID)
 	}
 	if e.Prev.Key != "" {
 		add("prev_state", int8(e.PrevState))
 		add("prev_key", e.Prev.Key)
 		add("prev_priority", e.Prev.Priority)
-		add("prev_id", gocql.UUID(e.Prev.ID))
+		add("prev_id", e.Prev.ID)
 	}
 	marks := strings.Repeat("?, ", len(cols)-1) + "?"
 	stmt := "INSERT INTO task_index (" + strings.Join(cols, ", ") + ") VALUES (" + marks + ") USING TIMESTAMP ? AND TTL ?"
@@ -116,13 +115,13 @@ func (x index) Write(ctx context.Context, ws []taskindex.Write, inflight int) (f
 		}
 		var err error
 		if len(stmts) == 1 {
-			err = cql.Query(x.session, stmts[0], args[0]...).WithContext(ctx).Exec()
+			err = x.session.Exec(ctx, driver.Statement{CQL: stmts[0], Args: args[0]})
 		} else {
-			b := cql.Batch(x.session, gocql.UnloggedBatch).WithContext(ctx)
+			b := &driver.Batch{}
 			for k, stmt := range stmts {
-				b.Query(stmt, args[k]...)
+				b.Add(stmt, args[k]...)
 			}
-			err = x.session.ExecuteBatch(b)
+			err = x.session.ExecBatch(ctx, b)
 		}
 		if err != nil {
 			bad[c] = true
@@ -146,16 +145,15 @@ func (x index) Read(ctx context.Context, id uuid.UUID) (taskindex.Entry, int64, 
 		state, prevState, rowPr, prevPr int8
 		queue, key, rowKey, prevKey     *string
 		errText                         *string
-		rowID, prevID                   *gocql.UUID
+		rowID, prevID                   *uuid.UUID
 		dueAt, doneAt                   *time.Time
 		stamp                           int64
 	)
-	err := cql.Query(x.session, `SELECT queue, key, state, row_key, row_priority, row_id, prev_state, prev_key,
+	err := driver.Scan(ctx, x.session, driver.Statement{CQL: `SELECT queue, key, state, row_key, row_priority, row_id, prev_state, prev_key,
 		prev_priority, prev_id, due_at, attempt, deliveries, error, done_at, WRITETIME(state)
-		FROM task_index WHERE minute = ? AND slot = ? AND task_id = ?`, minute, slot, gocql.UUID(id)).
-		WithContext(ctx).Scan(&queue, &key, &state, &rowKey, &rowPr, &rowID, &prevState, &prevKey, &prevPr, &prevID,
+		FROM task_index WHERE minute = ? AND slot = ? AND task_id = ?`, Args: []any{minute, slot, id}}, &queue, &key, &state, &rowKey, &rowPr, &rowID, &prevState, &prevKey, &prevPr, &prevID,
 		&dueAt, &e.Attempt, &e.Token, &errText, &doneAt, &stamp)
-	if errors.Is(err, gocql.ErrNotFound) {
+	if errors.Is(err, driver.ErrNotFound) {
 		return taskindex.Entry{}, 0, taskindex.ErrNotFound
 	}
 	if err != nil {
@@ -165,10 +163,10 @@ func (x index) Read(ctx context.Context, id uuid.UUID) (taskindex.Entry, int64, 
 	e.Key = deref(key)
 	e.State, e.PrevState = taskindex.State(state), taskindex.State(prevState)
 	if rowKey != nil && rowID != nil {
-		e.Row = taskindex.Loc{Key: *rowKey, Priority: rowPr, ID: uuid.UUID(*rowID)}
+		e.Row = taskindex.Loc{Key: *rowKey, Priority: rowPr, ID: *rowID}
 	}
 	if prevKey != nil && prevID != nil {
-		e.Prev = taskindex.Loc{Key: *prevKey, Priority: prevPr, ID: uuid.UUID(*prevID)}
+		e.Prev = taskindex.Loc{Key: *prevKey, Priority: prevPr, ID: *prevID}
 	}
 	e.DueAt, e.DoneAt = deref(dueAt), deref(doneAt)
 	e.Error = deref(errText)

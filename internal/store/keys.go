@@ -6,14 +6,12 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 
-	"github.com/shardq/shardq/internal/cql"
-	"github.com/shardq/shardq/internal/lwt"
+	"github.com/shardq/shardq/internal/driver"
 )
 
-type keys struct{ session *gocql.Session }
+type keys struct{ session driver.Session }
 
 // A claim is written by UPDATE only, never INSERT: an UPDATE writes no row marker, so the
 // row lives exactly as long as its two cells, which every claim writes together with one
@@ -31,7 +29,7 @@ const (
 func (c Claim) args() []any {
 	args := []any{nil, nil}
 	if c.Holder != uuid.Nil {
-		args[0] = gocql.UUID(c.Holder)
+		args[0] = c.Holder
 	}
 	if !c.ClaimedAt.IsZero() {
 		args[1] = c.ClaimedAt
@@ -41,33 +39,29 @@ func (c Claim) args() []any {
 
 func (k keys) Claim(ctx context.Context, queue, key string, claim Claim, ttl time.Duration, seen Claim) (bool, Claim, error) {
 	row := map[string]any{}
-	args := append([]any{int64(ttl / time.Second), gocql.UUID(claim.Holder), claim.ClaimedAt, queue, key}, seen.args()...)
-	applied, err := cql.Query(k.session, claimStmt, args...).WithContext(ctx).RetryPolicy(lwt.NoRetry).MapScanCAS(row)
-	holder, _ := row["task_id"].(gocql.UUID)
+	args := append([]any{int64(ttl / time.Second), claim.Holder, claim.ClaimedAt, queue, key}, seen.args()...)
+	applied, err := k.session.ExecCAS(ctx, driver.Statement{CQL: claimStmt, Args: args}, row)
+	holder, _ := row["task_id"].(uuid.UUID)
 	var cur Claim
-	cur.Holder = uuid.UUID(holder)
+	cur.Holder = holder
 	cur.ClaimedAt, _ = row["claimed_at"].(time.Time)
 	return applied, cur, err
 }
 
 func (k keys) Get(ctx context.Context, queue, key string, serial bool) (Claim, error) {
-	var holder gocql.UUID
+	var holder uuid.UUID
 	var c Claim
-	q := cql.Query(k.session, keyStmt, queue, key).WithContext(ctx)
-	if serial {
-		q = lwt.SerialRead(k.session, q)
-	}
-	err := q.Scan(&holder, &c.ClaimedAt)
-	c.Holder = uuid.UUID(holder)
+	err := driver.Scan(ctx, k.session, read(keyStmt, serial, queue, key), &holder, &c.ClaimedAt)
+	c.Holder = holder
 	return c, keyErr(err, queue, key)
 }
 
 func (k keys) GetTTL(ctx context.Context, queue, key string) (Claim, time.Duration, error) {
-	var holder gocql.UUID
+	var holder uuid.UUID
 	var c Claim
 	var left *int
-	err := cql.Query(k.session, keyTTLStmt, queue, key).WithContext(ctx).Scan(&holder, &c.ClaimedAt, &left)
-	c.Holder = uuid.UUID(holder)
+	err := driver.Scan(ctx, k.session, driver.Statement{CQL: keyTTLStmt, Args: []any{queue, key}}, &holder, &c.ClaimedAt, &left)
+	c.Holder = holder
 	var ttl time.Duration
 	if left != nil {
 		ttl = time.Duration(*left) * time.Second
@@ -77,7 +71,7 @@ func (k keys) GetTTL(ctx context.Context, queue, key string) (Claim, time.Durati
 
 func keyErr(err error, queue, key string) error {
 	switch {
-	case errors.Is(err, gocql.ErrNotFound):
+	case errors.Is(err, driver.ErrNotFound):
 		return fmt.Errorf("%w: key %q of queue %q", ErrNotFound, key, queue)
 	case err != nil:
 		return fmt.Errorf("reading key %q of queue %q: %w", key, queue, err)
@@ -86,7 +80,6 @@ func keyErr(err error, queue, key string) error {
 }
 
 func (k keys) Release(ctx context.Context, queue, key string, holder uuid.UUID) error {
-	_, err := cql.Query(k.session, releaseStmt, queue, key, gocql.UUID(holder)).
-		WithContext(ctx).RetryPolicy(lwt.NoRetry).MapScanCAS(map[string]any{})
+	_, err := k.session.ExecCAS(ctx, driver.Statement{CQL: releaseStmt, Args: []any{queue, key, holder}}, nil)
 	return err
 }

@@ -5,12 +5,10 @@ import (
 	"errors"
 	"strings"
 
-	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 
-	"github.com/shardq/shardq/internal/cql"
+	"github.com/shardq/shardq/internal/driver"
 	"github.com/shardq/shardq/internal/fanout"
-	"github.com/shardq/shardq/internal/lwt"
 	"github.com/shardq/shardq/internal/taskrow"
 )
 
@@ -25,10 +23,10 @@ const (
 
 func (s leasing) Floors(ctx context.Context, key string) (map[int8]uuid.UUID, error) {
 	var bucket int64
-	var stored map[int8]gocql.UUID
-	err := cql.Query(s.session, selectFloors, key, lockID).WithContext(ctx).Scan(&bucket, &stored)
+	var stored map[int8]uuid.UUID
+	err := driver.Scan(ctx, s.session, driver.Statement{CQL: selectFloors, Args: []any{key, lockID}}, &bucket, &stored)
 	switch {
-	case errors.Is(err, gocql.ErrNotFound):
+	case errors.Is(err, driver.ErrNotFound):
 		return nil, nil
 	case err != nil:
 		return nil, err
@@ -37,89 +35,87 @@ func (s leasing) Floors(ctx context.Context, key string) (map[int8]uuid.UUID, er
 	if stored != nil {
 		floors = make(map[int8]uuid.UUID, len(stored))
 		for p, id := range stored {
-			floors[p] = uuid.UUID(id)
+			floors[p] = id
 		}
 	}
 	return floors, nil
 }
 
 func (s leasing) IDs(ctx context.Context, key string, prios []int8, from, to uuid.UUID, limit int) ([]RowRef, error) {
-	iter := cql.Query(s.session, selectRangeIDs, key, prios, gocql.UUID(from), gocql.UUID(to), limit).WithContext(ctx).Iter()
+	iter := s.session.Iter(ctx, driver.Statement{CQL: selectRangeIDs, Args: []any{key, prios, from, to, limit}})
 	var refs []RowRef
 	var prio int8
-	var id gocql.UUID
+	var id uuid.UUID
 	for iter.Scan(&prio, &id) {
-		refs = append(refs, RowRef{Priority: prio, ID: uuid.UUID(id)})
+		refs = append(refs, RowRef{Priority: prio, ID: id})
 	}
 	return refs, iter.Close()
 }
 
 func (s leasing) Rows(ctx context.Context, key string, prios []int8, from, to uuid.UUID, limit, pageRows, maxBytes int) ([]taskrow.Row, bool, error) {
-	iter := cql.Query(s.session, selectRange, key, prios, gocql.UUID(from), gocql.UUID(to), limit).
-		WithContext(ctx).PageSize(pageRows).Iter()
+	iter := s.session.Iter(ctx, driver.Statement{CQL: selectRange, Args: []any{key, prios, from, to, limit}, PageSize: pageRows})
 	return scanRows(iter, key, maxBytes)
 }
 
 func (s leasing) WriteMarkers(ctx context.Context, rows []taskrow.Row, ts int64, inFlight int) error {
 	batches := taskrow.Group(rows)
 	return fanout.Each(len(batches), inFlight, func(i int) error {
-		b := cql.Batch(s.session, gocql.UnloggedBatch).WithContext(ctx)
+		b := &driver.Batch{}
 		for _, idx := range batches[i] {
 			stmt, args := rowInsert(rows[idx], ts)
-			b.Query(stmt, args...)
+			b.Add(stmt, args...)
 		}
-		return s.session.ExecuteBatch(b)
+		return s.session.ExecBatch(ctx, b)
 	})
 }
 
 func (s leasing) DropMarkers(ctx context.Context, rows []taskrow.Row, ts int64, inFlight int) error {
 	batches := taskrow.Group(rows)
 	return fanout.Each(len(batches), inFlight, func(i int) error {
-		b := cql.Batch(s.session, gocql.UnloggedBatch).WithContext(ctx)
+		b := &driver.Batch{}
 		for _, idx := range batches[i] {
 			stmt, args := rowDeleteAt(rows[idx], ts)
-			b.Query(stmt, args...)
+			b.Add(stmt, args...)
 		}
-		return s.session.ExecuteBatch(b)
+		return s.session.ExecBatch(ctx, b)
 	})
 }
 
 func (s leasing) Swap(ctx context.Context, lk LockRef, bucket int64, floors map[int8]uuid.UUID, rows []taskrow.Row) (bool, error) {
-	stored := make(map[int8]gocql.UUID, len(floors))
+	stored := make(map[int8]uuid.UUID, len(floors))
 	for p, id := range floors {
-		stored[p] = gocql.UUID(id)
+		stored[p] = id
 	}
-	b := cql.Batch(s.session, gocql.LoggedBatch).WithContext(ctx)
+	b := &driver.Batch{Logged: true}
 	lk.release(b, floorAssignments, bucket, stored)
 	for _, r := range rows {
 		if r.Attempt == 0 {
-			b.Query(deleteStmt, keyArgs(r)...)
+			b.Add(deleteStmt, keyArgs(r)...)
 		} else {
-			b.Query(deleteIfExistsStmt, keyArgs(r)...)
+			b.Add(deleteIfExistsStmt, keyArgs(r)...)
 		}
 	}
-	return lwt.Batch(s.session, b)
+	return s.session.ExecBatchCAS(ctx, b, nil)
 }
 
 func (s leasing) DeleteMarker(ctx context.Context, marker taskrow.Row) (bool, error) {
-	return cql.Query(s.session, deleteIfExistsStmt, keyArgs(marker)...).
-		WithContext(ctx).RetryPolicy(lwt.NoRetry).MapScanCAS(map[string]any{})
+	return s.session.ExecCAS(ctx, driver.Statement{CQL: deleteIfExistsStmt, Args: keyArgs(marker)}, nil)
 }
 
 func (s leasing) DeleteMarkers(ctx context.Context, markers []taskrow.Row) (bool, error) {
-	b := cql.Batch(s.session, gocql.LoggedBatch).WithContext(ctx)
+	b := &driver.Batch{Logged: true}
 	for _, m := range markers {
-		b.Query(deleteIfExistsStmt, keyArgs(m)...)
+		b.Add(deleteIfExistsStmt, keyArgs(m)...)
 	}
-	return lwt.Batch(s.session, b)
+	return s.session.ExecBatchCAS(ctx, b, nil)
 }
 
 func (s leasing) ReplaceMarker(ctx context.Context, from, to taskrow.Row) (bool, error) {
-	b := cql.Batch(s.session, gocql.LoggedBatch).WithContext(ctx)
-	b.Query(deleteIfExistsStmt, keyArgs(from)...)
+	b := &driver.Batch{Logged: true}
+	b.Add(deleteIfExistsStmt, keyArgs(from)...)
 	stmt, args := rowInsertLWT(to)
-	b.Query(stmt, args...)
-	return lwt.Batch(s.session, b)
+	b.Add(stmt, args...)
+	return s.session.ExecBatchCAS(ctx, b, nil)
 }
 
 func (s leasing) MarkersThere(ctx context.Context, markers []taskrow.Row) (map[uuid.UUID]bool, error) {
@@ -131,12 +127,12 @@ func (s leasing) MarkersThere(ctx context.Context, markers []taskrow.Row) (map[u
 		strings.TrimSuffix(strings.Repeat("(1, ?, ?), ", len(markers)), ", ") + `)`
 	args := []any{markers[0].Key}
 	for _, m := range markers {
-		args = append(args, m.Priority, gocql.UUID(m.ID))
+		args = append(args, m.Priority, m.ID)
 	}
-	iter := lwt.SerialRead(s.session, cql.Query(s.session, stmt, args...).WithContext(ctx)).Iter()
-	var id gocql.UUID
+	iter := s.session.Iter(ctx, driver.Statement{CQL: stmt, Args: args, Mode: driver.Serial})
+	var id uuid.UUID
 	for iter.Scan(&id) {
-		there[uuid.UUID(id)] = true
+		there[id] = true
 	}
 	return there, iter.Close()
 }

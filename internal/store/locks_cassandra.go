@@ -5,11 +5,9 @@ import (
 	"errors"
 	"time"
 
-	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 
-	"github.com/shardq/shardq/internal/cql"
-	"github.com/shardq/shardq/internal/lwt"
+	"github.com/shardq/shardq/internal/driver"
 )
 
 type locks cassandra
@@ -36,28 +34,24 @@ const receiptTTL = 10 * time.Minute
 // "a = ?, b = b + ?", bound to args) in the lock row when there are any, so the same
 // lightweight transaction records them, and lk's receipt: the batch applies only while
 // lk holds its lock, and leaves the receipt exactly when it applies.
-func (lk LockRef) release(b *gocql.Batch, assignments string, args ...any) {
+func (lk LockRef) release(b *driver.Batch, assignments string, args ...any) {
 	stmt := releaseLock
 	if assignments != "" {
 		stmt = `UPDATE tasks SET lock_holder = null, ` + assignments + lockWhere + ` IF lock_holder = ? AND lock_token = ?`
 	}
-	b.Query(stmt, append(args, lk.Key, lockID, gocql.UUID(lk.Holder), lk.Token)...)
-	b.Query(writeReceipt, lk.Key, gocql.UUID(lk.Holder), int(receiptTTL/time.Second))
+	b.Add(stmt, append(args, lk.Key, lockID, lk.Holder, lk.Token)...)
+	b.Add(writeReceipt, lk.Key, lk.Holder, int(receiptTTL/time.Second))
 }
 
 func seconds(ttl time.Duration) int { return int(ttl / time.Second) }
 
 func (s locks) Take(ctx context.Context, key string, holder uuid.UUID, token int64, expected *int64, ttl time.Duration) (bool, LockRow, error) {
-	b := cql.Batch(s.session, gocql.LoggedBatch).WithContext(ctx)
-	b.Query(takeLock, seconds(ttl), gocql.UUID(holder), key, lockID, expected)
-	b.Query(setToken, token, key, lockID)
-	b.RetryPolicy(lwt.NoRetry)
-	// Not lwt.Batch: a batch that did not apply returns the stored row, which we keep.
+	b := &driver.Batch{Logged: true}
+	b.Add(takeLock, seconds(ttl), holder, key, lockID, expected)
+	b.Add(setToken, token, key, lockID)
+	// A batch that did not apply returns the stored row, which we keep.
 	row := map[string]any{}
-	applied, iter, err := s.session.MapExecuteBatchCAS(b, row)
-	if err == nil {
-		err = iter.Close()
-	}
+	applied, err := s.session.ExecBatchCAS(ctx, b, row)
 	return applied, lockRowOf(row), err
 }
 
@@ -66,33 +60,32 @@ func (s locks) Bump(ctx context.Context, key string, token int64, expected *int6
 }
 
 func (s locks) Renew(ctx context.Context, lk LockRef, ttl time.Duration) (bool, LockRow, error) {
-	return s.cas(ctx, renewLock, seconds(ttl), gocql.UUID(lk.Holder), lk.Key, lockID, gocql.UUID(lk.Holder), lk.Token)
+	return s.cas(ctx, renewLock, seconds(ttl), lk.Holder, lk.Key, lockID, lk.Holder, lk.Token)
 }
 
 func (s locks) Release(ctx context.Context, lk LockRef) (bool, LockRow, error) {
-	return s.cas(ctx, releaseLock, lk.Key, lockID, gocql.UUID(lk.Holder), lk.Token)
+	return s.cas(ctx, releaseLock, lk.Key, lockID, lk.Holder, lk.Token)
 }
 
 // cas runs one conditional statement on a lock row.
 func (s locks) cas(ctx context.Context, stmt string, args ...any) (bool, LockRow, error) {
 	row := map[string]any{}
-	applied, err := cql.Query(s.session, stmt, args...).WithContext(ctx).RetryPolicy(lwt.NoRetry).MapScanCAS(row)
+	applied, err := s.session.ExecCAS(ctx, driver.Statement{CQL: stmt, Args: args}, row)
 	return applied, lockRowOf(row), err
 }
 
 func (s locks) Read(ctx context.Context, key string) (LockRow, error) {
 	row := map[string]any{}
-	err := lwt.SerialRead(s.session, cql.Query(s.session, readLock, key, lockID).WithContext(ctx)).MapScan(row)
-	if err != nil && !errors.Is(err, gocql.ErrNotFound) {
+	err := driver.MapScan(ctx, s.session, driver.Statement{CQL: readLock, Args: []any{key, lockID}, Mode: driver.Serial}, row)
+	if err != nil && !errors.Is(err, driver.ErrNotFound) {
 		return LockRow{}, err
 	}
 	return lockRowOf(row), nil
 }
 
 func (s locks) Receipt(ctx context.Context, lk LockRef) (bool, error) {
-	err := lwt.SerialRead(s.session, cql.Query(s.session, readReceipt, lk.Key, gocql.UUID(lk.Holder)).
-		WithContext(ctx)).Scan(new(gocql.UUID))
-	if errors.Is(err, gocql.ErrNotFound) {
+	err := driver.Scan(ctx, s.session, driver.Statement{CQL: readReceipt, Args: []any{lk.Key, lk.Holder}, Mode: driver.Serial}, new(uuid.UUID))
+	if errors.Is(err, driver.ErrNotFound) {
 		return false, nil
 	}
 	return err == nil, err
@@ -101,8 +94,8 @@ func (s locks) Receipt(ctx context.Context, lk LockRef) (bool, error) {
 // lockRowOf reads a lock row from the columns the driver returned.
 func lockRowOf(row map[string]any) LockRow {
 	var r LockRow
-	if h, ok := row["lock_holder"].(gocql.UUID); ok {
-		r.Holder = uuid.UUID(h)
+	if h, ok := row["lock_holder"].(uuid.UUID); ok {
+		r.Holder = h
 	}
 	if t, ok := row["lock_token"].(int64); ok {
 		r.Token = &t

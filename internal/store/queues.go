@@ -6,13 +6,10 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/gocql/gocql"
-
-	"github.com/shardq/shardq/internal/cql"
-	"github.com/shardq/shardq/internal/lwt"
+	"github.com/shardq/shardq/internal/driver"
 )
 
-type queues struct{ session *gocql.Session }
+type queues struct{ session driver.Session }
 
 const createQueueStmt = `INSERT INTO queues (name, bucket_count, bucket_duration_ms, shard_count,
 	default_timeout_ms, lock_ttl_ms, completed_retention_ms, created_at)
@@ -20,19 +17,16 @@ const createQueueStmt = `INSERT INTO queues (name, bucket_count, bucket_duration
 
 func (s queues) Create(ctx context.Context, q Queue) (bool, Queue, error) {
 	existing := map[string]any{}
-	applied, err := cql.Query(s.session, createQueueStmt,
-		q.Name, q.BucketCount, q.BucketDuration.Milliseconds(), q.ShardCount,
-		q.DefaultTimeout.Milliseconds(), q.LockTTL.Milliseconds(), q.CompletedRetention.Milliseconds()).
-		WithContext(ctx).RetryPolicy(lwt.NoRetry).MapScanCAS(existing)
+	applied, err := s.session.ExecCAS(ctx, driver.Statement{CQL: createQueueStmt, Args: []any{q.Name, q.BucketCount, q.BucketDuration.Milliseconds(), q.ShardCount,
+		q.DefaultTimeout.Milliseconds(), q.LockTTL.Milliseconds(), q.CompletedRetention.Milliseconds()}}, existing)
 	return applied, queueOf(existing), err
 }
 
 func (s queues) Get(ctx context.Context, name string) (Queue, error) {
 	row := map[string]any{}
-	err := lwt.SerialRead(s.session, cql.Query(s.session, `SELECT * FROM queues WHERE name = ?`, name).
-		WithContext(ctx)).MapScan(row)
+	err := driver.MapScan(ctx, s.session, driver.Statement{CQL: `SELECT * FROM queues WHERE name = ?`, Args: []any{name}, Mode: driver.Serial}, row)
 	switch {
-	case errors.Is(err, gocql.ErrNotFound):
+	case errors.Is(err, driver.ErrNotFound):
 		return Queue{}, fmt.Errorf("%w: queue %q", ErrNotFound, name)
 	case err != nil:
 		return Queue{}, err
@@ -50,7 +44,7 @@ func queueOf(r map[string]any) Queue {
 }
 
 func (s queues) Names(ctx context.Context) ([]string, error) {
-	iter := cql.Query(s.session, `SELECT name FROM queues`).WithContext(ctx).Iter()
+	iter := s.session.Iter(ctx, driver.Statement{CQL: `SELECT name FROM queues`})
 	var names []string
 	var name string
 	for iter.Scan(&name) {
@@ -63,14 +57,11 @@ func (s queues) Names(ctx context.Context) ([]string, error) {
 }
 
 func (s queues) Status(ctx context.Context, name string, serial bool) (QueueStatus, error) {
-	q := cql.Query(s.session, `SELECT created_at, paused, layouts FROM queues WHERE name = ?`, name).WithContext(ctx)
-	if serial {
-		q = lwt.SerialRead(s.session, q)
-	}
 	var st QueueStatus
 	var paused *bool // null: never paused
-	err := q.Scan(&st.CreatedAt, &paused, &st.Layouts)
-	if errors.Is(err, gocql.ErrNotFound) {
+	err := driver.Scan(ctx, s.session, read(`SELECT created_at, paused, layouts FROM queues WHERE name = ?`, serial, name),
+		&st.CreatedAt, &paused, &st.Layouts)
+	if errors.Is(err, driver.ErrNotFound) {
 		return QueueStatus{}, fmt.Errorf("%w: queue %q", ErrNotFound, name)
 	}
 	st.Paused = paused != nil && *paused
@@ -78,15 +69,15 @@ func (s queues) Status(ctx context.Context, name string, serial bool) (QueueStat
 }
 
 func (s queues) Statuses(ctx context.Context) (map[string]QueueStatus, error) {
-	return scanStatuses(cql.Query(s.session, `SELECT name, created_at, paused, layouts FROM queues`).WithContext(ctx).Iter())
+	return scanStatuses(s.session.Iter(ctx, driver.Statement{CQL: `SELECT name, created_at, paused, layouts FROM queues`}))
 }
 
 func (s queues) StatusesOf(ctx context.Context, names []string) (map[string]QueueStatus, error) {
-	return scanStatuses(cql.Query(s.session, `SELECT name, created_at, paused, layouts FROM queues WHERE name IN ?`, names).WithContext(ctx).Iter())
+	return scanStatuses(s.session.Iter(ctx, driver.Statement{CQL: `SELECT name, created_at, paused, layouts FROM queues WHERE name IN ?`, Args: []any{names}}))
 }
 
 // scanStatuses reads the rows of a query of statuses, by name.
-func scanStatuses(iter *gocql.Iter) (map[string]QueueStatus, error) {
+func scanStatuses(iter driver.Iter) (map[string]QueueStatus, error) {
 	out := map[string]QueueStatus{}
 	var name, layouts string
 	var at time.Time
@@ -102,8 +93,7 @@ func scanStatuses(iter *gocql.Iter) (map[string]QueueStatus, error) {
 }
 
 func (s queues) SetPaused(ctx context.Context, name string, paused bool) (bool, error) {
-	return cql.Query(s.session, `UPDATE queues SET paused = ? WHERE name = ? IF EXISTS`, paused, name).
-		WithContext(ctx).RetryPolicy(lwt.NoRetry).MapScanCAS(map[string]any{})
+	return s.session.ExecCAS(ctx, driver.Statement{CQL: `UPDATE queues SET paused = ? WHERE name = ? IF EXISTS`, Args: []any{paused, name}}, nil)
 }
 
 func (s queues) SetLayouts(ctx context.Context, name, from, to string) (bool, error) {
@@ -113,6 +103,5 @@ func (s queues) SetLayouts(ctx context.Context, name, from, to string) (bool, er
 	}
 	// Not IF EXISTS, which takes no other condition: shard_count is set in every queue's
 	// row, so a condition on it keeps the update from making a row.
-	return cql.Query(s.session, `UPDATE queues SET layouts = ? WHERE name = ? IF shard_count != null AND layouts = ?`, to, name, seen).
-		WithContext(ctx).RetryPolicy(lwt.NoRetry).MapScanCAS(map[string]any{})
+	return s.session.ExecCAS(ctx, driver.Statement{CQL: `UPDATE queues SET layouts = ? WHERE name = ? IF shard_count != null AND layouts = ?`, Args: []any{to, name, seen}}, nil)
 }

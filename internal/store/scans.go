@@ -4,10 +4,9 @@ import (
 	"context"
 	"time"
 
-	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 
-	"github.com/shardq/shardq/internal/cql"
+	"github.com/shardq/shardq/internal/driver"
 	"github.com/shardq/shardq/internal/taskrow"
 )
 
@@ -24,27 +23,25 @@ const (
 )
 
 func (s scans) Tally(ctx context.Context, key string, prios []int8, from, to uuid.UUID, pageRows int, fn func(taskrow.Row)) error {
-	q := func() *gocql.Query {
-		return cql.Query(s.session, tallyStmt, key, prios, gocql.UUID(from), gocql.UUID(to)).WithContext(ctx).PageSize(pageRows)
-	}
-	return eachPage(ctx, q, func(iter *gocql.Iter) {
+	st := driver.Statement{CQL: tallyStmt, Args: []any{key, prios, from, to}, PageSize: pageRows}
+	return eachPage(ctx, s.session, st, func(iter driver.Iter) {
 		r := taskrow.Row{Key: key}
-		var id gocql.UUID
+		var id uuid.UUID
 		for iter.Scan(&r.Priority, &id, &r.Attempt, &r.Retrying) {
-			r.ID = uuid.UUID(id)
+			r.ID = id
 			fn(r)
 		}
 	})
 }
 
 func (s scans) Heads(ctx context.Context, key string, prios []int8, from, to uuid.UUID, limit int) ([]taskrow.Row, error) {
-	iter := cql.Query(s.session, headsStmt, key, prios, gocql.UUID(from), gocql.UUID(to), limit).WithContext(ctx).Iter()
+	iter := s.session.Iter(ctx, driver.Statement{CQL: headsStmt, Args: []any{key, prios, from, to, limit}})
 	var rows []taskrow.Row
 	r := taskrow.Row{Key: key}
 	var timeoutMs int64
-	var id, taskID gocql.UUID
+	var id, taskID uuid.UUID
 	for iter.Scan(&r.Priority, &id, &taskID, &r.DueAt, &timeoutMs, &r.Attempt, &r.Token) {
-		r.ID, r.TaskID = uuid.UUID(id), uuid.UUID(taskID)
+		r.ID, r.TaskID = id, taskID
 		r.Timeout = time.Duration(timeoutMs) * time.Millisecond
 		rows = append(rows, r)
 	}
@@ -52,12 +49,10 @@ func (s scans) Heads(ctx context.Context, key string, prios []int8, from, to uui
 }
 
 func (s scans) TaskIDs(ctx context.Context, key string, pageRows int, fn func(uuid.UUID)) error {
-	q := func() *gocql.Query {
-		return cql.Query(s.session, taskIDsStmt, key).WithContext(ctx).PageSize(pageRows)
-	}
-	return eachPage(ctx, q, func(iter *gocql.Iter) {
-		for id := (gocql.UUID{}); iter.Scan(&id); {
-			fn(uuid.UUID(id))
+	st := driver.Statement{CQL: taskIDsStmt, Args: []any{key}, PageSize: pageRows}
+	return eachPage(ctx, s.session, st, func(iter driver.Iter) {
+		for id := (uuid.UUID{}); iter.Scan(&id); {
+			fn(id)
 		}
 	})
 }
@@ -65,17 +60,18 @@ func (s scans) TaskIDs(ctx context.Context, key string, pageRows int, fn func(uu
 // pageTries is how many times eachPage sends one page that timed out.
 const pageTries = 3
 
-// eachPage runs the paged read q makes one page at a time, handing each to scan, and
+// eachPage runs the paged read st one page at a time, handing each to scan, and
 // sends a page that timed out again from where it began, up to pageTries times: a read
 // of a partition drained of many tasks walks their tombstones, and one page may take
 // longer than the driver waits (as a bench's count of what a burst left did on one
 // node, which has no other replica to send it to). A page is one request, whose rows
 // arrive whole or not at all, so scan never sees a row twice.
-func eachPage(ctx context.Context, q func() *gocql.Query, scan func(*gocql.Iter)) error {
+func eachPage(ctx context.Context, session driver.Session, st driver.Statement, scan func(driver.Iter)) error {
 	var state []byte
 	for {
 		for try := 1; ; try++ {
-			iter := q().PageState(state).Iter()
+			st.OnePage, st.PageState = true, state
+			iter := session.Iter(ctx, st)
 			scan(iter)
 			next := iter.PageState()
 			err := iter.Close()
@@ -83,7 +79,7 @@ func eachPage(ctx context.Context, q func() *gocql.Query, scan func(*gocql.Iter)
 				state = next
 				break
 			}
-			if try == pageTries || !cql.TimedOut(err) || ctx.Err() != nil {
+			if try == pageTries || !driver.TimedOut(err) || ctx.Err() != nil {
 				return err
 			}
 		}

@@ -6,14 +6,12 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 
-	"github.com/shardq/shardq/internal/cql"
-	"github.com/shardq/shardq/internal/lwt"
+	"github.com/shardq/shardq/internal/driver"
 )
 
-type series struct{ session *gocql.Session }
+type series struct{ session driver.Session }
 
 const (
 	seriesColumns = `spec, version, paused, done, seq, open, task_id, nominal_ns, priority, stamp, catch_up, advanced_at, created_at, written`
@@ -23,22 +21,19 @@ const (
 
 func (s series) Get(ctx context.Context, queue, name string, serial bool) (SeriesRow, error) {
 	r := SeriesRow{Queue: queue, Name: name}
-	var taskID, written gocql.UUID
+	var taskID, written uuid.UUID
 	var nominal int64
-	q := cql.Query(s.session, `SELECT `+seriesColumns+` FROM series WHERE queue = ? AND name = ?`, queue, name).WithContext(ctx)
-	if serial {
-		q = lwt.SerialRead(s.session, q)
-	}
-	err := q.Scan(&r.Spec, &r.Version, &r.Paused, &r.Done, &r.Seq, &r.Open, &taskID, &nominal, &r.Priority,
+	err := driver.Scan(ctx, s.session, read(`SELECT `+seriesColumns+` FROM series WHERE queue = ? AND name = ?`, serial, queue, name),
+		&r.Spec, &r.Version, &r.Paused, &r.Done, &r.Seq, &r.Open, &taskID, &nominal, &r.Priority,
 		&r.Stamp, &r.CatchUp, &r.AdvancedAt, &r.CreatedAt, &written)
 	switch {
-	case errors.Is(err, gocql.ErrNotFound) || (err == nil && r.Version == 0):
+	case errors.Is(err, driver.ErrNotFound) || (err == nil && r.Version == 0):
 		// A row with no version holds only a Written cell that outlived a delete.
 		return r, fmt.Errorf("%w: series %s in queue %s", ErrNotFound, name, queue)
 	case err != nil:
 		return r, err
 	}
-	r.TaskID, r.Written = uuid.UUID(taskID), uuid.UUID(written)
+	r.TaskID, r.Written = taskID, written
 	if nominal != 0 {
 		r.Nominal = time.Unix(0, nominal)
 	}
@@ -46,7 +41,7 @@ func (s series) Get(ctx context.Context, queue, name string, serial bool) (Serie
 }
 
 func (s series) NamesOf(ctx context.Context, queues []string) (map[string][]string, error) {
-	iter := cql.Query(s.session, `SELECT queue, name FROM series_names WHERE queue IN ?`, queues).WithContext(ctx).Iter()
+	iter := s.session.Iter(ctx, driver.Statement{CQL: `SELECT queue, name FROM series_names WHERE queue IN ?`, Args: []any{queues}})
 	names := make(map[string][]string, len(queues))
 	var queue, name string
 	for iter.Scan(&queue, &name) {
@@ -59,7 +54,7 @@ func (s series) NamesOf(ctx context.Context, queues []string) (map[string][]stri
 }
 
 func (s series) Names(ctx context.Context, queue string) ([]string, error) {
-	iter := cql.Query(s.session, `SELECT name FROM series_names WHERE queue = ?`, queue).WithContext(ctx).Iter()
+	iter := s.session.Iter(ctx, driver.Statement{CQL: `SELECT name FROM series_names WHERE queue = ?`, Args: []any{queue}})
 	var names []string
 	var name string
 	for iter.Scan(&name) {
@@ -72,13 +67,11 @@ func (s series) Names(ctx context.Context, queue string) ([]string, error) {
 }
 
 func (s series) AddName(ctx context.Context, queue, name string, stamp int64) error {
-	return cql.Query(s.session, `INSERT INTO series_names (queue, name) VALUES (?, ?) USING TIMESTAMP ?`, queue, name, stamp).
-		WithContext(ctx).Exec()
+	return s.session.Exec(ctx, driver.Statement{CQL: `INSERT INTO series_names (queue, name) VALUES (?, ?) USING TIMESTAMP ?`, Args: []any{queue, name, stamp}})
 }
 
 func (s series) DeleteName(ctx context.Context, queue, name string, stamp int64) error {
-	return cql.Query(s.session, `DELETE FROM series_names USING TIMESTAMP ? WHERE queue = ? AND name = ?`, stamp, queue, name).
-		WithContext(ctx).Exec()
+	return s.session.Exec(ctx, driver.Statement{CQL: `DELETE FROM series_names USING TIMESTAMP ? WHERE queue = ? AND name = ?`, Args: []any{stamp, queue, name}})
 }
 
 func (s series) Put(ctx context.Context, r SeriesRow, from int64) (bool, error) {
@@ -86,7 +79,7 @@ func (s series) Put(ctx context.Context, r SeriesRow, from int64) (bool, error) 
 	if !r.Nominal.IsZero() {
 		nominal = r.Nominal.UnixNano()
 	}
-	args := []any{r.Spec, r.Version, r.Paused, r.Done, r.Seq, r.Open, gocql.UUID(r.TaskID), nominal,
+	args := []any{r.Spec, r.Version, r.Paused, r.Done, r.Seq, r.Open, r.TaskID, nominal,
 		r.Priority, r.Stamp, r.CatchUp, r.AdvancedAt, r.CreatedAt, r.Queue, r.Name}
 	stmt := `UPDATE series ` + seriesSet + ` IF version = null`
 	if from != 0 {
@@ -100,10 +93,9 @@ func (s series) Delete(ctx context.Context, queue, name string, version int64) (
 }
 
 func (s series) cas(ctx context.Context, stmt string, args ...any) (bool, error) {
-	return cql.Query(s.session, stmt, args...).WithContext(ctx).RetryPolicy(lwt.NoRetry).MapScanCAS(map[string]any{})
+	return s.session.ExecCAS(ctx, driver.Statement{CQL: stmt, Args: args}, nil)
 }
 
 func (s series) MarkWritten(ctx context.Context, queue, name string, id uuid.UUID, stamp int64) error {
-	return cql.Query(s.session, `UPDATE series USING TIMESTAMP ? SET written = ? WHERE queue = ? AND name = ?`,
-		stamp, gocql.UUID(id), queue, name).WithContext(ctx).Exec()
+	return s.session.Exec(ctx, driver.Statement{CQL: `UPDATE series USING TIMESTAMP ? SET written = ? WHERE queue = ? AND name = ?`, Args: []any{stamp, id, queue, name}})
 }

@@ -8,10 +8,9 @@ import (
 	"slices"
 	"time"
 
-	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 
-	"github.com/shardq/shardq/internal/cql"
+	"github.com/shardq/shardq/internal/driver"
 	"github.com/shardq/shardq/internal/signal"
 )
 
@@ -28,15 +27,14 @@ const (
 	readRingsAllStmt = `SELECT queue, bucket, shards, slots, writetime(slots) FROM queue_signals WHERE queue IN ? AND bucket >= ? AND bucket <= ?`
 )
 
-type signals struct{ session *gocql.Session }
+type signals struct{ session driver.Session }
 
 // Touch writes one statement per row of signal.Group.
 func (s signals) Touch(ctx context.Context, cells []signal.Touch) error {
 	for _, r := range signal.Group(cells) {
 		// Stamped by the coordinator: an entry must keep the touch made last in real time.
-		err := cql.Query(s.session, touchStmt, r.TTL(time.Now()), driverIDs(r.Shards), driverIDs(r.Slots), r.Queue, r.Bucket).
-			WithContext(ctx).DefaultTimestamp(false).Exec()
-		if cql.Refused(err) {
+		err := s.session.Exec(ctx, driver.Statement{CQL: touchStmt, Args: []any{r.TTL(time.Now()), r.Shards, r.Slots, r.Queue, r.Bucket}, CoordinatorTime: true})
+		if driver.Refused(err) {
 			err = fmt.Errorf("%w: %w", signal.ErrRefused, err)
 		}
 		if err != nil {
@@ -48,12 +46,12 @@ func (s signals) Touch(ctx context.Context, cells []signal.Touch) error {
 
 func (s signals) Cells(ctx context.Context, queue string, from, to int64) (map[signal.Cell]uuid.UUID, error) {
 	cells := map[signal.Cell]uuid.UUID{}
-	iter := cql.Query(s.session, readStmt, queue, from, to).WithContext(ctx).Iter()
+	iter := s.session.Iter(ctx, driver.Statement{CQL: readStmt, Args: []any{queue, from, to}})
 	var bucket int64
-	var shards map[int]gocql.UUID
+	var shards map[int]uuid.UUID
 	for iter.Scan(&bucket, &shards) {
 		for sh, v := range shards {
-			cells[signal.Cell{Queue: queue, Bucket: bucket, Shard: sh}] = uuid.UUID(v)
+			cells[signal.Cell{Queue: queue, Bucket: bucket, Shard: sh}] = v
 		}
 		shards = nil
 	}
@@ -65,13 +63,13 @@ func (s signals) Cells(ctx context.Context, queue string, from, to int64) (map[s
 
 func (s signals) CellsOf(ctx context.Context, rings []string, from, to int64) (map[signal.Cell]uuid.UUID, error) {
 	cells := map[signal.Cell]uuid.UUID{}
-	iter := cql.Query(s.session, readRingsStmt, rings, from, to).WithContext(ctx).Iter()
+	iter := s.session.Iter(ctx, driver.Statement{CQL: readRingsStmt, Args: []any{rings, from, to}})
 	var ring string
 	var bucket int64
-	var shards map[int]gocql.UUID
+	var shards map[int]uuid.UUID
 	for iter.Scan(&ring, &bucket, &shards) {
 		for sh, v := range shards {
-			cells[signal.Cell{Queue: ring, Bucket: bucket, Shard: sh}] = uuid.UUID(v)
+			cells[signal.Cell{Queue: ring, Bucket: bucket, Shard: sh}] = v
 		}
 		shards = nil
 	}
@@ -84,12 +82,12 @@ func (s signals) CellsOf(ctx context.Context, rings []string, from, to int64) (m
 // LastTouches reads when each slot was last touched by the write times of the slots
 // map, which coordinators stamp.
 func (s signals) LastTouches(ctx context.Context, queue string, from, to int64) (map[signal.Cell]signal.Slots, map[signal.Entry]time.Time, error) {
-	iter := cql.Query(s.session, readSlotsStmt, queue, from, to).WithContext(ctx).Iter()
+	iter := s.session.Iter(ctx, driver.Statement{CQL: readSlotsStmt, Args: []any{queue, from, to}})
 	return scanSlots(iter, queue, nil)
 }
 
 func (s signals) CellsAndTouchesOf(ctx context.Context, rings []string, from, to int64) (map[signal.Cell]uuid.UUID, map[signal.Cell]signal.Slots, map[signal.Entry]time.Time, error) {
-	iter := cql.Query(s.session, readRingsAllStmt, rings, from, to).WithContext(ctx).Iter()
+	iter := s.session.Iter(ctx, driver.Statement{CQL: readRingsAllStmt, Args: []any{rings, from, to}})
 	cells := map[signal.Cell]uuid.UUID{}
 	slots, touched, err := scanSlots(iter, "", cells)
 	if err != nil {
@@ -101,10 +99,10 @@ func (s signals) CellsAndTouchesOf(ctx context.Context, rings []string, from, to
 // scanSlots reads the rows of iter, each a bucket's slots and their write times, of
 // queue; or, when cells is not nil, each a ring, a bucket, its cells (into cells), its
 // slots and their write times.
-func scanSlots(iter *gocql.Iter, queue string, cells map[signal.Cell]uuid.UUID) (map[signal.Cell]signal.Slots, map[signal.Entry]time.Time, error) {
+func scanSlots(iter driver.Iter, queue string, cells map[signal.Cell]uuid.UUID) (map[signal.Cell]signal.Slots, map[signal.Entry]time.Time, error) {
 	slotsOf, touched := map[signal.Cell]signal.Slots{}, map[signal.Entry]time.Time{}
 	var bucket int64
-	var shards, cellShards map[int]gocql.UUID
+	var shards, cellShards map[int]uuid.UUID
 	var times []int64
 	dest := []any{&bucket, &shards, &times}
 	if cells != nil {
@@ -112,7 +110,7 @@ func scanSlots(iter *gocql.Iter, queue string, cells map[signal.Cell]uuid.UUID) 
 	}
 	for iter.Scan(dest...) {
 		for sh, v := range cellShards {
-			cells[signal.Cell{Queue: queue, Bucket: bucket, Shard: sh}] = uuid.UUID(v)
+			cells[signal.Cell{Queue: queue, Bucket: bucket, Shard: sh}] = v
 		}
 		keys := slices.Sorted(maps.Keys(shards))
 		if len(keys) != len(times) {
@@ -124,7 +122,7 @@ func scanSlots(iter *gocql.Iter, queue string, cells map[signal.Cell]uuid.UUID) 
 			if slotsOf[e.Cell] == nil {
 				slotsOf[e.Cell] = signal.Slots{}
 			}
-			slotsOf[e.Cell][e.Slot] = uuid.UUID(shards[k])
+			slotsOf[e.Cell][e.Slot] = shards[k]
 			touched[e] = time.UnixMicro(times[i])
 		}
 		shards, cellShards, times = nil, nil, nil
@@ -138,8 +136,8 @@ func scanSlots(iter *gocql.Iter, queue string, cells map[signal.Cell]uuid.UUID) 
 func (s signals) Passed(ctx context.Context, ring string) (map[int]int64, time.Time, error) {
 	var mark map[int]int64
 	var at time.Time
-	err := cql.Query(s.session, `SELECT buckets, made_at FROM queue_passes WHERE queue = ?`, ring).WithContext(ctx).Scan(&mark, &at)
-	if errors.Is(err, gocql.ErrNotFound) {
+	err := driver.Scan(ctx, s.session, driver.Statement{CQL: `SELECT buckets, made_at FROM queue_passes WHERE queue = ?`, Args: []any{ring}}, &mark, &at)
+	if errors.Is(err, driver.ErrNotFound) {
 		return nil, time.Time{}, nil
 	}
 	if err != nil {
@@ -149,18 +147,9 @@ func (s signals) Passed(ctx context.Context, ring string) (map[int]int64, time.T
 }
 
 func (s signals) Pass(ctx context.Context, ring string, mark map[int]int64, madeAt time.Time) error {
-	err := cql.Query(s.session, `INSERT INTO queue_passes (queue, buckets, made_at) VALUES (?, ?, ?)`, ring, mark, madeAt).WithContext(ctx).Exec()
+	err := s.session.Exec(ctx, driver.Statement{CQL: `INSERT INTO queue_passes (queue, buckets, made_at) VALUES (?, ?, ?)`, Args: []any{ring, mark, madeAt}})
 	if err != nil {
 		return fmt.Errorf("store: writing the pass mark of %s: %w", ring, err)
 	}
 	return nil
-}
-
-// driverIDs is ids as the driver binds a map of UUIDs.
-func driverIDs(ids map[int]uuid.UUID) map[int]gocql.UUID {
-	out := make(map[int]gocql.UUID, len(ids))
-	for k, v := range ids {
-		out[k] = gocql.UUID(v)
-	}
-	return out
 }

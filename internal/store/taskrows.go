@@ -3,14 +3,14 @@ package store
 import (
 	"time"
 
-	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 
+	"github.com/shardq/shardq/internal/driver"
 	"github.com/shardq/shardq/internal/taskrow"
 )
 
 // lockID is taskrow.LockID as the driver binds it.
-var lockID = gocql.UUID(taskrow.LockID)
+var lockID = taskrow.LockID
 
 const (
 	insertCols = `INSERT INTO tasks (shard_key, kind, priority, id, task_id, payload, due_at, timeout_ms, attempt, deliveries`
@@ -31,7 +31,7 @@ func rowInsert(r taskrow.Row, ts int64) (string, []any) {
 // task with headers the headers column, and only a task with a kind the task_kind column,
 // so other rows cost no cell for them.
 func rowInsertLWT(r taskrow.Row) (string, []any) {
-	args := []any{r.Key, r.Priority, gocql.UUID(r.ID), gocql.UUID(r.TaskID), r.Payload, r.DueAt, r.Timeout.Milliseconds(), r.Attempt, r.Token}
+	args := []any{r.Key, r.Priority, r.ID, r.TaskID, r.Payload, r.DueAt, r.Timeout.Milliseconds(), r.Attempt, r.Token}
 	cols, vals := insertCols, insertVals
 	if r.Keyed {
 		cols, vals = cols+`, keyed`, vals+`, true`
@@ -62,14 +62,14 @@ const (
 )
 
 // keyArgs binds r's primary key to deleteStmt and deleteIfExistsStmt.
-func keyArgs(r taskrow.Row) []any { return []any{r.Key, r.Priority, gocql.UUID(r.ID)} }
+func keyArgs(r taskrow.Row) []any { return []any{r.Key, r.Priority, r.ID} }
 
 // rowDeleteAt returns the statement deleting r with write timestamp ts, in microseconds: the
 // stamp r was written with, so that the delete wins over it whatever the clock of the
 // host that deletes (a tombstone wins a tie).
 func rowDeleteAt(r taskrow.Row, ts int64) (string, []any) {
 	return `DELETE FROM tasks USING TIMESTAMP ? WHERE shard_key = ? AND kind = 1 AND priority = ? AND id = ?`,
-		[]any{ts, r.Key, r.Priority, gocql.UUID(r.ID)}
+		[]any{ts, r.Key, r.Priority, r.ID}
 }
 
 // selectRange reads up to LIMIT rows of the given priorities (bind a []int8) whose IDs
@@ -97,13 +97,13 @@ const selectRow = `SELECT priority, id, task_id, payload, due_at, timeout_ms, at
 // scanRows reads the rows of a selectRange query of partition key, stopping once the rows
 // read hold maxBytes of payload and headers or more (the row that crosses it is kept).
 // It reports whether it stopped early.
-func scanRows(iter *gocql.Iter, key string, maxBytes int) (rows []taskrow.Row, cut bool, err error) {
+func scanRows(iter driver.Iter, key string, maxBytes int) (rows []taskrow.Row, cut bool, err error) {
 	var r taskrow.Row
-	var id, taskID gocql.UUID
+	var id, taskID uuid.UUID
 	var timeoutMs int64
 	bytes := 0
 	for iter.Scan(&r.Priority, &id, &taskID, &r.Payload, &r.DueAt, &timeoutMs, &r.Attempt, &r.Token, &r.Keyed, &r.Series, &r.Retrying, &r.Headers, &r.Kind) {
-		r.Key, r.ID, r.TaskID = key, uuid.UUID(id), uuid.UUID(taskID)
+		r.Key, r.ID, r.TaskID = key, id, taskID
 		r.Timeout = time.Duration(timeoutMs) * time.Millisecond
 		rows = append(rows, r)
 		bytes += r.Size()

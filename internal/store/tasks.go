@@ -6,15 +6,13 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 
-	"github.com/shardq/shardq/internal/cql"
-	"github.com/shardq/shardq/internal/lwt"
+	"github.com/shardq/shardq/internal/driver"
 	"github.com/shardq/shardq/internal/taskrow"
 )
 
-type tasks struct{ session *gocql.Session }
+type tasks struct{ session driver.Session }
 
 // stmt is the statement of m, in a conditional batch or not.
 func (m Mutation) stmt(conditional bool) (string, []any) {
@@ -38,51 +36,50 @@ func (m Mutation) stmt(conditional bool) (string, []any) {
 func (t tasks) Write(ctx context.Context, muts []Mutation) error {
 	if len(muts) == 1 {
 		stmt, args := muts[0].stmt(false)
-		return cql.Query(t.session, stmt, args...).WithContext(ctx).Exec()
+		return t.session.Exec(ctx, driver.Statement{CQL: stmt, Args: args})
 	}
-	b := cql.Batch(t.session, gocql.UnloggedBatch).WithContext(ctx)
+	b := &driver.Batch{}
 	for _, m := range muts {
 		stmt, args := m.stmt(false)
-		b.Query(stmt, args...)
+		b.Add(stmt, args...)
 	}
-	return t.session.ExecuteBatch(b)
+	return t.session.ExecBatch(ctx, b)
 }
 
 func (t tasks) Apply(ctx context.Context, muts []Mutation) (bool, error) {
-	b := cql.Batch(t.session, gocql.LoggedBatch).WithContext(ctx)
+	b := &driver.Batch{Logged: true}
 	for _, m := range muts {
 		if m.Op == Release {
 			m.Lock.release(b, "")
 			continue
 		}
 		stmt, args := m.stmt(true)
-		b.Query(stmt, args...)
+		b.Add(stmt, args...)
 	}
-	return lwt.Batch(t.session, b)
+	return t.session.ExecBatchCAS(ctx, b, nil)
 }
 
 func (t tasks) DeleteIfExists(ctx context.Context, r taskrow.Row) (bool, error) {
-	return cql.Query(t.session, deleteIfExistsStmt, keyArgs(r)...).WithContext(ctx).
-		RetryPolicy(lwt.NoRetry).MapScanCAS(map[string]any{})
+	return t.session.ExecCAS(ctx, driver.Statement{CQL: deleteIfExistsStmt, Args: keyArgs(r)}, nil)
 }
 
 func (t tasks) Exists(ctx context.Context, r taskrow.Row) (bool, error) {
-	err := lwt.SerialRead(t.session, cql.Query(t.session, selectOne, keyArgs(r)...).WithContext(ctx)).Scan(new(gocql.UUID))
-	if errors.Is(err, gocql.ErrNotFound) {
+	err := driver.Scan(ctx, t.session, driver.Statement{CQL: selectOne, Args: keyArgs(r), Mode: driver.Serial}, new(uuid.UUID))
+	if errors.Is(err, driver.ErrNotFound) {
 		return false, nil
 	}
 	return err == nil, err
 }
 
 func (t tasks) Read(ctx context.Context, key string, priority int8, id uuid.UUID) (taskrow.Row, bool, error) {
-	return t.one(cql.Query(t.session, selectRow, key, priority, gocql.UUID(id)).WithContext(ctx).Iter(), key)
+	return t.one(t.session.Iter(ctx, driver.Statement{CQL: selectRow, Args: []any{key, priority, id}}), key)
 }
 
 func (t tasks) Find(ctx context.Context, key string, priorities []int8, id uuid.UUID) (taskrow.Row, bool, error) {
-	return t.one(cql.Query(t.session, selectAnyPriority, key, priorities, gocql.UUID(id)).WithContext(ctx).Iter(), key)
+	return t.one(t.session.Iter(ctx, driver.Statement{CQL: selectAnyPriority, Args: []any{key, priorities, id}}), key)
 }
 
-func (t tasks) one(iter *gocql.Iter, key string) (taskrow.Row, bool, error) {
+func (t tasks) one(iter driver.Iter, key string) (taskrow.Row, bool, error) {
 	rows, _, err := scanRows(iter, key, math.MaxInt)
 	if err != nil || len(rows) == 0 {
 		return taskrow.Row{}, false, err
