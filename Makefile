@@ -8,12 +8,13 @@ STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # (go.dev/issue/75804; FuzzID did so in a CI run). 100,000 inputs take about 5 s here.
 FUZZTIME ?= 100000x
 
-# The programs, the dashboard and the Prometheus and OpenTelemetry adapters are modules of
-# their own, so that a service importing shardq does not require their dependencies;
+# The programs, the dashboard, the Prometheus and OpenTelemetry adapters and the adapter of
+# the Apache driver v2 are modules of their own, so that a service importing shardq does
+# not require their dependencies;
 # `go ... ./...` at the root does not enter them, so every target runs in each too.
 # GOWORK=off: a go.work in a clone would build the library with the other modules'
 # requirements mixed in, unlike a service.
-MODULES := bench cmd/demo cmd/shardq shardqprom shardqotel shardqui
+MODULES := bench cmd/demo cmd/shardq shardqprom shardqotel shardqui shardqgocqlv2
 export GOWORK := off
 # $(call each,GO-ARGS): `go GO-ARGS` in every module of MODULES, stopping at the first that fails.
 each = for m in $(MODULES); do $(GO) -C $$m $(1) || exit 1; done
