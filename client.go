@@ -13,7 +13,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 
 	"github.com/shardq/shardq/consumer"
@@ -25,6 +24,7 @@ import (
 	"github.com/shardq/shardq/internal/workerloop"
 	"github.com/shardq/shardq/producer"
 	"github.com/shardq/shardq/shard"
+	"github.com/shardq/shardq/shardqtype"
 	"github.com/shardq/shardq/worker"
 )
 
@@ -96,7 +96,7 @@ type Config struct {
 // concurrent use.
 type Client struct {
 	cfg      Config
-	session  *gocql.Session
+	driver   *shardqtype.Driver
 	producer *producer.Producer
 
 	mu        sync.Mutex
@@ -108,9 +108,9 @@ type Client struct {
 
 // NewClient returns a Client reading and writing through session, whose keyspace holds
 // shardq's tables (ApplySchema).
-func NewClient(session *gocql.Session, cfg Config) (*Client, error) {
-	if session == nil {
-		return nil, defaults.Invalid("session", "is nil")
+func NewClient(d *shardqtype.Driver, cfg Config) (*Client, error) {
+	if d == nil {
+		return nil, defaults.Invalid("driver", "is nil")
 	}
 	if len(cfg.Queues) > 0 && cfg.Workers == nil {
 		return nil, defaults.Invalid("Config.Workers", "is nil, and Config.Queues names queues to work")
@@ -138,11 +138,11 @@ func NewClient(session *gocql.Session, cfg Config) (*Client, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	p, err := producer.New(session, producer.Config{Clock: cfg.Clock, Logger: cfg.Logger})
+	p, err := producer.New(d, producer.Config{Clock: cfg.Clock, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}
-	return &Client{cfg: cfg, session: session, producer: p}, nil
+	return &Client{cfg: cfg, driver: d, producer: p}, nil
 }
 
 // Start creates the queues the client works that do not exist yet, and begins taking
@@ -157,8 +157,8 @@ func (c *Client) Start(ctx context.Context) error {
 	}
 	names := slices.Sorted(maps.Keys(c.cfg.Queues))
 	for _, name := range names {
-		if _, err := LoadQueue(ctx, c.session, name); errors.Is(err, ErrQueueNotFound) {
-			_, err = CreateQueue(ctx, c.session, QueueConfig{Name: name})
+		if _, err := LoadQueue(ctx, c.driver, name); errors.Is(err, ErrQueueNotFound) {
+			_, err = CreateQueue(ctx, c.driver, QueueConfig{Name: name})
 			if err != nil {
 				return fmt.Errorf("shardq: creating queue %q: %w", name, err)
 			}
@@ -177,7 +177,7 @@ func (c *Client) Start(ctx context.Context) error {
 	}
 	workers := make(map[string]*workerloop.Worker, len(names))
 	for _, name := range names {
-		w, err := workerloop.New(c.session, workerloop.Config{Queue: name, Handler: worker.HandlerFunc(c.run),
+		w, err := workerloop.New(c.driver, workerloop.Config{Queue: name, Handler: worker.HandlerFunc(c.run),
 			Concurrency: c.cfg.Queues[name].Concurrency, MaxAttempts: c.cfg.MaxAttempts, Backoff: c.cfg.Backoff,
 			Observer: c.cfg.Observer, Logger: c.cfg.Logger, Clock: c.cfg.Clock, Pool: pool, SharedSignals: true})
 		if err != nil {
@@ -195,7 +195,7 @@ func (c *Client) Start(ctx context.Context) error {
 	}
 	c.started, c.workers = true, workers
 	if len(names) > 0 {
-		st := sessionstate.For(c.session, c.cfg.Logger)
+		st := sessionstate.For(c.driver, c.cfg.Logger)
 		watchCtx, stop := context.WithCancel(ctx)
 		c.stopWatch, c.watched = stop, make(chan struct{})
 		var clock Clock = st.Cluster

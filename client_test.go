@@ -95,7 +95,7 @@ func TestClientRunsKindsOnManyQueues(t *testing.T) {
 		resizes <- task
 		return nil
 	})
-	c, err := shardq.NewClient(s, shardq.Config{Workers: workers,
+	c, err := shardq.NewClient(cassandratest.Driver(s), shardq.Config{Workers: workers,
 		Queues: map[string]shardq.Queue{shardq.DefaultQueue: {}, "images": {Concurrency: 2}}})
 	require.NoError(t, err)
 	startClient(t, c)
@@ -144,7 +144,7 @@ func TestClientUnknownKindIsRetriedThenDeadLettered(t *testing.T) {
 	retried, dead := make(chan shardq.Retried, 10), make(chan shardq.DeadLettered, 10)
 	workers := shardq.NewWorkers()
 	shardq.AddWorkerFunc(workers, func(context.Context, *shardq.Task[emailArgs]) error { return nil })
-	c, err := shardq.NewClient(s, shardq.Config{Workers: workers, Queues: map[string]shardq.Queue{shardq.DefaultQueue: {}},
+	c, err := shardq.NewClient(cassandratest.Driver(s), shardq.Config{Workers: workers, Queues: map[string]shardq.Queue{shardq.DefaultQueue: {}},
 		Backoff: func(int) time.Duration { return 0 },
 		Observer: shardq.ObserverFunc(func(ctx context.Context, e shardq.Event) {
 			events(retried).Observe(ctx, e)
@@ -165,7 +165,7 @@ func TestClientUnknownKindIsRetriedThenDeadLettered(t *testing.T) {
 	require.ErrorAs(t, d.Err, &unknown)
 	require.Equal(t, "orphan", unknown.Kind)
 
-	in, err := inspect.New(s, inspect.Config{})
+	in, err := inspect.New(cassandratest.Driver(s), inspect.Config{})
 	require.NoError(t, err)
 	letters, err := in.DeadLetters(context.Background(), shardq.DefaultQueue, inspect.DeadLetterQuery{})
 	require.NoError(t, err)
@@ -201,7 +201,7 @@ func TestClientSnoozeAndCancel(t *testing.T) {
 			return shardq.Cancel(errors.New("no such mailbox"))
 		}
 	})
-	c, err := shardq.NewClient(s, shardq.Config{Workers: workers, Queues: map[string]shardq.Queue{shardq.DefaultQueue: {}},
+	c, err := shardq.NewClient(cassandratest.Driver(s), shardq.Config{Workers: workers, Queues: map[string]shardq.Queue{shardq.DefaultQueue: {}},
 		Observer: events(dead)})
 	require.NoError(t, err)
 	startClient(t, c)
@@ -233,7 +233,7 @@ func TestClientStopAcksWhatFinished(t *testing.T) {
 	t.Parallel()
 	s := cassandratest.SchemaSession(t)
 	ctx := context.Background()
-	_, err := shardq.CreateQueue(ctx, s, shardq.QueueConfig{Name: shardq.DefaultQueue, CompletedRetention: time.Hour})
+	_, err := shardq.CreateQueue(ctx, cassandratest.Driver(s), shardq.QueueConfig{Name: shardq.DefaultQueue, CompletedRetention: time.Hour})
 	require.NoError(t, err)
 	started, release := make(chan struct{}), make(chan struct{})
 	workers := shardq.NewWorkers()
@@ -242,7 +242,7 @@ func TestClientStopAcksWhatFinished(t *testing.T) {
 		<-release
 		return nil
 	})
-	c, err := shardq.NewClient(s, shardq.Config{Workers: workers, Queues: map[string]shardq.Queue{shardq.DefaultQueue: {}}})
+	c, err := shardq.NewClient(cassandratest.Driver(s), shardq.Config{Workers: workers, Queues: map[string]shardq.Queue{shardq.DefaultQueue: {}}})
 	require.NoError(t, err)
 	require.NoError(t, c.Start(ctx))
 	res, err := c.Insert(ctx, emailArgs{To: "bob"}, nil)
@@ -260,7 +260,7 @@ func TestClientStopAcksWhatFinished(t *testing.T) {
 	require.NoError(t, receive(t, stopped, "stop"))
 	require.NoError(t, c.Stop(ctx), "a second Stop")
 
-	in, err := inspect.New(s, inspect.Config{})
+	in, err := inspect.New(cassandratest.Driver(s), inspect.Config{})
 	require.NoError(t, err)
 	info, err := in.Task(ctx, res.ID)
 	require.NoError(t, err)
@@ -279,7 +279,7 @@ func TestClientStopAndCancel(t *testing.T) {
 		<-ctx.Done()
 		return ctx.Err()
 	})
-	c, err := shardq.NewClient(s, shardq.Config{Workers: workers, Queues: map[string]shardq.Queue{shardq.DefaultQueue: {}}})
+	c, err := shardq.NewClient(cassandratest.Driver(s), shardq.Config{Workers: workers, Queues: map[string]shardq.Queue{shardq.DefaultQueue: {}}})
 	require.NoError(t, err)
 	require.NoError(t, c.Start(ctx))
 	res, err := c.Insert(ctx, emailArgs{To: "carol"}, nil)
@@ -289,7 +289,7 @@ func TestClientStopAndCancel(t *testing.T) {
 	defer cancel()
 	require.NoError(t, c.StopAndCancel(sctx))
 
-	in, err := inspect.New(s, inspect.Config{})
+	in, err := inspect.New(cassandratest.Driver(s), inspect.Config{})
 	require.NoError(t, err)
 	info, err := in.Task(ctx, res.ID)
 	require.NoError(t, err)
@@ -300,14 +300,14 @@ func TestClientStopAndCancel(t *testing.T) {
 func TestClientValidation(t *testing.T) {
 	t.Parallel()
 	s := cassandratest.SchemaSession(t)
-	_, err := shardq.NewClient(s, shardq.Config{Queues: map[string]shardq.Queue{"q": {}}})
+	_, err := shardq.NewClient(cassandratest.Driver(s), shardq.Config{Queues: map[string]shardq.Queue{"q": {}}})
 	requireInvalid(t, err, "Config.Workers")
-	_, err = shardq.NewClient(s, shardq.Config{Workers: shardq.NewWorkers(), Queues: map[string]shardq.Queue{"Bad Name": {}}})
+	_, err = shardq.NewClient(cassandratest.Driver(s), shardq.Config{Workers: shardq.NewWorkers(), Queues: map[string]shardq.Queue{"Bad Name": {}}})
 	requireInvalid(t, err, "Config.Queues")
 	_, err = shardq.NewClient(nil, shardq.Config{})
-	requireInvalid(t, err, "session")
+	requireInvalid(t, err, "driver")
 
-	c, err := shardq.NewClient(s, shardq.Config{})
+	c, err := shardq.NewClient(cassandratest.Driver(s), shardq.Config{})
 	require.NoError(t, err)
 	require.NoError(t, c.Start(context.Background()), "an insert-only client starts")
 	ctx := context.Background()
@@ -370,11 +370,11 @@ func TestClientStrictQueueOrder(t *testing.T) {
 		time.Sleep(5 * time.Millisecond) // the work
 		return nil
 	})
-	c, err := shardq.NewClient(s, shardq.Config{Workers: workers, Concurrency: 2, QueueOrder: shardq.QueueStrict,
+	c, err := shardq.NewClient(cassandratest.Driver(s), shardq.Config{Workers: workers, Concurrency: 2, QueueOrder: shardq.QueueStrict,
 		Queues: map[string]shardq.Queue{"high": {Weight: 3}, "mid": {Weight: 2}, "low": {Weight: 1}}})
 	require.NoError(t, err)
 	for _, q := range queues {
-		_, err := shardq.CreateQueue(ctx, s, shardq.QueueConfig{Name: q})
+		_, err := shardq.CreateQueue(ctx, cassandratest.Driver(s), shardq.QueueConfig{Name: q})
 		require.NoError(t, err)
 		params := make([]shardq.InsertManyParams, perQueue)
 		for i := range params {
@@ -432,12 +432,12 @@ func TestClientReadsSignalsOnceForAllQueues(t *testing.T) {
 	for i := range 5 {
 		name := fmt.Sprintf("q%d", i)
 		queues[name] = shardq.Queue{}
-		_, err := shardq.CreateQueue(ctx, s, shardq.QueueConfig{Name: name})
+		_, err := shardq.CreateQueue(ctx, cassandratest.Driver(s), shardq.QueueConfig{Name: name})
 		require.NoError(t, err)
 	}
 	workers := shardq.NewWorkers()
 	shardq.AddWorkerFunc(workers, func(context.Context, *shardq.Task[emailArgs]) error { return nil })
-	c, err := shardq.NewClient(s, shardq.Config{Workers: workers, Queues: queues})
+	c, err := shardq.NewClient(cassandratest.Driver(s), shardq.Config{Workers: workers, Queues: queues})
 	require.NoError(t, err)
 	startClient(t, c)
 
@@ -465,7 +465,7 @@ func TestClientWakesForATaskDueNowBehindALaterOne(t *testing.T) {
 	ks := cassandratest.SchemaKeyspace(t)
 	s := cassandratest.SessionFor(t, ks)
 	ctx := context.Background()
-	_, err := shardq.CreateQueue(ctx, s, shardq.QueueConfig{Name: "q", ShardCount: 1})
+	_, err := shardq.CreateQueue(ctx, cassandratest.Driver(s), shardq.QueueConfig{Name: "q", ShardCount: 1})
 	require.NoError(t, err)
 	ran := make(chan string, 4)
 	inserted := make(chan time.Time, 1)
@@ -477,12 +477,12 @@ func TestClientWakesForATaskDueNowBehindALaterOne(t *testing.T) {
 	// Start just before a bucket begins: the first poll is then, the next 8-10 s later.
 	const bucket = shardq.DefaultBucketDuration
 	time.Sleep(time.Until(time.Now().Truncate(bucket).Add(bucket - 500*time.Millisecond)))
-	c, err := shardq.NewClient(s, shardq.Config{Workers: workers, Queues: map[string]shardq.Queue{"q": {}}})
+	c, err := shardq.NewClient(cassandratest.Driver(s), shardq.Config{Workers: workers, Queues: map[string]shardq.Queue{"q": {}}})
 	require.NoError(t, err)
 	startClient(t, c)
 	time.Sleep(time.Until(time.Now().Truncate(bucket).Add(bucket + 200*time.Millisecond)))
 
-	other, err := shardq.NewClient(cassandratest.SessionFor(t, ks), shardq.Config{})
+	other, err := shardq.NewClient(cassandratest.Driver(cassandratest.SessionFor(t, ks)), shardq.Config{})
 	require.NoError(t, err)
 	at := time.Now()
 	_, err = other.Insert(ctx, emailArgs{To: "x"}, &shardq.InsertOpts{Queue: "q"})
@@ -508,10 +508,10 @@ func TestClientRunsSeriesOfAKind(t *testing.T) {
 		got <- task
 		return nil
 	})
-	c, err := shardq.NewClient(s, shardq.Config{Workers: workers, Queues: map[string]shardq.Queue{shardq.DefaultQueue: {}}})
+	c, err := shardq.NewClient(cassandratest.Driver(s), shardq.Config{Workers: workers, Queues: map[string]shardq.Queue{shardq.DefaultQueue: {}}})
 	require.NoError(t, err)
 	startClient(t, c)
-	sc, err := series.New(s, series.Config{})
+	sc, err := series.New(cassandratest.Driver(s), series.Config{})
 	require.NoError(t, err)
 	payload, err := json.Marshal(emailArgs{To: "weekly@example.com", Subject: "digest"})
 	require.NoError(t, err)

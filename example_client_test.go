@@ -9,6 +9,7 @@ import (
 
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/internal/cassandratest"
+	"github.com/shardq/shardq/shardqgocql"
 )
 
 // SignupArgs is a kind of task: the welcome email of a new account.
@@ -36,7 +37,8 @@ func ExampleClient() {
 	ctx := context.Background()
 	session, done := cassandratest.ExampleSession() // any session bound to a keyspace
 	defer done()
-	if err := shardq.ApplySchema(ctx, session); err != nil {
+	d := shardqgocql.New(session)
+	if err := shardq.ApplySchema(ctx, d); err != nil {
 		panic(err)
 	}
 
@@ -52,7 +54,7 @@ func ExampleClient() {
 		ran <- struct{}{}
 		return nil
 	})
-	client, err := shardq.NewClient(session, shardq.Config{
+	client, err := shardq.NewClient(d, shardq.Config{
 		Queues:  map[string]shardq.Queue{shardq.DefaultQueue: {Concurrency: 20}, "media": {Concurrency: 2}},
 		Workers: workers,
 	})
@@ -83,13 +85,14 @@ func ExampleClient_Insert() {
 	ctx := context.Background()
 	session, done := cassandratest.ExampleSession()
 	defer done()
-	if err := shardq.ApplySchema(ctx, session); err != nil {
+	d := shardqgocql.New(session)
+	if err := shardq.ApplySchema(ctx, d); err != nil {
 		panic(err)
 	}
-	if _, err := shardq.CreateQueue(ctx, session, shardq.QueueConfig{Name: shardq.DefaultQueue}); err != nil {
+	if _, err := shardq.CreateQueue(ctx, d, shardq.QueueConfig{Name: shardq.DefaultQueue}); err != nil {
 		panic(err)
 	}
-	client, err := shardq.NewClient(session, shardq.Config{})
+	client, err := shardq.NewClient(d, shardq.Config{})
 	if err != nil {
 		panic(err)
 	}
@@ -130,7 +133,8 @@ func ExampleSnooze() {
 	ctx := context.Background()
 	session, done := cassandratest.ExampleSession()
 	defer done()
-	if err := shardq.ApplySchema(ctx, session); err != nil {
+	d := shardqgocql.New(session)
+	if err := shardq.ApplySchema(ctx, d); err != nil {
 		panic(err)
 	}
 
@@ -155,12 +159,12 @@ func ExampleSnooze() {
 		return nil
 	})
 	dead := make(chan shardq.DeadLettered, 1)
-	client, err := shardq.NewClient(session, shardq.Config{
+	client, err := shardq.NewClient(d, shardq.Config{
 		Queues:  map[string]shardq.Queue{shardq.DefaultQueue: {}},
 		Workers: workers,
 		Observer: shardq.ObserverFunc(func(_ context.Context, e shardq.Event) {
-			if d, ok := e.(shardq.DeadLettered); ok {
-				dead <- d
+			if l, ok := e.(shardq.DeadLettered); ok {
+				dead <- l
 			}
 		}),
 	})
@@ -179,8 +183,8 @@ func ExampleSnooze() {
 	if _, err := client.Insert(ctx, SignupArgs{}, nil); err != nil {
 		panic(err)
 	}
-	d := <-dead
-	fmt.Printf("dead after attempt %d: %v\n", d.Attempt, d.Err)
+	l := <-dead
+	fmt.Printf("dead after attempt %d: %v\n", l.Attempt, l.Err)
 	// Output:
 	// alice@example.com: mail server busy, snoozing (attempt 1)
 	// alice@example.com: sent (attempt 1)

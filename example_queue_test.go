@@ -9,6 +9,7 @@ import (
 	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/internal/cassandratest"
 	"github.com/shardq/shardq/producer"
+	"github.com/shardq/shardq/shardqgocql"
 )
 
 // Example schedules a task, takes it as a consumer would, and acks it.
@@ -16,15 +17,16 @@ func Example() {
 	ctx := context.Background()
 	session, done := cassandratest.ExampleSession() // any session bound to a keyspace
 	defer done()
+	d := shardqgocql.New(session)
 
-	if err := shardq.ApplySchema(ctx, session); err != nil {
+	if err := shardq.ApplySchema(ctx, d); err != nil {
 		panic(err)
 	}
-	if _, err := shardq.CreateQueue(ctx, session, shardq.QueueConfig{Name: "emails"}); err != nil {
+	if _, err := shardq.CreateQueue(ctx, d, shardq.QueueConfig{Name: "emails"}); err != nil {
 		panic(err)
 	}
 
-	p, err := producer.New(session, producer.Config{})
+	p, err := producer.New(d, producer.Config{})
 	if err != nil {
 		panic(err)
 	}
@@ -37,7 +39,7 @@ func Example() {
 		panic(err)
 	}
 
-	c, err := consumer.New(session, consumer.Config{Queue: "emails"})
+	c, err := consumer.New(d, consumer.Config{Queue: "emails"})
 	if err != nil {
 		panic(err)
 	}

@@ -8,12 +8,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gocql/gocql"
-
 	"github.com/shardq/shardq/internal/defaults"
 	"github.com/shardq/shardq/internal/layouts"
 	"github.com/shardq/shardq/internal/lwt"
+	"github.com/shardq/shardq/internal/sessionstate"
 	"github.com/shardq/shardq/internal/store"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 // ChangeLayout changes queue name's layout from a time at least LayoutLead ahead, at a
@@ -27,8 +27,8 @@ import (
 // the layout in force, or about to be, changes nothing and returns that one. It returns
 // ErrQueueNotFound when no such queue exists, and a *ValidationError for a layout
 // QueueConfig would refuse, or one whose lap cannot hold the queue's DefaultTimeout.
-func ChangeLayout(ctx context.Context, session *gocql.Session, name string, cfg LayoutConfig) (LayoutChange, error) {
-	tables := store.For(session)
+func ChangeLayout(ctx context.Context, d *shardqtype.Driver, name string, cfg LayoutConfig) (LayoutChange, error) {
+	tables := sessionstate.For(d, nil).Store
 	queues := tables.Queues()
 	q, err := loadQueue(ctx, queues, name)
 	if err != nil {
@@ -165,8 +165,8 @@ func settleLayouts(ctx context.Context, queues store.Queues, name, from string, 
 
 // QueueLayouts returns queue name's layouts, oldest first, each with when it takes
 // effect (zero for the first) and whether consumers still read it.
-func QueueLayouts(ctx context.Context, session *gocql.Session, name string) ([]LayoutInfo, error) {
-	queues := store.For(session).Queues()
+func QueueLayouts(ctx context.Context, d *shardqtype.Driver, name string) ([]LayoutInfo, error) {
+	queues := sessionstate.For(d, nil).Store.Queues()
 	q, err := loadQueue(ctx, queues, name)
 	if err != nil {
 		return nil, err

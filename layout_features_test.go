@@ -28,16 +28,16 @@ func TestLayoutChangeKeepsFeatures(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := cassandratest.SchemaSession(t)
-	q, err := shardq.CreateQueue(ctx, s, shardq.QueueConfig{Name: "q", ShardCount: 2, BucketCount: 60, BucketDuration: time.Second,
+	q, err := shardq.CreateQueue(ctx, cassandratest.Driver(s), shardq.QueueConfig{Name: "q", ShardCount: 2, BucketCount: 60, BucketDuration: time.Second,
 		DefaultTimeout: 3 * time.Second})
 	require.NoError(t, err)
-	p, err := producer.New(s, producer.Config{})
+	p, err := producer.New(cassandratest.Driver(s), producer.Config{})
 	require.NoError(t, err)
-	c, err := consumer.New(s, consumer.Config{Queue: q.Name})
+	c, err := consumer.New(cassandratest.Driver(s), consumer.Config{Queue: q.Name})
 	require.NoError(t, err)
-	in, err := inspect.New(s, inspect.Config{})
+	in, err := inspect.New(cassandratest.Driver(s), inspect.Config{})
 	require.NoError(t, err)
-	sc, err := series.New(s, series.Config{})
+	sc, err := series.New(cassandratest.Driver(s), series.Config{})
 	require.NoError(t, err)
 
 	later := time.Now().Add(time.Hour)
@@ -61,7 +61,7 @@ func TestLayoutChangeKeepsFeatures(t *testing.T) {
 	_, err = sc.Create(ctx, series.Series{Queue: q.Name, Name: "tick", Every: time.Second})
 	require.NoError(t, err)
 
-	ch, err := shardq.ChangeLayout(ctx, s, q.Name, shardq.LayoutConfig{ShardCount: 3, BucketDuration: 2 * time.Second})
+	ch, err := shardq.ChangeLayout(ctx, cassandratest.Driver(s), q.Name, shardq.LayoutConfig{ShardCount: 3, BucketDuration: 2 * time.Second})
 	require.NoError(t, err)
 	// The series runs across the change.
 	var ticks []*consumer.Task
@@ -117,7 +117,7 @@ func TestLayoutChangeKeepsFeatures(t *testing.T) {
 
 	// Peek merges both layouts in delivery order: seen from two hours on, the task due in
 	// an hour, in the first layout, is due beside those written into the new one.
-	future, err := inspect.New(s, inspect.Config{Clock: testclock.New(time.Now().Add(2 * time.Hour))})
+	future, err := inspect.New(cassandratest.Driver(s), inspect.Config{Clock: testclock.New(time.Now().Add(2 * time.Hour))})
 	require.NoError(t, err)
 	peeked, err := future.Peek(ctx, q.Name, inspect.MaxPeek)
 	require.NoError(t, err)

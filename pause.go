@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/gocql/gocql"
-
 	"github.com/shardq/shardq/internal/defaults"
 	"github.com/shardq/shardq/internal/lwt"
+	"github.com/shardq/shardq/internal/sessionstate"
 	"github.com/shardq/shardq/internal/store"
 	"github.com/shardq/shardq/shard"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 // PauseQueue pauses queue name: consumers take no task of it (AcquireTasks returns
@@ -18,16 +18,16 @@ import (
 // Producers keep scheduling, series keep their occurrences, and tasks in flight run,
 // extend, retry and ack as usual. Pausing a paused queue does nothing. It returns
 // ErrQueueNotFound when no such queue exists.
-func PauseQueue(ctx context.Context, session *gocql.Session, name string) error {
-	return setPaused(ctx, store.For(session).Queues(), name, true)
+func PauseQueue(ctx context.Context, d *shardqtype.Driver, name string) error {
+	return setPaused(ctx, sessionstate.For(d, nil).Store.Queues(), name, true)
 }
 
 // ResumeQueue undoes PauseQueue: consumers take queue name's tasks again from at most
 // SettingsRefresh after it returns (a worker that found it paused looks again every
 // SettingsRefresh, so it starts within twice that). Resuming a running queue does
 // nothing. It returns ErrQueueNotFound when no such queue exists.
-func ResumeQueue(ctx context.Context, session *gocql.Session, name string) error {
-	return setPaused(ctx, store.For(session).Queues(), name, false)
+func ResumeQueue(ctx context.Context, d *shardqtype.Driver, name string) error {
+	return setPaused(ctx, sessionstate.For(d, nil).Store.Queues(), name, false)
 }
 
 func setPaused(ctx context.Context, queues store.Queues, name string, paused bool) error {

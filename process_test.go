@@ -61,7 +61,7 @@ func TestClientProcess(t *testing.T) {
 			time.Now().UnixNano(), task.Deadline.UnixNano(), err == nil)
 		return err
 	})
-	c, err := shardq.NewClient(cassandratest.SessionFor(t, ks), shardq.Config{Workers: workers,
+	c, err := shardq.NewClient(cassandratest.Driver(cassandratest.SessionFor(t, ks)), shardq.Config{Workers: workers,
 		Queues: map[string]shardq.Queue{shardq.DefaultQueue: {Concurrency: 16}}})
 	require.NoError(t, err)
 	ctx := context.Background()
@@ -98,7 +98,7 @@ func TestClientsInTwoProcesses(t *testing.T) {
 	s := cassandratest.SchemaSession(t)
 	ks := s.Query("").Keyspace()
 	ctx := context.Background()
-	_, err := shardq.CreateQueue(ctx, s, shardq.QueueConfig{Name: shardq.DefaultQueue})
+	_, err := shardq.CreateQueue(ctx, cassandratest.Driver(s), shardq.QueueConfig{Name: shardq.DefaultQueue})
 	require.NoError(t, err)
 
 	runs := make(chan run, 1024)
@@ -125,7 +125,7 @@ func TestClientsInTwoProcesses(t *testing.T) {
 		})
 	}
 
-	c, err := shardq.NewClient(s, shardq.Config{})
+	c, err := shardq.NewClient(cassandratest.Driver(s), shardq.Config{})
 	require.NoError(t, err)
 	params := make([]shardq.InsertManyParams, tasks)
 	for i := range params {

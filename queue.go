@@ -11,22 +11,22 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/gocql/gocql"
-
 	"github.com/shardq/shardq/internal/defaults"
 	"github.com/shardq/shardq/internal/lwt"
+	"github.com/shardq/shardq/internal/sessionstate"
 	"github.com/shardq/shardq/internal/store"
 	"github.com/shardq/shardq/shard"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 // CreateQueue stores a queue's settings, or checks them against the stored ones when the
 // queue exists: a difference is a *QueueMismatchError. It returns the settings in force.
-func CreateQueue(ctx context.Context, session *gocql.Session, cfg QueueConfig) (QueueConfig, error) {
+func CreateQueue(ctx context.Context, d *shardqtype.Driver, cfg QueueConfig) (QueueConfig, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return QueueConfig{}, err
 	}
-	queues := store.For(session).Queues()
+	queues := sessionstate.For(d, nil).Store.Queues()
 	var stored QueueConfig // the settings in force when the insert did not apply
 	applied, err := lwt.Apply(ctx, func(ctx context.Context) (bool, error) {
 		applied, existing, err := queues.Create(ctx, store.Queue(cfg))
@@ -56,8 +56,8 @@ func CreateQueue(ctx context.Context, session *gocql.Session, cfg QueueConfig) (
 }
 
 // LoadQueue reads a queue's settings, or returns ErrQueueNotFound.
-func LoadQueue(ctx context.Context, session *gocql.Session, name string) (QueueConfig, error) {
-	return loadQueue(ctx, store.For(session).Queues(), name)
+func LoadQueue(ctx context.Context, d *shardqtype.Driver, name string) (QueueConfig, error) {
+	return loadQueue(ctx, sessionstate.For(d, nil).Store.Queues(), name)
 }
 
 func loadQueue(ctx context.Context, queues store.Queues, name string) (QueueConfig, error) {

@@ -43,13 +43,13 @@ func TestCreateQueueSettlesPastItsDeadline(t *testing.T) {
 	for i := 0; i < 200 && createdLate < 3; i++ {
 		name := fmt.Sprintf("late%d", i)
 		short, cancel := context.WithTimeout(ctx, time.Duration(100+i*20)*time.Microsecond)
-		q, err := shardq.CreateQueue(short, s, shardq.QueueConfig{Name: name})
+		q, err := shardq.CreateQueue(short, cassandratest.Driver(s), shardq.QueueConfig{Name: name})
 		cancel()
 		if err != nil || !obs.failed(name) {
 			continue // not created, or the driver had its answer in time
 		}
 		createdLate++
-		stored, err := shardq.LoadQueue(ctx, s, name)
+		stored, err := shardq.LoadQueue(ctx, cassandratest.Driver(s), name)
 		require.NoError(t, err, "a queue reported as created is stored")
 		require.Equal(t, q, stored)
 	}

@@ -15,8 +15,8 @@ func TestApplySchemaTwice(t *testing.T) {
 	t.Parallel()
 	ks := cassandratest.Keyspace(t)
 	s := cassandratest.SessionFor(t, ks)
-	require.NoError(t, shardq.ApplySchema(context.Background(), s))
-	require.NoError(t, shardq.ApplySchema(context.Background(), s))
+	require.NoError(t, shardq.ApplySchema(context.Background(), cassandratest.Driver(s)))
+	require.NoError(t, shardq.ApplySchema(context.Background(), cassandratest.Driver(s)))
 	require.Len(t, shardq.Schema(), 16)
 	var opts map[string]string
 	require.NoError(t, s.Query(`SELECT compaction FROM system_schema.tables WHERE keyspace_name = ? AND table_name = 'tasks'`, ks).Scan(&opts))
@@ -30,12 +30,12 @@ func TestApplySchemaAddsLaterColumns(t *testing.T) {
 	s := cassandratest.DDLSession(t)
 	ks := s.Query("").Keyspace()
 	ctx := context.Background()
-	require.NoError(t, shardq.ApplySchema(ctx, s))
+	require.NoError(t, shardq.ApplySchema(ctx, cassandratest.Driver(s)))
 	later := [][2]string{{"queue_signals", "slots"}, {"tasks", "headers"}, {"dead_letters", "headers"}, {"queues", "paused"}, {"queues", "layouts"}, {"tasks", "task_kind"}, {"dead_letters", "task_kind"}}
 	for _, c := range later {
 		require.NoError(t, s.Query(`ALTER TABLE `+c[0]+` DROP `+c[1]).Exec())
 	}
-	require.NoError(t, shardq.ApplySchema(ctx, s))
+	require.NoError(t, shardq.ApplySchema(ctx, cassandratest.Driver(s)))
 	for _, c := range later {
 		var n int
 		require.NoError(t, s.Query(`SELECT count(*) FROM system_schema.columns WHERE keyspace_name = ? AND table_name = ? AND column_name = ?`,
@@ -48,21 +48,21 @@ func TestCreateAndLoadQueue(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := cassandratest.SchemaSession(t)
-	q, err := shardq.CreateQueue(ctx, s, shardq.QueueConfig{Name: "emails"})
+	q, err := shardq.CreateQueue(ctx, cassandratest.Driver(s), shardq.QueueConfig{Name: "emails"})
 	require.NoError(t, err)
 	require.Equal(t, shardq.QueueConfig{Name: "emails", BucketCount: shardq.DefaultBucketCount,
 		BucketDuration: shardq.DefaultBucketDuration, ShardCount: shardq.DefaultShardCount,
 		DefaultTimeout: shardq.DefaultTimeout, LockTTL: shardq.DefaultLockTTL}, q)
 
-	loaded, err := shardq.LoadQueue(ctx, s, "emails")
+	loaded, err := shardq.LoadQueue(ctx, cassandratest.Driver(s), "emails")
 	require.NoError(t, err)
 	require.Equal(t, q, loaded)
 
-	again, err := shardq.CreateQueue(ctx, s, q)
+	again, err := shardq.CreateQueue(ctx, cassandratest.Driver(s), q)
 	require.NoError(t, err, "creating with the same settings is harmless")
 	require.Equal(t, q, again)
 
-	_, err = shardq.CreateQueue(ctx, s, shardq.QueueConfig{Name: "emails", ShardCount: 3})
+	_, err = shardq.CreateQueue(ctx, cassandratest.Driver(s), shardq.QueueConfig{Name: "emails", ShardCount: 3})
 	require.ErrorIs(t, err, shardq.ErrQueueMismatch)
 	var mm *shardq.QueueMismatchError
 	require.ErrorAs(t, err, &mm)
@@ -70,7 +70,7 @@ func TestCreateAndLoadQueue(t *testing.T) {
 	require.Equal(t, shardq.DefaultShardCount, mm.Stored)
 	require.Equal(t, 3, mm.Given)
 
-	_, err = shardq.LoadQueue(ctx, s, "missing")
+	_, err = shardq.LoadQueue(ctx, cassandratest.Driver(s), "missing")
 	require.ErrorIs(t, err, shardq.ErrQueueNotFound)
 }
 
@@ -119,14 +119,14 @@ func TestCreateAndLoadQueueValidate(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := cassandratest.SchemaSession(t)
-	_, err := shardq.CreateQueue(ctx, s, shardq.QueueConfig{Name: "q", ShardCount: shardq.MaxShardCount + 1})
+	_, err := shardq.CreateQueue(ctx, cassandratest.Driver(s), shardq.QueueConfig{Name: "q", ShardCount: shardq.MaxShardCount + 1})
 	var ve *shardq.ValidationError
 	require.ErrorAs(t, err, &ve)
 	require.Equal(t, "QueueConfig.ShardCount", ve.Field)
-	_, err = shardq.LoadQueue(ctx, s, "q")
+	_, err = shardq.LoadQueue(ctx, cassandratest.Driver(s), "q")
 	require.ErrorIs(t, err, shardq.ErrQueueNotFound, "nothing was written")
 	for _, name := range []string{"", "a:b", "x y", "Q"} {
-		_, err := shardq.LoadQueue(ctx, s, name)
+		_, err := shardq.LoadQueue(ctx, cassandratest.Driver(s), name)
 		require.ErrorIs(t, err, shardq.ErrInvalid, name)
 	}
 }

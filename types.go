@@ -6,6 +6,7 @@ import "github.com/shardq/shardq/shardqtype"
 // these names are theirs, so code written against either package works with both.
 
 type (
+	Driver              = shardqtype.Driver
 	Clock               = shardqtype.Clock
 	SystemClock         = shardqtype.SystemClock
 	ValidationError     = shardqtype.ValidationError

@@ -55,6 +55,7 @@ func TestWorkloadsSmall(t *testing.T) {
 		var r map[string]any
 		require.NoError(t, json.Unmarshal(sc.Bytes(), &r))
 		byWorkload[r["workload"].(string)] = r
+		require.Equal(t, driverGocql, r["driver"], r["workload"])
 		if lost, ok := r["lost"]; ok {
 			require.Zero(t, lost, r["workload"])
 			require.Zero(t, r["duplicates"], r["workload"])
@@ -142,6 +143,52 @@ func TestViaChecked(t *testing.T) {
 	require.ErrorContains(t, checkVia(options{via: viaWorker, idleQueues: 50}, []string{"idle"}), "-via client")
 	require.ErrorContains(t, checkVia(options{via: "clients", idleQueues: 1}, []string{"idle"}), "want worker or client")
 	require.NoError(t, checkVia(options{via: viaClient, idleQueues: 50}, []string{"burst-worker", "trickle", "idle"}))
+}
+
+// TestDriverV2Small runs the workloads users' paths take at a tiny size on the v2
+// driver, through a worker and through a client (whose trickle worker counts frames), and
+// checks each line says so, counts requests, and lost or duplicated no task.
+func TestDriverV2Small(t *testing.T) {
+	for _, via := range []string{viaWorker, viaClient} {
+		t.Run(via, func(t *testing.T) {
+			dir := t.TempDir()
+			o := options{
+				hosts: strings.Join(cassandratest.Hosts(t), ","), keyspace: cassandratest.Keyspace(t),
+				workloads: "burst-worker,trickle,idle", via: via, driver: driverGocqlV2, jsonPath: filepath.Join(dir, "out.jsonl"),
+				burstWorkerTasks: 500, burstWorkerHandlers: 16, trickleRate: 20, trickleDuration: time.Second,
+				idleFor: 2 * time.Second, idleQueues: 1, idleBuckets: 50, idleShards: 20, cassandraPIDFile: "/nonexistent", rf: 1,
+			}
+			t.Setenv(cqlcluster.HostsEnv, "") // o.hosts says where the cluster is
+			require.NoError(t, run(context.Background(), o))
+
+			raw, err := os.ReadFile(o.jsonPath)
+			require.NoError(t, err)
+			byWorkload := map[string]map[string]any{}
+			for line := range strings.Lines(string(raw)) {
+				var r map[string]any
+				require.NoError(t, json.Unmarshal([]byte(line), &r))
+				require.Equal(t, driverGocqlV2, r["driver"], r["workload"])
+				byWorkload[r["workload"].(string)] = r
+				if _, ok := r["lost"]; ok {
+					require.Zero(t, r["lost"], r["workload"])
+					require.Zero(t, r["duplicates"], r["workload"])
+					require.Zero(t, r["left"], r["workload"])
+				}
+			}
+			require.Greater(t, byWorkload["burst-worker"]["requests_per_task"], 0.0)
+			require.Greater(t, byWorkload["idle"]["idle_requests_per_s"], 0.0)
+			require.EqualValues(t, 20, byWorkload["trickle"]["tasks"])
+		})
+	}
+}
+
+// TestDriverChecked: -driver takes gocql or gocqlv2 only.
+func TestDriverChecked(t *testing.T) {
+	require.NoError(t, checkDriver(driverGocql))
+	require.NoError(t, checkDriver(driverGocqlV2))
+	require.ErrorContains(t, checkDriver("gocql2"), "want gocql or gocqlv2")
+	_, _, err := openDriver("v3", libSession{})
+	require.ErrorContains(t, err, `"v3"`)
 }
 
 // TestArgsArePayload: a client's bench task carries the same bytes as a worker's.

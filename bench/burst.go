@@ -5,9 +5,9 @@ import (
 	"slices"
 	"time"
 
-	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 
+	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/producer"
 )
 
@@ -46,7 +46,7 @@ func (b *bench) burst(ctx context.Context) error {
 
 // scheduleAll schedules n tasks with ScheduleTasks in calls of 1,000, due at due(i) (zero:
 // now), and returns their IDs and how long it took.
-func scheduleAll(ctx context.Context, s *gocql.Session, queue string, n int, due func(i int) time.Time) ([]uuid.UUID, time.Duration, error) {
+func scheduleAll(ctx context.Context, s *shardq.Driver, queue string, n int, due func(i int) time.Time) ([]uuid.UUID, time.Duration, error) {
 	p, err := producer.New(s, producer.Config{})
 	if err != nil {
 		return nil, 0, err

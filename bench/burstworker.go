@@ -6,7 +6,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 
 	"github.com/shardq/shardq"
@@ -106,7 +105,7 @@ wait:
 // scheduling took, and what is to drain them (not started): a worker with H handlers, or
 // with -via client the client that inserted them, serving the queue with H. Either runs
 // deliver on each task and gives obs its events.
-func (b *bench) burstTasks(ctx context.Context, s *gocql.Session, queue string, n int, obs shardqtype.Observer,
+func (b *bench) burstTasks(ctx context.Context, s *shardq.Driver, queue string, n int, obs shardqtype.Observer,
 	deliver func(uuid.UUID)) (runner, []uuid.UUID, time.Duration, error) {
 	now := func(int) time.Time { return time.Time{} }
 	if b.o.via == viaClient {

@@ -6,7 +6,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 
 	"github.com/shardq/shardq"
@@ -34,7 +33,7 @@ var args = benchArgs{User: 12345, Action: "send-welcome-email"}
 // newClient returns a client on s serving queues, each with handlers handlers (0: the
 // default) and every other setting at its default, that runs work on each bench task;
 // obs gets its events.
-func newClient(s *gocql.Session, queues []string, handlers int, obs shardqtype.Observer,
+func newClient(s *shardq.Driver, queues []string, handlers int, obs shardqtype.Observer,
 	work func(t *shardq.Task[benchArgs])) (*shardq.Client, error) {
 	workers := shardq.NewWorkers()
 	shardq.AddWorkerFunc(workers, func(_ context.Context, t *shardq.Task[benchArgs]) error {

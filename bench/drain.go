@@ -7,9 +7,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 
+	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/internal/taskscan"
 	"github.com/shardq/shardq/shardqtype"
@@ -55,7 +55,7 @@ type drained struct {
 // Consumer of its own as separate processes would have, until total tasks were delivered
 // once (or limit passed), then keeps them consuming while settle makes sure the queue is
 // drained, so that a task delivered again counts as a duplicate. An empty poll waits 10 ms.
-func (b *bench) drain(ctx context.Context, s *gocql.Session, q shardqtype.QueueConfig, consumers, batch, total int,
+func (b *bench) drain(ctx context.Context, s *shardq.Driver, q shardqtype.QueueConfig, consumers, batch, total int,
 	tr *tracker, cl *calls, limit time.Duration) (drained, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -161,7 +161,7 @@ type settled struct {
 // then returns the tasks still there. Without a defect the table is empty at once (or
 // after the last acks land): the phase costs a read of each partition, not a wait for
 // leases to expire, and lease timeouts can stay longer than the drains.
-func (b *bench) settle(ctx context.Context, s *gocql.Session, q shardqtype.QueueConfig) (settled, error) {
+func (b *bench) settle(ctx context.Context, s *shardq.Driver, q shardqtype.QueueConfig) (settled, error) {
 	start := time.Now()
 	deadline := start.Add(q.DefaultTimeout + settleGrace)
 	for said := false; ; {

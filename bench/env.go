@@ -30,7 +30,7 @@ type bench struct {
 	o        options
 	hosts    []string
 	admin    *gocql.Session
-	session  *gocql.Session
+	closeLib func() // closes the session fresh opened for the library, if open
 	requests atomic.Int64
 	kinds    sync.Map // what counter counts of each kind of request
 	jsonOut  io.Writer
@@ -45,6 +45,12 @@ func newBench(o options) (*bench, error) {
 	hosts := cqlcluster.EnvHosts()
 	if len(hosts) == 0 {
 		hosts = strings.Split(o.hosts, ",")
+	}
+	if o.driver == "" {
+		o.driver = driverGocql // the flag's default, for options made in code
+	}
+	if err := checkDriver(o.driver); err != nil {
+		return nil, err
 	}
 	b := &bench{o: o, hosts: hosts, jsonOut: os.Stdout, results: map[string]result{}}
 	admin, err := cqlcluster.Admin(hosts...).CreateSession()
@@ -65,8 +71,8 @@ func newBench(o options) (*bench, error) {
 }
 
 func (b *bench) close() {
-	if b.session != nil {
-		b.session.Close()
+	if b.closeLib != nil {
+		b.closeLib()
 	}
 	for i := len(b.closers) - 1; i >= 0; i-- {
 		b.closers[i]()
@@ -75,12 +81,12 @@ func (b *bench) close() {
 
 // fresh empties the bench keyspace (made anew by the run's first call, its tables
 // truncated by the others: ten schema changes cost more than the smaller workloads), applies
-// the schema and creates queue q, and returns a session on it whose requests are counted in
-// b.requests.
-func (b *bench) fresh(ctx context.Context, q shardqtype.QueueConfig) (*gocql.Session, shardqtype.QueueConfig, error) {
-	if b.session != nil {
-		b.session.Close()
-		b.session = nil
+// the schema and creates queue q, and returns the driver (-driver) of a session on it whose
+// requests are counted in b.requests.
+func (b *bench) fresh(ctx context.Context, q shardqtype.QueueConfig) (*shardq.Driver, shardqtype.QueueConfig, error) {
+	if b.closeLib != nil {
+		b.closeLib()
+		b.closeLib = nil
 	}
 	stmts := []string{
 		"DROP KEYSPACE IF EXISTS " + b.o.keyspace,
@@ -98,21 +104,17 @@ func (b *bench) fresh(ctx context.Context, q shardqtype.QueueConfig) (*gocql.Ses
 		}
 	}
 	b.made = true
-	c := cqlcluster.New(b.hosts...)
-	c.Keyspace = b.o.keyspace
-	c.NumConns = 4
-	c.QueryObserver = b.counter()
-	c.BatchObserver = b.counter()
-	s, err := c.CreateSession()
+	requests := b.counter()
+	d, closeLib, err := openDriver(b.o.driver, libSession{hosts: b.hosts, keyspace: b.o.keyspace, numConns: 4, requests: &requests})
 	if err != nil {
 		return nil, q, err
 	}
-	b.session = s
-	if err := shardq.ApplySchema(ctx, s); err != nil {
+	b.closeLib = closeLib
+	if err := shardq.ApplySchema(ctx, d); err != nil {
 		return nil, q, err
 	}
-	q, err = shardq.CreateQueue(ctx, s, q)
-	return s, q, err
+	q, err = shardq.CreateQueue(ctx, d, q)
+	return d, q, err
 }
 
 // truncations are the statements that empty the bench keyspace's tables.
@@ -146,14 +148,7 @@ func (c counter) ObserveQuery(_ context.Context, q gocql.ObservedQuery) {
 
 func (c counter) ObserveBatch(_ context.Context, b gocql.ObservedBatch) {
 	c.n.Add(1)
-	kinds := make([]string, 0, len(b.Statements))
-	for _, s := range b.Statements {
-		if k := kindOf(s); !slices.Contains(kinds, k) {
-			kinds = append(kinds, k)
-		}
-	}
-	slices.Sort(kinds)
-	c.kind("BATCH [" + strings.Join(kinds, "; ") + "]")
+	c.kind(batchKind(b.Statements))
 }
 
 func (c counter) kind(k string) {
@@ -354,6 +349,9 @@ func progress(name string, total int, done func() int, stop <-chan struct{}) {
 // emit prints r as a table and as one JSON line, and keeps it for the ratios.
 func (b *bench) emit(r result) {
 	name := r["workload"].(string)
+	if _, ok := r["driver"]; !ok {
+		r["driver"] = b.o.driver
+	}
 	b.results[name] = r
 	keys := make([]string, 0, len(r))
 	for k := range r {
@@ -394,7 +392,7 @@ func (b *bench) ratios() {
 
 // startRecording starts a default worker of queue with handlers handlers, each recording its
 // task's delivery and lateness in tr.
-func startRecording(ctx context.Context, s *gocql.Session, queue string, handlers int, tr *tracker) (*worker.Worker, error) {
+func startRecording(ctx context.Context, s *shardq.Driver, queue string, handlers int, tr *tracker) (*worker.Worker, error) {
 	w, err := worker.New(s, worker.Config{Queue: queue, Concurrency: handlers,
 		Handler: worker.HandlerFunc(func(_ context.Context, t *consumer.Task) error {
 			tr.recordDue(t.ID, t.DueAt, time.Since(t.DueAt))
@@ -408,7 +406,7 @@ func startRecording(ctx context.Context, s *gocql.Session, queue string, handler
 
 // stopRecording lets w deliver what is left, unless waiting for the tasks ids failed with
 // waitErr, stops it, and counts the tasks lost and duplicated.
-func (b *bench) stopRecording(ctx context.Context, s *gocql.Session, q shardqtype.QueueConfig, w *worker.Worker, tr *tracker,
+func (b *bench) stopRecording(ctx context.Context, s *shardq.Driver, q shardqtype.QueueConfig, w *worker.Worker, tr *tracker,
 	ids []uuid.UUID, waitErr error) (set settled, lost, dups int, err error) {
 	if waitErr == nil {
 		set, waitErr = b.settle(ctx, s, q)

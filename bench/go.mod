@@ -3,9 +3,11 @@ module github.com/shardq/shardq/bench
 go 1.26.8
 
 require (
+	github.com/apache/cassandra-gocql-driver/v2 v2.1.2
 	github.com/gocql/gocql v1.7.0
 	github.com/google/uuid v1.6.0
 	github.com/shardq/shardq v0.0.0
+	github.com/shardq/shardq/shardqgocqlv2 v0.0.0
 	github.com/stretchr/testify v1.11.1
 	gonum.org/v1/plot v0.16.0
 )
@@ -80,3 +82,5 @@ require (
 
 // Built and tested against the tree it sits in.
 replace github.com/shardq/shardq => ../
+
+replace github.com/shardq/shardq/shardqgocqlv2 => ../shardqgocqlv2

@@ -10,8 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gocql/gocql"
-
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/shardqtype"
@@ -181,7 +179,7 @@ func cpuSeconds(pids []int) (float64, error) {
 
 // pendingRetries leaves -pending tasks backed off: taken once and retried with delays
 // spread over the lap, as failing tasks wait between attempts.
-func (b *bench) pendingRetries(ctx context.Context, s *gocql.Session, q shardqtype.QueueConfig) error {
+func (b *bench) pendingRetries(ctx context.Context, s *shardq.Driver, q shardqtype.QueueConfig) error {
 	n := b.o.idlePending
 	if n == 0 {
 		return nil

@@ -30,6 +30,7 @@ type options struct {
 	jsonPath  string
 	chartPath string
 	via       string
+	driver    string
 
 	shards, buckets int
 	bucket, timeout time.Duration
@@ -95,6 +96,7 @@ func main() {
 	flag.StringVar(&o.workloads, "workload", "burst", "comma-separated workloads: burst, burst-worker, steady, spread, trickle, idle, soak, sweep, ceiling, skew, reshard, or all (all but skew and reshard, which waits out a layout change)")
 	flag.StringVar(&o.jsonPath, "json", "", "append JSON lines to this file (default: print them on stdout)")
 	flag.StringVar(&o.chartPath, "chart", "sweep.png", "PNG file for the sweep's chart")
+	flag.StringVar(&o.driver, "driver", driverGocql, "the driver shardq runs on, through its adapter: gocql (github.com/gocql/gocql v1, shardqgocql) or gocqlv2 (github.com/apache/cassandra-gocql-driver/v2, shardqgocqlv2), in this process and trickle's and skew's children; the admin session (keyspaces, truncations), ceiling's store session and soak's tombstone tracing stay on gocql")
 	flag.StringVar(&o.via, "via", viaWorker, "burst-worker, trickle, idle: worker (producer.Producer and worker.Worker) or client (a shardq.Client inserts the tasks and runs them)")
 
 	// A lap (buckets × bucket) longer than the schema's gc_grace_seconds (600 s), so that

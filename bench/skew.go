@@ -10,9 +10,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 
+	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/internal/clustertime"
 	"github.com/shardq/shardq/internal/store"
@@ -56,9 +56,9 @@ func (c offsetClock) Now() time.Time { return time.Now().Add(time.Duration(c)) }
 // skewClock is a part's clock offset from the real one: the part's Config.Clock itself
 // (-skew-as clock), or the default clock, the cluster's time, as measured on a host whose
 // clock is that offset (host).
-func skewClock(s *gocql.Session, offset time.Duration) shardqtype.Clock {
+func skewClock(s *shardq.Driver, offset time.Duration) shardqtype.Clock {
 	if os.Getenv(skewAsEnv) == "host" {
-		return clustertime.New(store.Cassandra(s), offsetClock(offset), nil)
+		return clustertime.New(store.Of(s.Session()), offsetClock(offset), nil)
 	}
 	return offsetClock(offset)
 }
@@ -102,7 +102,7 @@ func (b *bench) skew(ctx context.Context) error {
 	}
 	// Clipped, so that each append below makes a copy of its own.
 	env := slices.Clip(append(os.Environ(), hostsEnv+"="+strings.Join(b.hosts, ","), keyspaceEnv+"="+b.o.keyspace, queueEnv+"="+q.Name,
-		skewAsEnv+"="+o.skewAs))
+		skewAsEnv+"="+o.skewAs, driverEnv+"="+o.driver))
 	tr := newTracker(o.skewTasks)
 	var mu sync.Mutex // guards what the children's lines fill in
 	var (
@@ -327,11 +327,11 @@ func skewProducer(ctx context.Context) error {
 		}
 		clocks = append(clocks, d)
 	}
-	s, queue, err := childSession(nil)
+	s, closeSession, queue, err := childSession(nil)
 	if err != nil {
 		return err
 	}
-	defer s.Close()
+	defer closeSession()
 	ps := make([]*producer.Producer, len(clocks))
 	for _, m := range strings.Split(os.Getenv(mineEnv), ",") {
 		p, err := strconv.Atoi(m)
@@ -388,11 +388,11 @@ func skewWorker(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s, queue, err := childSession(nil)
+	s, closeSession, queue, err := childSession(nil)
 	if err != nil {
 		return err
 	}
-	defer s.Close()
+	defer closeSession()
 	st, err := serveWorker(ctx, s, worker.Config{Queue: queue, Concurrency: concurrency, Clock: skewClock(s, offset),
 		Handler: worker.HandlerFunc(func(_ context.Context, t *consumer.Task) error {
 			start := time.Now()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/internal/cqlcluster"
+	"github.com/shardq/shardq/internal/driver/gocqlv1"
 	"github.com/shardq/shardq/internal/store"
 	"github.com/shardq/shardq/producer"
 	"github.com/shardq/shardq/shard"
@@ -118,7 +119,7 @@ func (b *bench) tombstonesPerRead(ctx context.Context, q shardqtype.QueueConfig)
 	defer s.Close()
 	var trace bytes.Buffer
 	s.SetTrace(gocql.NewTraceWriter(s, &trace))
-	leasing := store.Cassandra(s).Leasing()
+	leasing := store.Of(gocqlv1.New(s)).Leasing()
 	l := q.Layout()
 	now := time.Now()
 	total, reads := 0, 0

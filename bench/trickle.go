@@ -23,7 +23,6 @@ import (
 
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/consumer"
-	"github.com/shardq/shardq/internal/cqlcluster"
 	"github.com/shardq/shardq/producer"
 	"github.com/shardq/shardq/shardqtype"
 	"github.com/shardq/shardq/worker"
@@ -66,7 +65,7 @@ func (b *bench) trickle(ctx context.Context) error {
 	}
 	env := append(os.Environ(), hostsEnv+"="+strings.Join(b.hosts, ","), keyspaceEnv+"="+b.o.keyspace,
 		queueEnv+"="+q.Name, rateEnv+"="+strconv.Itoa(rate), durationEnv+"="+over.String(),
-		profileEnv+"="+b.o.profileDir, viaEnv+"="+b.o.via)
+		profileEnv+"="+b.o.profileDir, viaEnv+"="+b.o.via, driverEnv+"="+b.o.driver)
 	n := int(float64(rate) * over.Seconds())
 	tr := newTracker(n)
 
@@ -422,16 +421,21 @@ func profile(role string) (stop func(), err error) {
 	}, nil
 }
 
-// childSession connects to the keyspace and queue the parent named. When answers is not
-// nil, it counts the frames the session receives: one per request answered.
-func childSession(answers *atomic.Int64) (*gocql.Session, string, error) {
-	c := cqlcluster.New(strings.Split(os.Getenv(hostsEnv), ",")...)
-	c.Keyspace = os.Getenv(keyspaceEnv)
-	if answers != nil {
-		c.FrameHeaderObserver = frameCounter{answers}
+// childSession connects to the keyspace and queue the parent named, through the driver
+// it named (driverGocql when it named none), and returns the driver, what closes its
+// session, and the queue. When answers is not nil, it counts the frames the session
+// receives: one per request answered.
+func childSession(answers *atomic.Int64) (*shardq.Driver, func(), string, error) {
+	name := os.Getenv(driverEnv)
+	if name == "" {
+		name = driverGocql
 	}
-	s, err := c.CreateSession()
-	return s, os.Getenv(queueEnv), err
+	d, closeSession, err := openDriver(name, libSession{hosts: strings.Split(os.Getenv(hostsEnv), ","),
+		keyspace: os.Getenv(keyspaceEnv), frames: answers})
+	if err != nil {
+		return nil, nil, "", err
+	}
+	return d, closeSession, os.Getenv(queueEnv), nil
 }
 
 // frameCounter counts frames received. Unlike a query observer (counter), for which gocql
@@ -460,11 +464,11 @@ func trickleProducer(ctx context.Context, begin <-chan struct{}) error {
 	if err != nil {
 		return err
 	}
-	s, queue, err := childSession(nil)
+	s, closeSession, queue, err := childSession(nil)
 	if err != nil {
 		return err
 	}
-	defer s.Close()
+	defer closeSession()
 	schedule, err := trickleScheduler(s, queue)
 	if err != nil {
 		return err
@@ -504,7 +508,7 @@ func trickleProducer(ctx context.Context, begin <-chan struct{}) error {
 
 // trickleScheduler returns what schedules the producer's i-th task: one ScheduleTask
 // call, or with -via client one Insert call of an insert-only client.
-func trickleScheduler(s *gocql.Session, queue string) (func(ctx context.Context, i int) (uuid.UUID, error), error) {
+func trickleScheduler(s *shardq.Driver, queue string) (func(ctx context.Context, i int) (uuid.UUID, error), error) {
 	if os.Getenv(viaEnv) == viaClient {
 		c, err := shardq.NewClient(s, shardq.Config{})
 		if err != nil {
@@ -570,11 +574,11 @@ func trickleWorker(ctx context.Context) error {
 	if os.Getenv(viaEnv) == viaClient {
 		return trickleClient(ctx)
 	}
-	s, queue, err := childSession(nil)
+	s, closeSession, queue, err := childSession(nil)
 	if err != nil {
 		return err
 	}
-	defer s.Close()
+	defer closeSession()
 	_, err = serveWorker(ctx, s, worker.Config{Queue: queue, Concurrency: trickleWorkerConcurrency,
 		Handler: worker.HandlerFunc(func(_ context.Context, t *consumer.Task) error {
 			late := time.Since(t.DueAt)
@@ -589,11 +593,11 @@ func trickleWorker(ctx context.Context) error {
 // (waitPolled).
 func trickleClient(ctx context.Context) error {
 	var answers atomic.Int64
-	s, queue, err := childSession(&answers)
+	s, closeSession, queue, err := childSession(&answers)
 	if err != nil {
 		return err
 	}
-	defer s.Close()
+	defer closeSession()
 	c, err := newClient(s, []string{queue}, trickleWorkerConcurrency, nil, func(t *shardq.Task[benchArgs]) {
 		late := time.Since(t.DueAt)
 		out.printf("%s %d\n", t.ID, late.Microseconds()) //nolint:errcheck // a parent gone also closes stdin
@@ -617,7 +621,7 @@ func trickleClient(ctx context.Context) error {
 
 // serveWorker runs a worker with cfg until ctx ends, then stops it gracefully and
 // returns its stats. It prints "ready" once the worker has polled.
-func serveWorker(ctx context.Context, s *gocql.Session, cfg worker.Config) (worker.Stats, error) {
+func serveWorker(ctx context.Context, s *shardq.Driver, cfg worker.Config) (worker.Stats, error) {
 	w, err := worker.New(s, cfg)
 	if err != nil {
 		return worker.Stats{}, err

@@ -42,13 +42,13 @@ func (o offsetClock) Now() time.Time { return o.c.Now().Add(o.d) }
 func TestFloorsHideNothing(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 2, BucketCount: 30, BucketDuration: time.Second})
-	trailing, err := producer.New(e.s, producer.Config{Clock: offsetClock{e.clock, -1500 * time.Millisecond}})
+	trailing, err := producer.New(cassandratest.Driver(e.s), producer.Config{Clock: offsetClock{e.clock, -1500 * time.Millisecond}})
 	require.NoError(t, err)
 	// A partition whose read timed out on an overloaded node is skipped by that call, which
 	// the next call makes up for: a drain ends at an empty take only when no read timed
 	// out during it. Any other partition failure fails the test.
 	timedOut, observer := countTimeouts(t)
-	c, err := consumer.New(e.s, consumer.Config{Queue: e.q.Name, Clock: e.clock, Observer: observer})
+	c, err := consumer.New(cassandratest.Driver(e.s), consumer.Config{Queue: e.q.Name, Clock: e.clock, Observer: observer})
 	require.NoError(t, err)
 	ctx := context.Background()
 
@@ -178,7 +178,7 @@ func TestFailingPartitionIsolated(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 4, BucketCount: 10, BucketDuration: time.Second})
 	// A producer that opens a shard per task: the 80 spread over all 4 shards at once.
-	spreading, err := producer.New(e.s, producer.Config{Clock: e.clock, ShardRate: 1})
+	spreading, err := producer.New(cassandratest.Driver(e.s), producer.Config{Clock: e.clock, ShardRate: 1})
 	require.NoError(t, err)
 	var tasks []producer.Task
 	for range 80 {
@@ -187,7 +187,7 @@ func TestFailingPartitionIsolated(t *testing.T) {
 	_, err = spreading.ScheduleTasks(context.Background(), tasks)
 	require.NoError(t, err)
 	var failures sync.Map
-	c, err := consumer.New(e.s, consumer.Config{Queue: e.q.Name, Clock: e.clock,
+	c, err := consumer.New(cassandratest.Driver(e.s), consumer.Config{Queue: e.q.Name, Clock: e.clock,
 		Observer: shardqtype.ObserverFunc(func(_ context.Context, ev shardqtype.Event) {
 			if f, ok := ev.(shardqtype.PartitionFailed); ok {
 				failures.Store(f.PartitionKey, f.Op)
@@ -240,7 +240,7 @@ func TestFailingPartitionIsolated(t *testing.T) {
 func TestLargePayloads(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 1, BucketCount: 10, BucketDuration: time.Second})
-	p, err := producer.New(e.s, producer.Config{Clock: e.clock, MaxPayloadBytes: producer.MaxPayloadLimit})
+	p, err := producer.New(cassandratest.Driver(e.s), producer.Config{Clock: e.clock, MaxPayloadBytes: producer.MaxPayloadLimit})
 	require.NoError(t, err)
 	ctx := context.Background()
 	want := map[uuid.UUID]bool{}
@@ -287,9 +287,9 @@ func TestBacklogInOnePartition(t *testing.T) {
 	}
 	s := cassandratest.SchemaSession(t)
 	ctx := context.Background()
-	q, err := shardq.CreateQueue(ctx, s, shardqtype.QueueConfig{Name: "backlog", ShardCount: 1})
+	q, err := shardq.CreateQueue(ctx, cassandratest.Driver(s), shardqtype.QueueConfig{Name: "backlog", ShardCount: 1})
 	require.NoError(t, err)
-	p, err := producer.New(s, producer.Config{})
+	p, err := producer.New(cassandratest.Driver(s), producer.Config{})
 	require.NoError(t, err)
 	chunks := make(chan []producer.Task)
 	var wg sync.WaitGroup
@@ -335,7 +335,7 @@ func TestBacklogInOnePartition(t *testing.T) {
 	wg.Wait()
 
 	var failed atomic.Int64
-	c, err := consumer.New(s, consumer.Config{Queue: q.Name, Observer: shardqtype.ObserverFunc(func(_ context.Context, ev shardqtype.Event) {
+	c, err := consumer.New(cassandratest.Driver(s), consumer.Config{Queue: q.Name, Observer: shardqtype.ObserverFunc(func(_ context.Context, ev shardqtype.Event) {
 		// A read past the tombstone failure threshold fails on the replica; a timeout on a
 		// node busy with other tests is tried again by the next call.
 		if f, ok := ev.(shardqtype.PartitionFailed); ok && !gocqlv1.TimedOut(f.Err) {
@@ -391,12 +391,12 @@ func TestLateWritesFoundBySweep(t *testing.T) {
 		t.Run(bucket.String(), func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t, shardqtype.QueueConfig{ShardCount: 1, BucketCount: 120, BucketDuration: bucket, DefaultTimeout: 30 * time.Second})
-			trailing, err := producer.New(e.s, producer.Config{Clock: offsetClock{e.clock, -4 * time.Second}})
+			trailing, err := producer.New(cassandratest.Driver(e.s), producer.Config{Clock: offsetClock{e.clock, -4 * time.Second}})
 			require.NoError(t, err)
 			// As in TestFloorsHideNothing: a drain ends at an empty take only when no
 			// partition read timed out during it; any other partition failure fails the test.
 			timedOut, observer := countTimeouts(t)
-			c, err := consumer.New(e.s, consumer.Config{Queue: e.q.Name, Clock: e.clock, LookAhead: 30 * time.Second,
+			c, err := consumer.New(cassandratest.Driver(e.s), consumer.Config{Queue: e.q.Name, Clock: e.clock, LookAhead: 30 * time.Second,
 				Observer: observer})
 			require.NoError(t, err)
 			ctx := context.Background()
@@ -480,13 +480,13 @@ func TestLateWriteAfterSweepFoundByNextSweep(t *testing.T) {
 func lateWriteFoundByNextSweep(t *testing.T, write time.Duration, onTimeAfter bool) {
 	const every = 250 * time.Millisecond
 	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 1, BucketCount: 120, BucketDuration: 10 * time.Second, DefaultTimeout: 30 * time.Second})
-	trailing, err := producer.New(e.s, producer.Config{Clock: offsetClock{e.clock, -4 * time.Second}})
+	trailing, err := producer.New(cassandratest.Driver(e.s), producer.Config{Clock: offsetClock{e.clock, -4 * time.Second}})
 	require.NoError(t, err)
 	// The write after the late one comes from a producer of its own, so its touch is sent
 	// before ScheduleTasks returns, not gathered with an earlier one and sent later.
-	onTime, err := producer.New(e.s, producer.Config{Clock: e.clock})
+	onTime, err := producer.New(cassandratest.Driver(e.s), producer.Config{Clock: e.clock})
 	require.NoError(t, err)
-	c, err := consumer.New(e.s, consumer.Config{Queue: e.q.Name, Clock: e.clock, LookAhead: 30 * time.Second})
+	c, err := consumer.New(cassandratest.Driver(e.s), consumer.Config{Queue: e.q.Name, Clock: e.clock, LookAhead: 30 * time.Second})
 	require.NoError(t, err)
 	ctx := context.Background()
 	l := e.q.Layout()
@@ -570,11 +570,11 @@ func TestPendingRetriesDoNotPinCursor(t *testing.T) {
 	s := cassandratest.SessionFor(t, ks, func(c *gocql.ClusterConfig) { c.QueryObserver = counter })
 	ctx := context.Background()
 	const shards = 4
-	q, err := shardq.CreateQueue(ctx, s, shardqtype.QueueConfig{Name: "pending", ShardCount: shards, BucketCount: 60,
+	q, err := shardq.CreateQueue(ctx, cassandratest.Driver(s), shardqtype.QueueConfig{Name: "pending", ShardCount: shards, BucketCount: 60,
 		BucketDuration: time.Second, DefaultTimeout: 5 * time.Second})
 	require.NoError(t, err)
 	clock := testclock.New(base.Add(500 * time.Millisecond))
-	p, err := producer.New(s, producer.Config{Clock: clock})
+	p, err := producer.New(cassandratest.Driver(s), producer.Config{Clock: clock})
 	require.NoError(t, err)
 	tasks := make([]producer.Task, 100)
 	for i := range tasks {
@@ -582,7 +582,7 @@ func TestPendingRetriesDoNotPinCursor(t *testing.T) {
 	}
 	_, err = p.ScheduleTasks(ctx, tasks)
 	require.NoError(t, err)
-	c, err := consumer.New(s, consumer.Config{Queue: q.Name, Clock: clock})
+	c, err := consumer.New(cassandratest.Driver(s), consumer.Config{Queue: q.Name, Clock: clock})
 	require.NoError(t, err)
 	got, err := c.AcquireTasks(ctx, 100)
 	require.NoError(t, err)
@@ -645,16 +645,16 @@ func TestFinishedPartitionCheckedOnce(t *testing.T) {
 		})
 	})
 	ctx := context.Background()
-	q, err := shardq.CreateQueue(ctx, s, shardqtype.QueueConfig{Name: "blocked", ShardCount: 1, BucketCount: 120,
+	q, err := shardq.CreateQueue(ctx, cassandratest.Driver(s), shardqtype.QueueConfig{Name: "blocked", ShardCount: 1, BucketCount: 120,
 		BucketDuration: time.Second, DefaultTimeout: 5 * time.Second, LockTTL: time.Minute})
 	require.NoError(t, err)
 	l := q.Layout()
 	clock := testclock.New(base.Add(100 * time.Millisecond))
-	p, err := producer.New(s, producer.Config{Clock: clock})
+	p, err := producer.New(cassandratest.Driver(s), producer.Config{Clock: clock})
 	require.NoError(t, err)
 	_, err = p.ScheduleTask(ctx, producer.Task{Queue: q.Name})
 	require.NoError(t, err)
-	other, err := lock.New(s, lock.Config{TTL: time.Minute})
+	other, err := lock.New(cassandratest.Driver(s), lock.Config{TTL: time.Minute})
 	require.NoError(t, err)
 	held, err := other.Acquire(ctx, l.Key(l.Bucket(clock.Now()), 0))
 	require.NoError(t, err)
@@ -665,7 +665,7 @@ func TestFinishedPartitionCheckedOnce(t *testing.T) {
 	watched.Store(l.Key(b1, 0))
 	id, err := p.ScheduleTask(ctx, producer.Task{Queue: q.Name})
 	require.NoError(t, err)
-	c, err := consumer.New(s, consumer.Config{Queue: q.Name, Clock: clock})
+	c, err := consumer.New(cassandratest.Driver(s), consumer.Config{Queue: q.Name, Clock: clock})
 	require.NoError(t, err)
 	got, err := c.AcquireTasks(ctx, 10)
 	require.NoError(t, err)
@@ -681,7 +681,7 @@ func TestFinishedPartitionCheckedOnce(t *testing.T) {
 	require.EqualValues(t, 1, fromStart.Load(), "reads of the finished partition from its bucket's start")
 
 	// A producer whose clock trails far past MaxClockSkew writes into b1 all the same.
-	late, err := producer.New(s, producer.Config{Clock: offsetClock{clock, l.BucketStart(b1).Add(500 * time.Millisecond).Sub(clock.Now())}})
+	late, err := producer.New(cassandratest.Driver(s), producer.Config{Clock: offsetClock{clock, l.BucketStart(b1).Add(500 * time.Millisecond).Sub(clock.Now())}})
 	require.NoError(t, err)
 	lateID, err := late.ScheduleTask(ctx, producer.Task{Queue: q.Name})
 	require.NoError(t, err)

@@ -11,6 +11,8 @@ import (
 
 	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/inspect"
+	"github.com/shardq/shardq/internal/cassandratest"
+	"github.com/shardq/shardq/internal/driver/gocqlv1"
 	"github.com/shardq/shardq/internal/store"
 	"github.com/shardq/shardq/internal/taskindex"
 	"github.com/shardq/shardq/internal/taskrow"
@@ -35,7 +37,7 @@ func (e *env) pendingRow() (uuid.UUID, taskrow.Row) {
 
 func (e *env) rowsIn(key string) []taskrow.Row {
 	e.t.Helper()
-	rows, _, err := store.Cassandra(e.s).Leasing().Rows(context.Background(), key, []int8{0},
+	rows, _, err := store.Of(gocqlv1.New(e.s)).Leasing().Rows(context.Background(), key, []int8{0},
 		shard.MinID(base.Add(-time.Hour)), shard.MaxID(e.clock.Now()), 10, 10, consumer.MaxTakeBytes)
 	require.NoError(e.t, err)
 	return rows
@@ -48,7 +50,7 @@ func (e *env) copyAt(r taskrow.Row, at time.Time, retrying bool) taskrow.Row {
 	m := r
 	m.ID, m.Attempt, m.Token, m.Retrying = shard.NewID(at), 1, 1, retrying
 	m.Key = e.q.Layout().Key(e.q.Layout().Bucket(at), 0)
-	require.NoError(e.t, store.Cassandra(e.s).Tasks().Write(context.Background(), []store.Mutation{{Op: store.Insert, Row: m, Stamp: time.Now().Add(-time.Second).UnixMicro()}}))
+	require.NoError(e.t, store.Of(gocqlv1.New(e.s)).Tasks().Write(context.Background(), []store.Mutation{{Op: store.Insert, Row: m, Stamp: time.Now().Add(-time.Second).UnixMicro()}}))
 	return m
 }
 
@@ -114,7 +116,7 @@ func TestCancelOutranksALosingSwap(t *testing.T) {
 		Row:       taskindex.Loc{Key: m.Key, Priority: m.Priority, ID: m.ID},
 		PrevState: taskindex.Scheduled, Prev: taskindex.Loc{Key: row.Key, Priority: row.Priority, ID: row.ID}},
 		Stamp: taskindex.Stamp(id, 1, 0), TTL: time.Hour}
-	_, err := store.Cassandra(e.s).Index().Write(ctx, []taskindex.Write{lease}, 1)
+	_, err := store.Of(gocqlv1.New(e.s)).Index().Write(ctx, []taskindex.Write{lease}, 1)
 	require.NoError(t, err)
 	e.runsNever(id, deadline, m)
 }
@@ -136,7 +138,7 @@ func TestCancelledRetryRowDropped(t *testing.T) {
 		Row:       taskindex.Loc{Key: r.Key, Priority: r.Priority, ID: r.ID},
 		PrevState: taskindex.InFlight}, // its old marker, which the cancel deleted
 		Stamp: taskindex.Stamp(id, 1, 1), TTL: time.Hour}
-	_, err := store.Cassandra(e.s).Index().Write(ctx, []taskindex.Write{retry}, 1)
+	_, err := store.Of(gocqlv1.New(e.s)).Index().Write(ctx, []taskindex.Write{retry}, 1)
 	require.NoError(t, err)
 	e.runsNever(id, due, r)
 }
@@ -156,7 +158,7 @@ func TestCancelledRescheduledRowDropped(t *testing.T) {
 	moved := row
 	moved.ID = shard.NewID(later)
 	moved.Key = e.q.Layout().Key(e.q.Layout().Bucket(later), 0)
-	require.NoError(t, store.Cassandra(e.s).Tasks().Write(context.Background(), []store.Mutation{{Op: store.Insert, Row: moved, Stamp: time.Now().Add(-time.Second).UnixMicro()}}))
+	require.NoError(t, store.Of(gocqlv1.New(e.s)).Tasks().Write(context.Background(), []store.Mutation{{Op: store.Insert, Row: moved, Stamp: time.Now().Add(-time.Second).UnixMicro()}}))
 	e.runsNever(id, later, moved)
 }
 
@@ -172,7 +174,7 @@ func TestReplayAfterCancel(t *testing.T) {
 	c := e.consumer()
 	id, _, task := e.leasedThenCancelled(c)
 	require.ErrorIs(t, c.DeadLetter(ctx, task, errors.New("boom")), consumer.ErrLeaseLost)
-	in, err := inspect.New(e.s, inspect.Config{Clock: e.clock})
+	in, err := inspect.New(cassandratest.Driver(e.s), inspect.Config{Clock: e.clock})
 	require.NoError(t, err)
 	letters, err := in.DeadLetters(ctx, e.q.Name, inspect.DeadLetterQuery{})
 	require.NoError(t, err)

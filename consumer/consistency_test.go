@@ -88,11 +88,11 @@ func TestConsistencyPinned(t *testing.T) {
 	var q shardqtype.QueueConfig
 	step("CreateQueue", func() {
 		var err error
-		q, err = shardq.CreateQueue(ctx, s, shardqtype.QueueConfig{Name: "pinned", ShardCount: 2, BucketCount: 10,
+		q, err = shardq.CreateQueue(ctx, cassandratest.Driver(s), shardqtype.QueueConfig{Name: "pinned", ShardCount: 2, BucketCount: 10,
 			BucketDuration: time.Second, DefaultTimeout: 5 * time.Second})
 		require.NoError(t, err)
 	})
-	p, err := producer.New(s, producer.Config{})
+	p, err := producer.New(cassandratest.Driver(s), producer.Config{})
 	require.NoError(t, err)
 	step("ScheduleTasks", func() {
 		_, err := p.ScheduleTasks(ctx, []producer.Task{{Queue: q.Name}, {Queue: q.Name}, {Queue: q.Name}})
@@ -106,7 +106,7 @@ func TestConsistencyPinned(t *testing.T) {
 		_, err := p.ScheduleTask(ctx, producer.Task{Queue: q.Name, Key: "k"})
 		require.ErrorIs(t, err, producer.ErrDuplicate)
 	})
-	in, err := inspect.New(s, inspect.Config{})
+	in, err := inspect.New(cassandratest.Driver(s), inspect.Config{})
 	require.NoError(t, err)
 	step("TaskByKey", func() {
 		_, err := in.TaskByKey(ctx, q.Name, "k")
@@ -123,7 +123,7 @@ func TestConsistencyPinned(t *testing.T) {
 	})
 	step("Cancel", func() { require.NoError(t, p.Cancel(ctx, later, producer.CancelOptions{})) })
 
-	c, err := consumer.New(s, consumer.Config{Queue: q.Name})
+	c, err := consumer.New(cassandratest.Driver(s), consumer.Config{Queue: q.Name})
 	require.NoError(t, err)
 	var got []*consumer.Task
 	step("AcquireTasks", func() {
@@ -149,7 +149,7 @@ func TestConsistencyPinned(t *testing.T) {
 		require.NoError(t, err)
 	})
 
-	sc, err := series.New(s, series.Config{})
+	sc, err := series.New(cassandratest.Driver(s), series.Config{})
 	require.NoError(t, err)
 	step("series Create", func() {
 		_, err := sc.Create(ctx, series.Series{Queue: q.Name, Name: "each-second", Every: time.Second})
@@ -177,7 +177,7 @@ func TestConsistencyPinned(t *testing.T) {
 	step("series Resume", func() { require.NoError(t, sc.Resume(ctx, q.Name, "each-second")) })
 	step("series Delete", func() { require.NoError(t, sc.Delete(ctx, q.Name, "each-second")) })
 
-	locker, err := lock.New(s, lock.Config{})
+	locker, err := lock.New(cassandratest.Driver(s), lock.Config{})
 	require.NoError(t, err)
 	var lease *lock.Lock
 	step("lock Acquire", func() {

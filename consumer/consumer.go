@@ -25,7 +25,6 @@ import (
 	"github.com/shardq/shardq/internal/random"
 	"github.com/shardq/shardq/shardqtype"
 
-	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 
 	"github.com/shardq/shardq/internal/clustertime"
@@ -186,9 +185,9 @@ type shared struct {
 }
 
 // New returns a Consumer of cfg.Queue. The queue's settings are read on first use.
-func New(session *gocql.Session, cfg Config) (*Consumer, error) {
-	if session == nil {
-		return nil, defaults.Invalid("session", "is nil")
+func New(d *shardqtype.Driver, cfg Config) (*Consumer, error) {
+	if d == nil {
+		return nil, defaults.Invalid("driver", "is nil")
 	}
 	if !shard.ValidQueueName(cfg.Queue) {
 		return nil, defaults.Invalid("Config.Queue", "%q is not a valid queue name", cfg.Queue)
@@ -205,7 +204,7 @@ func New(session *gocql.Session, cfg Config) (*Consumer, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	st := sessionstate.For(session, cfg.Logger)
+	st := sessionstate.For(d, cfg.Logger)
 	cluster := st.ClusterFor(cfg.Clock)
 	if cfg.Clock == nil {
 		cfg.Clock = cluster

@@ -47,19 +47,19 @@ func newEnv(t *testing.T, q shardqtype.QueueConfig) *env {
 	if q.DefaultTimeout == 0 && q.BucketCount != 0 {
 		q.DefaultTimeout = 5 * time.Second // inside the short test windows
 	}
-	q, err := shardq.CreateQueue(context.Background(), s, q)
+	q, err := shardq.CreateQueue(context.Background(), cassandratest.Driver(s), q)
 	require.NoError(t, err)
 	clock := testclock.New(base)
-	p, err := producer.New(s, producer.Config{Clock: clock})
+	p, err := producer.New(cassandratest.Driver(s), producer.Config{Clock: clock})
 	require.NoError(t, err)
-	in, err := inspect.New(s, inspect.Config{Clock: clock})
+	in, err := inspect.New(cassandratest.Driver(s), inspect.Config{Clock: clock})
 	require.NoError(t, err)
 	return &env{t: t, s: s, q: q, clock: clock, p: p, in: in}
 }
 
 func (e *env) consumer() *consumer.Consumer {
 	e.t.Helper()
-	c, err := consumer.New(e.s, consumer.Config{Queue: e.q.Name, Clock: e.clock})
+	c, err := consumer.New(cassandratest.Driver(e.s), consumer.Config{Queue: e.q.Name, Clock: e.clock})
 	require.NoError(e.t, err)
 	return c
 }
@@ -184,7 +184,7 @@ func TestFarFuture(t *testing.T) {
 		due := e.schedule(producer.Task{Payload: []byte("now"), DueAt: base.Add(-2 * time.Millisecond)},
 			producer.Task{Payload: []byte("now too"), DueAt: base.Add(-time.Millisecond)})
 		var warned warnings
-		c, err := consumer.New(e.s, consumer.Config{Queue: e.q.Name, Clock: e.clock, Logger: slog.New(&warned)})
+		c, err := consumer.New(cassandratest.Driver(e.s), consumer.Config{Queue: e.q.Name, Clock: e.clock, Logger: slog.New(&warned)})
 		require.NoError(t, err)
 		got := e.acquire(c, 1)
 		got2 := e.acquire(c, 1)
@@ -280,7 +280,7 @@ func TestAckTellsDeliveriesApart(t *testing.T) {
 	ctx := context.Background()
 	var mu sync.Mutex
 	var acked []uuid.UUID
-	c, err := consumer.New(e.s, consumer.Config{Queue: e.q.Name, Clock: e.clock,
+	c, err := consumer.New(cassandratest.Driver(e.s), consumer.Config{Queue: e.q.Name, Clock: e.clock,
 		Observer: shardqtype.ObserverFunc(func(_ context.Context, ev shardqtype.Event) {
 			if a, ok := ev.(shardqtype.Acked); ok {
 				mu.Lock()
@@ -359,7 +359,7 @@ func TestCrashAfterLockOrRead(t *testing.T) {
 	// The crashed consumer: took the lock of the only partition, read, and died. Its TTL
 	// outlasts the consumer's call below however slow the node, so the lock is held
 	// throughout it.
-	locker, err := lock.New(e.s, lock.Config{TTL: 10 * time.Second})
+	locker, err := lock.New(cassandratest.Driver(e.s), lock.Config{TTL: 10 * time.Second})
 	require.NoError(t, err)
 	key := e.q.Layout().Key(e.q.Layout().Bucket(e.clock.Now()), 0)
 	stale, err := locker.Acquire(ctx, key)
@@ -484,7 +484,7 @@ func TestBadInput(t *testing.T) {
 		{Queue: "q", MaxClockSkew: -time.Second},
 		{Queue: "q", PartitionsInFlight: -1},
 	} {
-		_, err := consumer.New(e.s, cfg)
+		_, err := consumer.New(cassandratest.Driver(e.s), cfg)
 		require.ErrorIs(t, err, shardqtype.ErrInvalid, "%+v", cfg)
 	}
 	c := e.consumer()
@@ -493,7 +493,7 @@ func TestBadInput(t *testing.T) {
 		require.ErrorIs(t, err, shardqtype.ErrInvalid)
 		require.ErrorContains(t, err, fmt.Sprint(n))
 	}
-	unknown, err := consumer.New(e.s, consumer.Config{Queue: "nope"})
+	unknown, err := consumer.New(cassandratest.Driver(e.s), consumer.Config{Queue: "nope"})
 	require.NoError(t, err)
 	_, err = unknown.AcquireTasks(ctx, 1)
 	require.ErrorIs(t, err, shardqtype.ErrQueueNotFound)
@@ -589,7 +589,7 @@ func TestSkippedPartitionKeepsNextDue(t *testing.T) {
 	e.schedule(producer.Task{})
 	// A TTL that outlasts the consumer's call however slow the node: the lock is held
 	// throughout it.
-	locker, err := lock.New(e.s, lock.Config{TTL: time.Minute})
+	locker, err := lock.New(cassandratest.Driver(e.s), lock.Config{TTL: time.Minute})
 	require.NoError(t, err)
 	held, err := locker.Acquire(context.Background(), e.q.Layout().Key(e.q.Layout().Bucket(e.clock.Now()), 0))
 	require.NoError(t, err)
@@ -613,7 +613,7 @@ func TestTaskOfAMissedLap(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 1, BucketCount: 4, BucketDuration: time.Second, DefaultTimeout: 2 * time.Second})
 	// Full scans a minute apart: the one below is the last before the task is looked for.
-	c, err := consumer.New(e.s, consumer.Config{Queue: e.q.Name, Clock: e.clock, LookAhead: 2 * time.Minute})
+	c, err := consumer.New(cassandratest.Driver(e.s), consumer.Config{Queue: e.q.Name, Clock: e.clock, LookAhead: 2 * time.Minute})
 	require.NoError(t, err)
 	require.Empty(t, e.acquire(c, 10))
 	require.Empty(t, e.acquire(c, 10), "the idle call's full scan")
@@ -640,14 +640,14 @@ func TestReplayedInsertStaysDeleted(t *testing.T) {
 		})
 	})
 	ctx := context.Background()
-	q, err := shardq.CreateQueue(ctx, s, shardqtype.QueueConfig{Name: "replay", ShardCount: 1, BucketCount: 10,
+	q, err := shardq.CreateQueue(ctx, cassandratest.Driver(s), shardqtype.QueueConfig{Name: "replay", ShardCount: 1, BucketCount: 10,
 		BucketDuration: time.Second, DefaultTimeout: 5 * time.Second})
 	require.NoError(t, err)
-	p, err := producer.New(s, producer.Config{})
+	p, err := producer.New(cassandratest.Driver(s), producer.Config{})
 	require.NoError(t, err)
 	id, err := p.ScheduleTask(ctx, producer.Task{Queue: q.Name})
 	require.NoError(t, err)
-	c, err := consumer.New(s, consumer.Config{Queue: q.Name})
+	c, err := consumer.New(cassandratest.Driver(s), consumer.Config{Queue: q.Name})
 	require.NoError(t, err)
 	var got []*consumer.Task
 	require.Eventually(t, func() bool {
@@ -681,7 +681,7 @@ func (e *env) onQueue(name string) *env {
 	e.t.Helper()
 	q := e.q
 	q.Name = name
-	q, err := shardq.CreateQueue(context.Background(), e.s, q)
+	q, err := shardq.CreateQueue(context.Background(), cassandratest.Driver(e.s), q)
 	require.NoError(e.t, err)
 	out := *e
 	out.q = q

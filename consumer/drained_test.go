@@ -25,13 +25,13 @@ func TestDrainedLayoutLeavesNoNextDue(t *testing.T) {
 	ctx := context.Background()
 	ks := cassandratest.SchemaKeyspace(t)
 	s := cassandratest.SessionFor(t, ks)
-	q, err := shardq.CreateQueue(ctx, s, shardqtype.QueueConfig{Name: "drained", ShardCount: 1, BucketCount: 60,
+	q, err := shardq.CreateQueue(ctx, cassandratest.Driver(s), shardqtype.QueueConfig{Name: "drained", ShardCount: 1, BucketCount: 60,
 		BucketDuration: time.Second, DefaultTimeout: 5 * time.Second})
 	require.NoError(t, err)
-	ch, err := shardq.ChangeLayout(ctx, s, q.Name, shardq.LayoutConfig{ShardCount: 2})
+	ch, err := shardq.ChangeLayout(ctx, cassandratest.Driver(s), q.Name, shardq.LayoutConfig{ShardCount: 2})
 	require.NoError(t, err)
 	clock := testclock.New(time.Now())
-	p, err := producer.New(s, producer.Config{Clock: clock})
+	p, err := producer.New(cassandratest.Driver(s), producer.Config{Clock: clock})
 	require.NoError(t, err)
 	due := ch.From.Add(-2 * time.Second) // under the first layout
 	id, err := p.ScheduleTask(ctx, producer.Task{Queue: q.Name, DueAt: due})
@@ -39,7 +39,7 @@ func TestDrainedLayoutLeavesNoNextDue(t *testing.T) {
 
 	// A reads the history on a session of its own, whose copy of it the other's drain
 	// does not refresh.
-	a, err := consumer.New(cassandratest.SessionFor(t, ks), consumer.Config{Queue: q.Name, Clock: clock})
+	a, err := consumer.New(cassandratest.Driver(cassandratest.SessionFor(t, ks)), consumer.Config{Queue: q.Name, Clock: clock})
 	require.NoError(t, err)
 	clock.Add(due.Add(-3 * time.Second).Sub(clock.Now()))
 	got, err := a.AcquireTasks(ctx, 10)
@@ -49,7 +49,7 @@ func TestDrainedLayoutLeavesNoNextDue(t *testing.T) {
 	require.WithinDuration(t, due, a.NextDue(), time.Millisecond, "the task coming due, as A saw it")
 
 	require.NoError(t, p.Cancel(ctx, id, producer.CancelOptions{}))
-	b, err := consumer.New(s, consumer.Config{Queue: q.Name, Clock: clock})
+	b, err := consumer.New(cassandratest.Driver(s), consumer.Config{Queue: q.Name, Clock: clock})
 	require.NoError(t, err)
 	clock.Add(ch.From.Add(layouts.SealAfter).Sub(clock.Now()))
 	_, err = b.AcquireTasks(ctx, 10) // plans B's first look for a drained layout
@@ -57,7 +57,7 @@ func TestDrainedLayoutLeavesNoNextDue(t *testing.T) {
 	clock.Add(31 * time.Second) // past it, at most 30 s on
 	_, err = b.AcquireTasks(ctx, 10)
 	require.NoError(t, err)
-	hist, err := shardq.QueueLayouts(ctx, s, q.Name)
+	hist, err := shardq.QueueLayouts(ctx, cassandratest.Driver(s), q.Name)
 	require.NoError(t, err)
 	require.True(t, hist[0].Drained, "B marked the first layout drained")
 

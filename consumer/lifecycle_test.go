@@ -14,6 +14,7 @@ import (
 
 	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/inspect"
+	"github.com/shardq/shardq/internal/cassandratest"
 	"github.com/shardq/shardq/internal/driver"
 	"github.com/shardq/shardq/internal/driver/gocqlv1"
 	"github.com/shardq/shardq/internal/lwt"
@@ -263,7 +264,7 @@ func TestUniqueKeyRace(t *testing.T) {
 	results := make(chan result, racers)
 	start := make(chan struct{})
 	for range racers {
-		p, err := producer.New(e.s, producer.Config{Clock: e.clock})
+		p, err := producer.New(cassandratest.Driver(e.s), producer.Config{Clock: e.clock})
 		require.NoError(t, err)
 		go func() {
 			<-start
@@ -887,7 +888,7 @@ func TestDeadLettersPageReplayPurge(t *testing.T) {
 		require.NoError(t, c.DeadLetter(ctx, task, errors.New(string(rune('a'+i)))))
 	}
 
-	in, err := inspect.New(e.s, inspect.Config{Clock: e.clock})
+	in, err := inspect.New(cassandratest.Driver(e.s), inspect.Config{Clock: e.clock})
 	require.NoError(t, err)
 	var listed []uuid.UUID
 	var before uuid.UUID
@@ -945,7 +946,7 @@ func TestOutrankedOnlyByALeaseThatTookEffect(t *testing.T) {
 	// A consumer whose clock runs ahead finds the marker due and stops after declaring
 	// its lease, before its swap.
 	ahead := testclock.New(got[0].Deadline.Add(time.Millisecond))
-	racer, err := consumer.New(e.s, consumer.Config{Queue: e.q.Name, Clock: ahead})
+	racer, err := consumer.New(cassandratest.Driver(e.s), consumer.Config{Queue: e.q.Name, Clock: ahead})
 	require.NoError(t, err)
 	reached, resume := make(chan struct{}), make(chan struct{})
 	consumer.SetCrash(racer, func(step string) bool {
@@ -1000,10 +1001,10 @@ func TestReplayAboveLaterDeliveries(t *testing.T) {
 
 	cancelled := taskindex.Write{Entry: taskindex.Entry{TaskID: id, Queue: e.q.Name, State: taskindex.Cancelled,
 		Attempt: 2, Token: 2, DoneAt: e.clock.Now()}, Stamp: taskindex.Stamp(id, 3, taskindex.Final), TTL: time.Hour, Replace: true}
-	_, err := store.Cassandra(e.s).Index().Write(ctx, []taskindex.Write{cancelled}, 1)
+	_, err := store.Of(gocqlv1.New(e.s)).Index().Write(ctx, []taskindex.Write{cancelled}, 1)
 	require.NoError(t, err)
 
-	in, err := inspect.New(e.s, inspect.Config{Clock: e.clock})
+	in, err := inspect.New(cassandratest.Driver(e.s), inspect.Config{Clock: e.clock})
 	require.NoError(t, err)
 	letters, err := in.DeadLetters(ctx, e.q.Name, inspect.DeadLetterQuery{})
 	require.NoError(t, err)
@@ -1046,21 +1047,21 @@ func TestCancelledTaskOrphanMarker(t *testing.T) {
 	ctx := context.Background()
 	id := e.schedule(producer.Task{Payload: []byte("x")})[0]
 	key := e.q.Layout().Key(e.q.Layout().Bucket(e.clock.Now()), 0)
-	rows, _, err := store.Cassandra(e.s).Leasing().Rows(ctx, key, []int8{0}, shard.MinID(base.Add(-time.Hour)),
+	rows, _, err := store.Of(gocqlv1.New(e.s)).Leasing().Rows(ctx, key, []int8{0}, shard.MinID(base.Add(-time.Hour)),
 		shard.MaxID(e.clock.Now()), 10, 10, consumer.MaxTakeBytes)
 	require.NoError(t, err)
 	require.Len(t, rows, 1)
 	deadline := e.clock.Now().Add(e.q.DefaultTimeout)
 	m := rows[0]
 	m.ID, m.Attempt, m.Token = shard.NewID(deadline), 1, 1
-	require.NoError(t, store.Cassandra(e.s).Tasks().Write(context.Background(), []store.Mutation{{Op: store.Insert, Row: m, Stamp: time.Now().Add(-time.Second).UnixMicro()}}))
+	require.NoError(t, store.Of(gocqlv1.New(e.s)).Tasks().Write(context.Background(), []store.Mutation{{Op: store.Insert, Row: m, Stamp: time.Now().Add(-time.Second).UnixMicro()}}))
 
 	require.NoError(t, e.p.Cancel(ctx, id, producer.CancelOptions{}))
 	e.clock.Add(deadline.Sub(e.clock.Now()) + time.Millisecond)
 	d := &deliveries{at: map[uuid.UUID][]time.Time{}}
 	e.drain(d)
 	require.Empty(t, d.of(id), "the orphan marker ran the cancelled task")
-	left, _, err := store.Cassandra(e.s).Leasing().Rows(ctx, key, []int8{0}, shard.MinID(base.Add(-time.Hour)),
+	left, _, err := store.Of(gocqlv1.New(e.s)).Leasing().Rows(ctx, key, []int8{0}, shard.MinID(base.Add(-time.Hour)),
 		shard.MaxID(e.clock.Now()), 10, 10, consumer.MaxTakeBytes)
 	require.NoError(t, err)
 	require.Empty(t, left, "the orphan marker was not dropped")

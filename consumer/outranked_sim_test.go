@@ -11,12 +11,12 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/shardq/shardq/consumer"
+	"github.com/shardq/shardq/internal/driver"
 	"github.com/shardq/shardq/internal/lwt"
 	"github.com/shardq/shardq/internal/memstore"
 	"github.com/shardq/shardq/internal/sessionstate"
@@ -42,22 +42,21 @@ func newRig(t *testing.T) *rig {
 	return &rig{t: t, cluster: cl, q: q}
 }
 
-func (r *rig) session(gate memstore.Gate) *gocql.Session {
-	s := new(gocql.Session)
-	st := sessionstate.New(r.cluster.Client(memstore.ClientConfig{Clock: time.Now, Gate: gate}), nil, nil)
-	r.t.Cleanup(sessionstate.Bind(s, st))
-	return s
+func (r *rig) driver(gate memstore.Gate) *shardqtype.Driver {
+	d := driver.New(nil)
+	sessionstate.Bind(d, sessionstate.New(r.cluster.Client(memstore.ClientConfig{Clock: time.Now, Gate: gate}), nil, nil))
+	return d
 }
 
 func (r *rig) consumer(gate memstore.Gate) *consumer.Consumer {
-	c, err := consumer.New(r.session(gate), consumer.Config{Queue: r.q.Name})
+	c, err := consumer.New(r.driver(gate), consumer.Config{Queue: r.q.Name})
 	require.NoError(r.t, err)
 	return c
 }
 
 // schedule schedules one task due now.
 func (r *rig) schedule() uuid.UUID {
-	p, err := producer.New(r.session(nil), producer.Config{})
+	p, err := producer.New(r.driver(nil), producer.Config{})
 	require.NoError(r.t, err)
 	id, err := p.ScheduleTask(context.Background(), producer.Task{Queue: r.q.Name, Payload: []byte("x")})
 	require.NoError(r.t, err)
@@ -166,7 +165,7 @@ func TestSimRetryRaceAcrossPartitionsKeepsTask(t *testing.T) {
 		held := r.leased(h)
 		lay := r.q.Layout()
 		key := lay.Key(lay.Bucket(held.Deadline), lay.ShardFor(id))
-		locker, err := lock.New(r.session(nil), lock.Config{})
+		locker, err := lock.New(r.driver(nil), lock.Config{})
 		require.NoError(t, err)
 		for range 20 {
 			lk, err := locker.Acquire(ctx, key)

@@ -39,12 +39,12 @@ func TestNewConsumerSkipsPartitionsAMarkShowsEmpty(t *testing.T) {
 	ctx := context.Background()
 	// A lap of 8 s, so the test clock passes one in a few steps; a clock days behind the
 	// nodes', so the queue's creation tells the consumers nothing.
-	q, err := shardq.CreateQueue(ctx, s, shardqtype.QueueConfig{Name: "q", ShardCount: 2, BucketCount: 8, BucketDuration: time.Second,
+	q, err := shardq.CreateQueue(ctx, cassandratest.Driver(s), shardqtype.QueueConfig{Name: "q", ShardCount: 2, BucketCount: 8, BucketDuration: time.Second,
 		DefaultTimeout: 5 * time.Second})
 	require.NoError(t, err)
 	clock := testclock.New(base)
 	newConsumer := func() *consumer.Consumer {
-		c, err := consumer.New(s, consumer.Config{Queue: q.Name, Clock: clock})
+		c, err := consumer.New(cassandratest.Driver(s), consumer.Config{Queue: q.Name, Clock: clock})
 		require.NoError(t, err)
 		return c
 	}
@@ -68,7 +68,7 @@ func TestNewConsumerSkipsPartitionsAMarkShowsEmpty(t *testing.T) {
 	require.Empty(t, take(fresh))
 	require.Zero(t, reads.n.Load()-before, "the mark and the cells show every partition empty")
 
-	p, err := producer.New(s, producer.Config{Clock: clock})
+	p, err := producer.New(cassandratest.Driver(s), producer.Config{Clock: clock})
 	require.NoError(t, err)
 	want, err := p.ScheduleTasks(ctx, []producer.Task{{Queue: q.Name}, {Queue: q.Name, DueAt: clock.Now().Add(3 * time.Second)}})
 	require.NoError(t, err)

@@ -79,7 +79,7 @@ func TestHelperProcess(t *testing.T) {
 	}
 	var mu sync.Mutex
 	out := bufio.NewWriter(os.Stdout)
-	c, err := consumer.New(cassandratest.SessionFor(t, ks), consumer.Config{Queue: helperQueue,
+	c, err := consumer.New(cassandratest.Driver(cassandratest.SessionFor(t, ks)), consumer.Config{Queue: helperQueue,
 		Observer: shardqtype.ObserverFunc(func(_ context.Context, ev shardqtype.Event) {
 			if f, ok := ev.(shardqtype.PartitionFailed); ok && errors.Is(f.Err, consumer.ErrOutcomeUnknown) {
 				mu.Lock()
@@ -112,10 +112,10 @@ func TestConcurrentProcesses(t *testing.T) {
 	ctx := context.Background()
 	ks := cassandratest.SchemaKeyspace(t)
 	s := cassandratest.SessionFor(t, ks)
-	q, err := shardq.CreateQueue(ctx, s, shardqtype.QueueConfig{Name: helperQueue, ShardCount: 8,
+	q, err := shardq.CreateQueue(ctx, cassandratest.Driver(s), shardqtype.QueueConfig{Name: helperQueue, ShardCount: 8,
 		BucketCount: 60, BucketDuration: time.Second, DefaultTimeout: 50 * time.Second})
 	require.NoError(t, err)
-	p, err := producer.New(s, producer.Config{})
+	p, err := producer.New(cassandratest.Driver(s), producer.Config{})
 	require.NoError(t, err)
 	total := 20_000
 	if cassandratest.RF(t) > 1 {
@@ -183,7 +183,7 @@ func TestConcurrentProcesses(t *testing.T) {
 		}
 	}()
 
-	c, err := consumer.New(s, consumer.Config{Queue: q.Name,
+	c, err := consumer.New(cassandratest.Driver(s), consumer.Config{Queue: q.Name,
 		Observer: shardqtype.ObserverFunc(func(_ context.Context, ev shardqtype.Event) {
 			if f, ok := ev.(shardqtype.PartitionFailed); ok && errors.Is(f.Err, consumer.ErrOutcomeUnknown) {
 				unsettled.Add(1)

@@ -15,6 +15,7 @@ import (
 	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/internal/cassandratest"
 	"github.com/shardq/shardq/internal/clustertime"
+	"github.com/shardq/shardq/internal/driver/gocqlv1"
 	"github.com/shardq/shardq/internal/store"
 	"github.com/shardq/shardq/internal/testclock"
 	"github.com/shardq/shardq/producer"
@@ -33,12 +34,12 @@ func TestHostAheadNeverDeliversEarly(t *testing.T) {
 	t.Parallel()
 	s := cassandratest.SchemaSession(t)
 	ctx := context.Background()
-	q, err := shardq.CreateQueue(ctx, s, shardqtype.QueueConfig{Name: "ahead", ShardCount: 2, BucketCount: 60,
+	q, err := shardq.CreateQueue(ctx, cassandratest.Driver(s), shardqtype.QueueConfig{Name: "ahead", ShardCount: 2, BucketCount: 60,
 		BucketDuration: time.Second, DefaultTimeout: 5 * time.Second})
 	require.NoError(t, err)
-	p, err := producer.New(s, producer.Config{})
+	p, err := producer.New(cassandratest.Driver(s), producer.Config{})
 	require.NoError(t, err)
-	c, err := consumer.New(s, consumer.Config{Queue: q.Name, Clock: clustertime.New(store.Cassandra(s), aheadHost{2 * time.Second}, nil)})
+	c, err := consumer.New(cassandratest.Driver(s), consumer.Config{Queue: q.Name, Clock: clustertime.New(store.Of(gocqlv1.New(s)), aheadHost{2 * time.Second}, nil)})
 	require.NoError(t, err)
 	_, err = c.AcquireTasks(ctx, 1) // measures the offset
 	require.NoError(t, err)
@@ -90,18 +91,18 @@ func TestUnmeasuredClockTakesNothing(t *testing.T) {
 	t.Parallel()
 	s := cassandratest.SchemaSession(t)
 	ctx := context.Background()
-	q, err := shardq.CreateQueue(ctx, s, shardqtype.QueueConfig{Name: "unmeasured", ShardCount: 1, BucketCount: 60,
+	q, err := shardq.CreateQueue(ctx, cassandratest.Driver(s), shardqtype.QueueConfig{Name: "unmeasured", ShardCount: 1, BucketCount: 60,
 		BucketDuration: time.Second, DefaultTimeout: 5 * time.Second})
 	require.NoError(t, err)
-	p, err := producer.New(s, producer.Config{})
+	p, err := producer.New(cassandratest.Driver(s), producer.Config{})
 	require.NoError(t, err)
 	due := time.Now().Add(3 * time.Second)
 	id, err := p.ScheduleTask(ctx, producer.Task{Queue: q.Name, DueAt: due})
 	require.NoError(t, err)
 
-	coord := &downCoordinator{Coordinator: store.Cassandra(s)}
+	coord := &downCoordinator{Coordinator: store.Of(gocqlv1.New(s))}
 	coord.down.Store(true)
-	c, err := consumer.New(s, consumer.Config{Queue: q.Name, Clock: clustertime.New(coord, aheadHost{4 * time.Second}, nil)})
+	c, err := consumer.New(cassandratest.Driver(s), consumer.Config{Queue: q.Name, Clock: clustertime.New(coord, aheadHost{4 * time.Second}, nil)})
 	require.NoError(t, err)
 	got, err := c.AcquireTasks(ctx, 1)
 	require.ErrorIs(t, err, shardq.ErrClockUnmeasured)
@@ -129,17 +130,17 @@ func TestLeadingClockDeletesWin(t *testing.T) {
 	t.Parallel()
 	s := cassandratest.SchemaSession(t)
 	ctx := context.Background()
-	q, err := shardq.CreateQueue(ctx, s, shardqtype.QueueConfig{Name: "leading", ShardCount: 1, BucketCount: 60,
+	q, err := shardq.CreateQueue(ctx, cassandratest.Driver(s), shardqtype.QueueConfig{Name: "leading", ShardCount: 1, BucketCount: 60,
 		BucketDuration: time.Second, DefaultTimeout: 30 * time.Second})
 	require.NoError(t, err)
 	// A running clock: one set 3 s ahead and stopped read as 1.43 s ahead on three loaded
 	// nodes, where the test took seconds before the clock was measured.
 	clock := testclock.NewShifted(3 * time.Second)
-	p, err := producer.New(s, producer.Config{Clock: clock})
+	p, err := producer.New(cassandratest.Driver(s), producer.Config{Clock: clock})
 	require.NoError(t, err)
 	var mu sync.Mutex
 	var skews []time.Duration
-	c, err := consumer.New(s, consumer.Config{Queue: q.Name, Clock: clock,
+	c, err := consumer.New(cassandratest.Driver(s), consumer.Config{Queue: q.Name, Clock: clock,
 		Observer: shardqtype.ObserverFunc(func(_ context.Context, e shardqtype.Event) {
 			if sk, ok := e.(shardqtype.ClockSkewed); ok {
 				mu.Lock()

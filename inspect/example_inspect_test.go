@@ -11,6 +11,7 @@ import (
 	"github.com/shardq/shardq/inspect"
 	"github.com/shardq/shardq/internal/cassandratest"
 	"github.com/shardq/shardq/producer"
+	"github.com/shardq/shardq/shardqgocql"
 	"github.com/shardq/shardq/shardqtype"
 )
 
@@ -20,13 +21,14 @@ func Example() {
 	ctx := context.Background()
 	session, done := cassandratest.ExampleSession() // any session bound to a keyspace
 	defer done()
-	if err := shardq.ApplySchema(ctx, session); err != nil {
+	d := shardqgocql.New(session)
+	if err := shardq.ApplySchema(ctx, d); err != nil {
 		panic(err)
 	}
-	if _, err := shardq.CreateQueue(ctx, session, shardqtype.QueueConfig{Name: "emails", ShardCount: 2}); err != nil {
+	if _, err := shardq.CreateQueue(ctx, d, shardqtype.QueueConfig{Name: "emails", ShardCount: 2}); err != nil {
 		panic(err)
 	}
-	p, err := producer.New(session, producer.Config{})
+	p, err := producer.New(d, producer.Config{})
 	if err != nil {
 		panic(err)
 	}
@@ -38,7 +40,7 @@ func Example() {
 		panic(err)
 	}
 
-	in, err := inspect.New(session, inspect.Config{})
+	in, err := inspect.New(d, inspect.Config{})
 	if err != nil {
 		panic(err)
 	}
@@ -61,7 +63,7 @@ func Example() {
 	fmt.Println("reset:42 is", reset.ID == ids[1], reset.State)
 
 	// A consumer gives up on the newsletter.
-	c, err := consumer.New(session, consumer.Config{Queue: "emails"})
+	c, err := consumer.New(d, consumer.Config{Queue: "emails"})
 	if err != nil {
 		panic(err)
 	}

@@ -18,7 +18,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 
 	"github.com/shardq/shardq/internal/defaults"
@@ -62,9 +61,9 @@ type Inspector struct {
 }
 
 // New returns an Inspector reading through session, whose keyspace holds shardq's tables.
-func New(session *gocql.Session, cfg Config) (*Inspector, error) {
-	if session == nil {
-		return nil, defaults.Invalid("session", "is nil")
+func New(d *shardqtype.Driver, cfg Config) (*Inspector, error) {
+	if d == nil {
+		return nil, defaults.Invalid("driver", "is nil")
 	}
 	for _, err := range []error{
 		defaults.NonNegative(&cfg.PartitionsInFlight, DefaultPartitionsInFlight, "Config.PartitionsInFlight"),
@@ -74,7 +73,7 @@ func New(session *gocql.Session, cfg Config) (*Inspector, error) {
 			return nil, err
 		}
 	}
-	st := sessionstate.For(session, nil)
+	st := sessionstate.For(d, nil)
 	if cfg.Clock == nil {
 		cfg.Clock = st.Cluster
 	}

@@ -51,12 +51,12 @@ func newWorld(t *testing.T) *world {
 	t.Helper()
 	ctx := context.Background()
 	s := cassandratest.SchemaSession(t)
-	q, err := shardq.CreateQueue(ctx, s, shardqtype.QueueConfig{Name: "q", ShardCount: 2, BucketCount: 60, BucketDuration: 10 * time.Second})
+	q, err := shardq.CreateQueue(ctx, cassandratest.Driver(s), shardqtype.QueueConfig{Name: "q", ShardCount: 2, BucketCount: 60, BucketDuration: 10 * time.Second})
 	require.NoError(t, err)
 	w := &world{s: s, q: q}
 	now := time.Now()
 
-	p, err := producer.New(s, producer.Config{})
+	p, err := producer.New(cassandratest.Driver(s), producer.Config{})
 	require.NoError(t, err)
 	schedule := func(p *producer.Producer, n int, task producer.Task) []uuid.UUID {
 		tasks := make([]producer.Task, n)
@@ -77,7 +77,7 @@ func newWorld(t *testing.T) *world {
 	}
 
 	schedule(p, 4, producer.Task{Payload: []byte("leased"), Priority: 9})
-	c, err := consumer.New(s, consumer.Config{Queue: q.Name})
+	c, err := consumer.New(cassandratest.Driver(s), consumer.Config{Queue: q.Name})
 	require.NoError(t, err)
 	leased := acquire(c, 4)
 	require.NoError(t, c.DeadLetter(ctx, leased[0], errors.New("boom")))
@@ -86,10 +86,10 @@ func newWorld(t *testing.T) *world {
 
 	w.past = now.Add(-2 * time.Minute)
 	pastClock := testclock.New(w.past)
-	pp, err := producer.New(s, producer.Config{Clock: pastClock})
+	pp, err := producer.New(cassandratest.Driver(s), producer.Config{Clock: pastClock})
 	require.NoError(t, err)
 	schedule(pp, 5, producer.Task{Payload: []byte("late"), Timeout: time.Second})
-	cp, err := consumer.New(s, consumer.Config{Queue: q.Name, Clock: pastClock})
+	cp, err := consumer.New(cassandratest.Driver(s), consumer.Config{Queue: q.Name, Clock: pastClock})
 	require.NoError(t, err)
 	acquire(cp, 2)
 
@@ -99,7 +99,7 @@ func newWorld(t *testing.T) *world {
 	schedule(p, 1, producer.Task{Payload: []byte("next hour"), DueAt: now.Add(time.Hour)})
 
 	w.stranded = now.Add(-35 * time.Minute)
-	ps, err := producer.New(s, producer.Config{Clock: testclock.New(w.stranded)})
+	ps, err := producer.New(cassandratest.Driver(s), producer.Config{Clock: testclock.New(w.stranded)})
 	require.NoError(t, err)
 	stranded := schedule(ps, 1, producer.Task{Payload: []byte("stranded")})[0]
 	// A swap since then recorded its partition's floor above it, as when a write comes
@@ -114,7 +114,7 @@ func newWorld(t *testing.T) *world {
 
 func (w *world) inspector(t *testing.T, cfg inspect.Config) *inspect.Inspector {
 	t.Helper()
-	in, err := inspect.New(w.s, cfg)
+	in, err := inspect.New(cassandratest.Driver(w.s), cfg)
 	require.NoError(t, err)
 	return in
 }
@@ -198,14 +198,14 @@ func TestStats(t *testing.T) {
 func TestTaskScan(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
-	ids, err := taskscan.TaskIDs(context.Background(), w.s, w.q, 8, 5000)
+	ids, err := taskscan.TaskIDs(context.Background(), cassandratest.Driver(w.s), w.q, 8, 5000)
 	require.NoError(t, err)
 	want := slices.DeleteFunc(slices.Clone(w.ids), func(id uuid.UUID) bool { return id == w.dead })
 	require.Len(t, want, 14)
 	require.ElementsMatch(t, want, ids)
 
 	t.Run("pages", func(t *testing.T) {
-		ids, err := taskscan.TaskIDs(context.Background(), w.s, w.q, 1, 2)
+		ids, err := taskscan.TaskIDs(context.Background(), cassandratest.Driver(w.s), w.q, 1, 2)
 		require.NoError(t, err)
 		require.ElementsMatch(t, want, ids)
 	})
@@ -215,9 +215,9 @@ func TestPeek(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := cassandratest.SchemaSession(t)
-	q, err := shardq.CreateQueue(ctx, s, shardqtype.QueueConfig{Name: "q", ShardCount: 3})
+	q, err := shardq.CreateQueue(ctx, cassandratest.Driver(s), shardqtype.QueueConfig{Name: "q", ShardCount: 3})
 	require.NoError(t, err)
-	p, err := producer.New(s, producer.Config{})
+	p, err := producer.New(cassandratest.Driver(s), producer.Config{})
 	require.NoError(t, err)
 	var tasks []producer.Task
 	for i, prio := range []int{3, 9, 0, 9, 5} {
@@ -226,7 +226,7 @@ func TestPeek(t *testing.T) {
 	tasks = append(tasks, producer.Task{Queue: q.Name, Priority: 9, Payload: []byte("later"), DueAt: time.Now().Add(time.Minute)})
 	ids, err := p.ScheduleTasks(ctx, tasks)
 	require.NoError(t, err)
-	in, err := inspect.New(s, inspect.Config{})
+	in, err := inspect.New(cassandratest.Driver(s), inspect.Config{})
 	require.NoError(t, err)
 
 	got, err := in.Peek(ctx, q.Name, 3)
@@ -251,7 +251,7 @@ func TestPeek(t *testing.T) {
 	var locks int
 	require.NoError(t, s.Query(`SELECT COUNT(*) FROM tasks WHERE kind = 0 ALLOW FILTERING`).Scan(&locks))
 	require.Zero(t, locks, "peeking takes no lock")
-	c, err := consumer.New(s, consumer.Config{Queue: q.Name})
+	c, err := consumer.New(cassandratest.Driver(s), consumer.Config{Queue: q.Name})
 	require.NoError(t, err)
 	leased, err := c.AcquireTasks(ctx, 10)
 	require.NoError(t, err)
@@ -284,13 +284,13 @@ func TestQueues(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := cassandratest.SchemaSession(t)
-	in, err := inspect.New(s, inspect.Config{})
+	in, err := inspect.New(cassandratest.Driver(s), inspect.Config{})
 	require.NoError(t, err)
 	qs, err := in.Queues(ctx)
 	require.NoError(t, err)
 	require.Empty(t, qs)
 	for _, name := range []string{"zeta", "alpha"} {
-		_, err := shardq.CreateQueue(ctx, s, shardqtype.QueueConfig{Name: name, ShardCount: 3})
+		_, err := shardq.CreateQueue(ctx, cassandratest.Driver(s), shardqtype.QueueConfig{Name: name, ShardCount: 3})
 		require.NoError(t, err)
 	}
 	qs, err = in.Queues(ctx)
@@ -311,10 +311,10 @@ func TestQueues(t *testing.T) {
 func TestNewValidates(t *testing.T) {
 	t.Parallel()
 	s := cassandratest.SchemaSession(t)
-	_, err := inspect.New(s, inspect.Config{PageSize: -1})
+	_, err := inspect.New(cassandratest.Driver(s), inspect.Config{PageSize: -1})
 	require.ErrorIs(t, err, shardqtype.ErrInvalid)
 	require.ErrorContains(t, err, "Config.PageSize")
-	_, err = inspect.New(s, inspect.Config{PartitionsInFlight: -1})
+	_, err = inspect.New(cassandratest.Driver(s), inspect.Config{PartitionsInFlight: -1})
 	require.ErrorContains(t, err, "Config.PartitionsInFlight")
 	_, err = inspect.New(nil, inspect.Config{})
 	require.ErrorIs(t, err, shardqtype.ErrInvalid)
@@ -364,10 +364,10 @@ func TestDeadLetters(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := cassandratest.SchemaSession(t)
-	q, err := shardq.CreateQueue(ctx, s, shardqtype.QueueConfig{Name: "q", ShardCount: 1})
+	q, err := shardq.CreateQueue(ctx, cassandratest.Driver(s), shardqtype.QueueConfig{Name: "q", ShardCount: 1})
 	require.NoError(t, err)
 	clock := testclock.New(time.Now())
-	p, err := producer.New(s, producer.Config{Clock: clock})
+	p, err := producer.New(cassandratest.Driver(s), producer.Config{Clock: clock})
 	require.NoError(t, err)
 	tasks := make([]producer.Task, 5)
 	for i := range tasks {
@@ -375,7 +375,7 @@ func TestDeadLetters(t *testing.T) {
 	}
 	taskIDs, err := p.ScheduleTasks(ctx, tasks)
 	require.NoError(t, err)
-	c, err := consumer.New(s, consumer.Config{Queue: q.Name, Clock: clock})
+	c, err := consumer.New(cassandratest.Driver(s), consumer.Config{Queue: q.Name, Clock: clock})
 	require.NoError(t, err)
 	got, err := c.AcquireTasks(ctx, 5)
 	require.NoError(t, err)
@@ -389,7 +389,7 @@ func TestDeadLetters(t *testing.T) {
 		byTask[task.ID] = int(task.Payload[0] - 'a')
 	}
 
-	in, err := inspect.New(s, inspect.Config{Clock: clock})
+	in, err := inspect.New(cassandratest.Driver(s), inspect.Config{Clock: clock})
 	require.NoError(t, err)
 	var listed []shardqtype.TaskInfo
 	var before uuid.UUID

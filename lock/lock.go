@@ -14,11 +14,10 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/gocql/gocql"
-
 	"github.com/shardq/shardq/internal/defaults"
 	"github.com/shardq/shardq/internal/locking"
 	"github.com/shardq/shardq/internal/sessionstate"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 // DefaultTTL is Config.TTL's default.
@@ -52,11 +51,11 @@ type Config struct {
 type Locker struct{ l *locking.Locker }
 
 // New returns a Locker on the tasks table of the session's keyspace.
-func New(session *gocql.Session, cfg Config) (*Locker, error) {
-	if session == nil {
-		return nil, defaults.Invalid("session", "is nil")
+func New(d *shardqtype.Driver, cfg Config) (*Locker, error) {
+	if d == nil {
+		return nil, defaults.Invalid("driver", "is nil")
 	}
-	l, err := locking.New(sessionstate.For(session, cfg.Logger).Store.Locks(), locking.Config{TTL: cfg.TTL, Logger: cfg.Logger})
+	l, err := locking.New(sessionstate.For(d, cfg.Logger).Store.Locks(), locking.Config{TTL: cfg.TTL, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}

@@ -21,7 +21,7 @@ import (
 
 func newLocker(t *testing.T, cfg lock.Config) *lock.Locker {
 	t.Helper()
-	l, err := lock.New(cassandratest.SchemaSession(t), cfg)
+	l, err := lock.New(cassandratest.Driver(cassandratest.SchemaSession(t)), cfg)
 	require.NoError(t, err)
 	return l
 }
@@ -62,9 +62,9 @@ func TestTokensGrowAcrossLockers(t *testing.T) {
 	ctx := context.Background()
 	ks := cassandratest.SchemaKeyspace(t)
 	s1 := cassandratest.SessionFor(t, ks)
-	l1, err := lock.New(s1, lock.Config{})
+	l1, err := lock.New(cassandratest.Driver(s1), lock.Config{})
 	require.NoError(t, err)
-	l2, err := lock.New(cassandratest.SessionFor(t, ks), lock.Config{})
+	l2, err := lock.New(cassandratest.Driver(cassandratest.SessionFor(t, ks)), lock.Config{})
 	require.NoError(t, err)
 
 	var last int64
@@ -139,11 +139,11 @@ func TestExpiredLeaseCannotRenewOrReleaseAnothers(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := cassandratest.SchemaSession(t)
-	short, err := lock.New(s, lock.Config{TTL: 2 * time.Second})
+	short, err := lock.New(cassandratest.Driver(s), lock.Config{TTL: 2 * time.Second})
 	require.NoError(t, err)
 	// The next holding must outlast the stale one's attempts even on a slow node, so that
 	// "still held" afterwards can only mean they changed nothing.
-	long, err := lock.New(s, lock.Config{TTL: time.Minute})
+	long, err := lock.New(cassandratest.Driver(s), lock.Config{TTL: time.Minute})
 	require.NoError(t, err)
 
 	stale, err := short.Acquire(ctx, "q:2:0")
@@ -261,15 +261,15 @@ func TestBadInput(t *testing.T) {
 		require.Equal(t, field, ve.Field)
 	}
 	_, err := lock.New(nil, lock.Config{})
-	requireInvalid(err, "session")
-	_, err = lock.New(s, lock.Config{TTL: 1500 * time.Millisecond})
+	requireInvalid(err, "driver")
+	_, err = lock.New(cassandratest.Driver(s), lock.Config{TTL: 1500 * time.Millisecond})
 	requireInvalid(err, "Config.TTL")
 	// Cassandra expires TTLs on whole seconds: a 1 s lease could last next to nothing.
-	_, err = lock.New(s, lock.Config{TTL: time.Second})
+	_, err = lock.New(cassandratest.Driver(s), lock.Config{TTL: time.Second})
 	requireInvalid(err, "Config.TTL")
-	_, err = lock.New(s, lock.Config{TTL: -2 * time.Second})
+	_, err = lock.New(cassandratest.Driver(s), lock.Config{TTL: -2 * time.Second})
 	requireInvalid(err, "Config.TTL")
-	l, err := lock.New(s, lock.Config{TTL: 2 * time.Second})
+	l, err := lock.New(cassandratest.Driver(s), lock.Config{TTL: 2 * time.Second})
 	require.NoError(t, err)
 	_, err = l.Acquire(context.Background(), "")
 	requireInvalid(err, "key")

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/shardq/shardq/inspect"
+	"github.com/shardq/shardq/internal/cassandratest"
 	"github.com/shardq/shardq/internal/lwt"
 	"github.com/shardq/shardq/internal/testclock"
 	"github.com/shardq/shardq/producer"
@@ -20,9 +21,9 @@ import (
 func cancelEnv(t *testing.T) (*producer.Producer, *inspect.Inspector) {
 	s, _ := setup(t)
 	clock := testclock.New(time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC))
-	p, err := producer.New(s, producer.Config{Clock: clock})
+	p, err := producer.New(cassandratest.Driver(s), producer.Config{Clock: clock})
 	require.NoError(t, err)
-	in, err := inspect.New(s, inspect.Config{Clock: clock})
+	in, err := inspect.New(cassandratest.Driver(s), inspect.Config{Clock: clock})
 	require.NoError(t, err)
 	return p, in
 }

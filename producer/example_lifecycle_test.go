@@ -10,6 +10,7 @@ import (
 	"github.com/shardq/shardq/inspect"
 	"github.com/shardq/shardq/internal/cassandratest"
 	"github.com/shardq/shardq/producer"
+	"github.com/shardq/shardq/shardqgocql"
 	"github.com/shardq/shardq/shardqtype"
 )
 
@@ -19,13 +20,14 @@ func Example_lifecycle() {
 	ctx := context.Background()
 	session, done := cassandratest.ExampleSession() // any session bound to a keyspace
 	defer done()
-	if err := shardq.ApplySchema(ctx, session); err != nil {
+	d := shardqgocql.New(session)
+	if err := shardq.ApplySchema(ctx, d); err != nil {
 		panic(err)
 	}
-	if _, err := shardq.CreateQueue(ctx, session, shardqtype.QueueConfig{Name: "reports"}); err != nil {
+	if _, err := shardq.CreateQueue(ctx, d, shardqtype.QueueConfig{Name: "reports"}); err != nil {
 		panic(err)
 	}
-	p, err := producer.New(session, producer.Config{})
+	p, err := producer.New(d, producer.Config{})
 	if err != nil {
 		panic(err)
 	}
@@ -42,7 +44,7 @@ func Example_lifecycle() {
 	if err := p.Reschedule(ctx, id, producer.RescheduleOptions{DueAt: time.Now().Add(2 * time.Hour)}); err != nil {
 		panic(err)
 	}
-	in, err := inspect.New(session, inspect.Config{}) // reads tasks back
+	in, err := inspect.New(d, inspect.Config{}) // reads tasks back
 	if err != nil {
 		panic(err)
 	}

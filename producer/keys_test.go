@@ -14,6 +14,8 @@ import (
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/inspect"
+	"github.com/shardq/shardq/internal/cassandratest"
+	"github.com/shardq/shardq/internal/driver/gocqlv1"
 	"github.com/shardq/shardq/internal/lwt"
 	"github.com/shardq/shardq/internal/store"
 	"github.com/shardq/shardq/internal/taskindex"
@@ -55,7 +57,7 @@ func claimTTL(t *testing.T, s *gocql.Session, key string) (holder, claimedAt tim
 // inspector reads tasks back on clock.
 func inspector(t *testing.T, s *gocql.Session, clock shardqtype.Clock) *inspect.Inspector {
 	t.Helper()
-	in, err := inspect.New(s, inspect.Config{Clock: clock})
+	in, err := inspect.New(cassandratest.Driver(s), inspect.Config{Clock: clock})
 	require.NoError(t, err)
 	return in
 }
@@ -88,7 +90,7 @@ func TestKeyFreeOnceItsClaimExpires(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
 	clock := newClock()
-	p, err := producer.New(s, producer.Config{Clock: clock})
+	p, err := producer.New(cassandratest.Driver(s), producer.Config{Clock: clock})
 	require.NoError(t, err)
 	ctx := context.Background()
 
@@ -112,7 +114,7 @@ func TestLeftoverKeyRowBlocksNothing(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
 	clock := newClock()
-	p, err := producer.New(s, producer.Config{Clock: clock})
+	p, err := producer.New(cassandratest.Driver(s), producer.Config{Clock: clock})
 	require.NoError(t, err)
 	require.NoError(t, s.Query(`INSERT INTO task_keys (queue, key) VALUES ('q', 'k') USING TTL 86400`).Exec())
 	keyFree(t, p, inspector(t, s, clock), "k")
@@ -124,7 +126,7 @@ func TestRescheduleKeepsTheKeyClaimed(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
 	clock := newClock()
-	p, err := producer.New(s, producer.Config{Clock: clock})
+	p, err := producer.New(cassandratest.Driver(s), producer.Config{Clock: clock})
 	require.NoError(t, err)
 	ctx := context.Background()
 
@@ -171,7 +173,7 @@ func deadLetterOf(t *testing.T, s *gocql.Session, p *producer.Producer, clock sh
 	ctx := context.Background()
 	id, err := p.ScheduleTask(ctx, producer.Task{Queue: "q", Key: key, Payload: []byte("x")})
 	require.NoError(t, err)
-	c, err := consumer.New(s, consumer.Config{Queue: "q", Clock: clock})
+	c, err := consumer.New(cassandratest.Driver(s), consumer.Config{Queue: "q", Clock: clock})
 	require.NoError(t, err)
 	var got []*consumer.Task
 	require.Eventually(t, func() bool {
@@ -193,7 +195,7 @@ func TestReplayRenewsTheKeyClaim(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
 	clock := newClock()
-	p, err := producer.New(s, producer.Config{Clock: clock})
+	p, err := producer.New(cassandratest.Driver(s), producer.Config{Clock: clock})
 	require.NoError(t, err)
 	ctx := context.Background()
 	id, letter := deadLetterOf(t, s, p, clock, "k")
@@ -222,7 +224,7 @@ func TestReplayMakesItsRowAfterTheClaim(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
 	clock := newClock()
-	p, err := producer.New(s, producer.Config{Clock: clock})
+	p, err := producer.New(cassandratest.Driver(s), producer.Config{Clock: clock})
 	require.NoError(t, err)
 	ctx := context.Background()
 	id, letter := deadLetterOf(t, s, p, clock, "k")
@@ -239,7 +241,7 @@ func TestReplayMakesItsRowAfterTheClaim(t *testing.T) {
 	require.NoError(t, err)
 	var claimedAt time.Time
 	require.NoError(t, s.Query(`SELECT claimed_at FROM task_keys WHERE queue = 'q' AND key = 'k'`).Scan(&claimedAt))
-	e, _, err := store.Cassandra(s).Index().Read(ctx, id)
+	e, _, err := store.Of(gocqlv1.New(s)).Index().Read(ctx, id)
 	require.NoError(t, err)
 	row := shard.IDTime(e.Row.ID)
 	require.False(t, row.Before(claimedAt), "the row's ID (%v) was made before its key was claimed (%v)", row, claimedAt)
@@ -269,7 +271,7 @@ func lockedMove(t *testing.T, q shardqtype.QueueConfig, s *gocql.Session, p *pro
 	from := lay.Key(lay.Bucket(base.Add(5*time.Second)), lay.ShardFor(id))
 	dst = lay.Key(lay.Bucket(base), lay.ShardFor(id))
 	require.Less(t, dst, from)
-	locker, err := lock.New(s, lock.Config{TTL: 30 * time.Second})
+	locker, err := lock.New(cassandratest.Driver(s), lock.Config{TTL: 30 * time.Second})
 	require.NoError(t, err)
 	src, err = locker.Acquire(ctx, from)
 	require.NoError(t, err)
@@ -297,7 +299,7 @@ func TestRescheduleMakesItsRowAfterTheLocks(t *testing.T) {
 	t.Parallel()
 	s, q := setup(t)
 	clock := newClock()
-	p, err := producer.New(s, producer.Config{Clock: clock})
+	p, err := producer.New(cassandratest.Driver(s), producer.Config{Clock: clock})
 	require.NoError(t, err)
 	ctx := context.Background()
 	id, src, _, done := lockedMove(t, q, s, p)
@@ -312,7 +314,7 @@ func TestRescheduleMakesItsRowAfterTheLocks(t *testing.T) {
 	} else {
 		require.NoError(t, err)
 	}
-	e, _, err := store.Cassandra(s).Index().Read(ctx, id)
+	e, _, err := store.Of(gocqlv1.New(s)).Index().Read(ctx, id)
 	require.NoError(t, err)
 	require.Equal(t, taskindex.Scheduled, e.State)
 	row := shard.IDTime(e.Row.ID)
@@ -327,17 +329,17 @@ func TestRescheduleMakesItsRowAfterTheLocks(t *testing.T) {
 func TestRescheduleHoldsNoExpiredLock(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
-	q, err := shardq.CreateQueue(context.Background(), s, shardqtype.QueueConfig{Name: "locks", ShardCount: 4,
+	q, err := shardq.CreateQueue(context.Background(), cassandratest.Driver(s), shardqtype.QueueConfig{Name: "locks", ShardCount: 4,
 		BucketCount: 10, BucketDuration: time.Second, DefaultTimeout: 5 * time.Second, LockTTL: shardqtype.MinLockTTL})
 	require.NoError(t, err)
 	clock := newClock()
-	p, err := producer.New(s, producer.Config{Clock: clock})
+	p, err := producer.New(cassandratest.Driver(s), producer.Config{Clock: clock})
 	require.NoError(t, err)
 	ctx := context.Background()
 	id, src, dst, done := lockedMove(t, q, s, p)
 
 	// A consumer takes the destination as soon as the producer's lease on it ends.
-	locker, err := lock.New(s, lock.Config{TTL: 30 * time.Second})
+	locker, err := lock.New(cassandratest.Driver(s), lock.Config{TTL: 30 * time.Second})
 	require.NoError(t, err)
 	var taken *lock.Lock
 	require.Eventually(t, func() bool {

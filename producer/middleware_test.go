@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/shardq/shardq/inspect"
+	"github.com/shardq/shardq/internal/cassandratest"
 	"github.com/shardq/shardq/producer"
 	"github.com/shardq/shardq/shardqtype"
 )
@@ -45,7 +46,7 @@ func TestMiddleware(t *testing.T) {
 			return ids, err
 		}
 	}
-	p, err := producer.New(s, producer.Config{Middleware: mw})
+	p, err := producer.New(cassandratest.Driver(s), producer.Config{Middleware: mw})
 	require.NoError(t, err)
 	ctx := context.WithValue(context.Background(), ctxKey{}, "caller")
 
@@ -63,7 +64,7 @@ func TestMiddleware(t *testing.T) {
 	require.Equal(t, call{"caller", 2, many, nil}, calls[1])
 	require.True(t, errors.Is(calls[2].err, shardqtype.ErrInvalid), "the middleware sees the call's error")
 
-	in, err := inspect.New(s, inspect.Config{})
+	in, err := inspect.New(cassandratest.Driver(s), inspect.Config{})
 	require.NoError(t, err)
 	info, err := in.Task(ctx, one)
 	require.NoError(t, err)

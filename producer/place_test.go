@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/shardq/shardq/internal/cassandratest"
 	"github.com/shardq/shardq/producer"
 	"github.com/shardq/shardq/shard"
 )
@@ -36,7 +37,7 @@ func TestKeyedRowPlacedAfterClaim(t *testing.T) {
 	t.Parallel()
 	s, q := setup(t)
 	start := time.Now()
-	p, err := producer.New(s, producer.Config{Clock: &stepClock{now: start, step: 3 * time.Second}})
+	p, err := producer.New(cassandratest.Driver(s), producer.Config{Clock: &stepClock{now: start, step: 3 * time.Second}})
 	require.NoError(t, err)
 	id, err := p.ScheduleTask(context.Background(), producer.Task{Queue: q.Name, Key: "k"})
 	require.NoError(t, err)

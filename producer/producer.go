@@ -12,7 +12,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 
 	"github.com/shardq/shardq/internal/clustertime"
@@ -161,9 +160,9 @@ type Producer struct {
 }
 
 // New returns a Producer writing through session, whose keyspace holds shardq's tables.
-func New(session *gocql.Session, cfg Config) (*Producer, error) {
-	if session == nil {
-		return nil, defaults.Invalid("session", "is nil")
+func New(d *shardqtype.Driver, cfg Config) (*Producer, error) {
+	if d == nil {
+		return nil, defaults.Invalid("driver", "is nil")
 	}
 	if cfg.MaxPayloadBytes == 0 {
 		cfg.MaxPayloadBytes = DefaultMaxPayloadBytes
@@ -183,7 +182,7 @@ func New(session *gocql.Session, cfg Config) (*Producer, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	st := sessionstate.For(session, cfg.Logger)
+	st := sessionstate.For(d, cfg.Logger)
 	cluster := st.ClusterFor(cfg.Clock)
 	if cfg.Clock == nil {
 		cfg.Clock = cluster

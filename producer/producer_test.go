@@ -20,7 +20,7 @@ import (
 func setup(t *testing.T) (*gocql.Session, shardqtype.QueueConfig) {
 	t.Helper()
 	s := cassandratest.SchemaSession(t)
-	q, err := shardq.CreateQueue(context.Background(), s, shardqtype.QueueConfig{Name: "q", ShardCount: 4,
+	q, err := shardq.CreateQueue(context.Background(), cassandratest.Driver(s), shardqtype.QueueConfig{Name: "q", ShardCount: 4,
 		BucketCount: 10, BucketDuration: time.Second, DefaultTimeout: 5 * time.Second})
 	require.NoError(t, err)
 	return s, q
@@ -30,7 +30,7 @@ func TestScheduleTasksPlacesRows(t *testing.T) {
 	t.Parallel()
 	s, q := setup(t)
 	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
-	p, err := producer.New(s, producer.Config{Clock: testclock.New(now)})
+	p, err := producer.New(cassandratest.Driver(s), producer.Config{Clock: testclock.New(now)})
 	require.NoError(t, err)
 	ctx := context.Background()
 
@@ -79,11 +79,11 @@ func TestBadInputWritesNothing(t *testing.T) {
 	_, err := producer.New(nil, producer.Config{})
 	require.ErrorIs(t, err, shardqtype.ErrInvalid)
 	for _, cfg := range []producer.Config{{MaxPayloadBytes: -1}, {MaxPayloadBytes: producer.MaxPayloadLimit + 1}, {WritesInFlight: -2}, {WriteAttempts: -1}, {ShardRate: -1}} {
-		_, err := producer.New(s, cfg)
+		_, err := producer.New(cassandratest.Driver(s), cfg)
 		require.ErrorIs(t, err, shardqtype.ErrInvalid, "%+v", cfg)
 	}
 
-	p, err := producer.New(s, producer.Config{MaxPayloadBytes: 10})
+	p, err := producer.New(cassandratest.Driver(s), producer.Config{MaxPayloadBytes: 10})
 	require.NoError(t, err)
 	good := producer.Task{Queue: "q"}
 	cases := map[string]struct {

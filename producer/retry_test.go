@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/shardq/shardq/consumer"
+	"github.com/shardq/shardq/internal/cassandratest"
 	"github.com/shardq/shardq/internal/driver"
 	"github.com/shardq/shardq/internal/testclock"
 	"github.com/shardq/shardq/producer"
@@ -30,9 +31,9 @@ func TestTimedOutWriteSentAgain(t *testing.T) {
 	s, q := setup(t)
 	ctx := context.Background()
 	clock := testclock.New(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))
-	c, err := consumer.New(s, consumer.Config{Queue: q.Name, Clock: clock})
+	c, err := consumer.New(cassandratest.Driver(s), consumer.Config{Queue: q.Name, Clock: clock})
 	require.NoError(t, err)
-	p, err := producer.New(s, producer.Config{Clock: clock})
+	p, err := producer.New(cassandratest.Driver(s), producer.Config{Clock: clock})
 	require.NoError(t, err)
 
 	attempts := 0
@@ -72,7 +73,7 @@ func TestWriteAttemptsBounded(t *testing.T) {
 	t.Parallel()
 	s, q := setup(t)
 	ctx := context.Background()
-	p, err := producer.New(s, producer.Config{WriteAttempts: 2})
+	p, err := producer.New(cassandratest.Driver(s), producer.Config{WriteAttempts: 2})
 	require.NoError(t, err)
 	attempts := 0
 	producer.SetAfterWrite(p, func(error) error { attempts++; return errNoResponse })

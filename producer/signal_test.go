@@ -24,11 +24,11 @@ func TestFailedWriteStillSignals(t *testing.T) {
 	t.Parallel()
 	s := cassandratest.SchemaSession(t)
 	ctx := context.Background()
-	q, err := shardq.CreateQueue(ctx, s, shardqtype.QueueConfig{Name: "q", ShardCount: 1, BucketCount: 60,
+	q, err := shardq.CreateQueue(ctx, cassandratest.Driver(s), shardqtype.QueueConfig{Name: "q", ShardCount: 1, BucketCount: 60,
 		BucketDuration: time.Second, DefaultTimeout: 5 * time.Second})
 	require.NoError(t, err)
 	clock := testclock.New(time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC))
-	c, err := consumer.New(s, consumer.Config{Queue: q.Name, Clock: clock})
+	c, err := consumer.New(cassandratest.Driver(s), consumer.Config{Queue: q.Name, Clock: clock})
 	require.NoError(t, err)
 	acquire := func() []*consumer.Task {
 		got, err := c.AcquireTasks(ctx, 10)
@@ -42,7 +42,7 @@ func TestFailedWriteStillSignals(t *testing.T) {
 		clock.Add(250 * time.Millisecond)
 		require.Empty(t, acquire())
 	}
-	p, err := producer.New(s, producer.Config{Clock: clock})
+	p, err := producer.New(cassandratest.Driver(s), producer.Config{Clock: clock})
 	require.NoError(t, err)
 	timedOut := errors.New("write timed out after applying")
 	producer.SetAfterWrite(p, func(err error) error { return errors.Join(err, timedOut) })

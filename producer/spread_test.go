@@ -24,11 +24,11 @@ func TestLowRatesSitInTheFirstShards(t *testing.T) {
 	t.Parallel()
 	s := cassandratest.SchemaSession(t)
 	ctx := context.Background()
-	q, err := shardq.CreateQueue(ctx, s, shardqtype.QueueConfig{Name: "q", ShardCount: 8})
+	q, err := shardq.CreateQueue(ctx, cassandratest.Driver(s), shardqtype.QueueConfig{Name: "q", ShardCount: 8})
 	require.NoError(t, err)
 	now := time.Now().Truncate(time.Second)
 	clock := testclock.New(now)
-	p, err := producer.New(s, producer.Config{Clock: clock})
+	p, err := producer.New(cassandratest.Driver(s), producer.Config{Clock: clock})
 	require.NoError(t, err)
 	l := q.Layout()
 	rows := func(at time.Time) []int {
@@ -81,7 +81,7 @@ func TestLowRatesSitInTheFirstShards(t *testing.T) {
 
 	// Delivered: a consumer at the burst's time takes every task but the two cancelled.
 	clock.Add(burstAt.Add(time.Second).Sub(now))
-	c, err := consumer.New(s, consumer.Config{Queue: "q", Clock: clock})
+	c, err := consumer.New(cassandratest.Driver(s), consumer.Config{Queue: "q", Clock: clock})
 	require.NoError(t, err)
 	seen := map[uuid.UUID]int{}
 	for empty := 0; empty < 3; {

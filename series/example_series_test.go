@@ -8,6 +8,7 @@ import (
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/internal/cassandratest"
 	"github.com/shardq/shardq/series"
+	"github.com/shardq/shardq/shardqgocql"
 	"github.com/shardq/shardq/shardqtype"
 )
 
@@ -17,13 +18,14 @@ func Example() {
 	ctx := context.Background()
 	session, done := cassandratest.ExampleSession() // any session bound to a keyspace
 	defer done()
-	if err := shardq.ApplySchema(ctx, session); err != nil {
+	d := shardqgocql.New(session)
+	if err := shardq.ApplySchema(ctx, d); err != nil {
 		panic(err)
 	}
-	if _, err := shardq.CreateQueue(ctx, session, shardqtype.QueueConfig{Name: "reports"}); err != nil {
+	if _, err := shardq.CreateQueue(ctx, d, shardqtype.QueueConfig{Name: "reports"}); err != nil {
 		panic(err)
 	}
-	c, err := series.New(session, series.Config{})
+	c, err := series.New(d, series.Config{})
 	if err != nil {
 		panic(err)
 	}

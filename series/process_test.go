@@ -52,7 +52,7 @@ func TestSeriesWorkerProcess(t *testing.T) {
 	hold := make(chan struct{}, 1)
 	var workers []*worker.Worker
 	for range 2 {
-		w, err := worker.New(session, worker.Config{Queue: os.Getenv(workerQueueEnv),
+		w, err := worker.New(cassandratest.Driver(session), worker.Config{Queue: os.Getenv(workerQueueEnv),
 			Handler: worker.HandlerFunc(func(ctx context.Context, task *consumer.Task) error {
 				say("start %s %d %d %d", task.ID, task.DueAt.UnixNano(), task.Token, time.Now().UnixNano())
 				select {
@@ -96,10 +96,10 @@ func TestSeriesAcrossKilledProcess(t *testing.T) {
 	ctx := context.Background()
 	ks := cassandratest.SchemaKeyspace(t)
 	s := cassandratest.SessionFor(t, ks)
-	q, err := shardq.CreateQueue(ctx, s, shardqtype.QueueConfig{Name: "q" + strings.ReplaceAll(uuid.NewString()[:8], "-", ""),
+	q, err := shardq.CreateQueue(ctx, cassandratest.Driver(s), shardqtype.QueueConfig{Name: "q" + strings.ReplaceAll(uuid.NewString()[:8], "-", ""),
 		DefaultTimeout: 2 * time.Second})
 	require.NoError(t, err)
-	c, err := series.New(s, series.Config{})
+	c, err := series.New(cassandratest.Driver(s), series.Config{})
 	require.NoError(t, err)
 
 	type line struct {

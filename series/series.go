@@ -19,7 +19,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 
 	"github.com/shardq/shardq/internal/defaults"
@@ -149,19 +148,19 @@ type Client struct {
 }
 
 // New returns a Client writing through session, whose keyspace holds shardq's tables.
-func New(session *gocql.Session, cfg Config) (*Client, error) {
-	if session == nil {
-		return nil, defaults.Invalid("session", "is nil")
+func New(d *shardqtype.Driver, cfg Config) (*Client, error) {
+	if d == nil {
+		return nil, defaults.Invalid("driver", "is nil")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	st := sessionstate.For(session, cfg.Logger)
+	st := sessionstate.For(d, cfg.Logger)
 	cluster := st.ClusterFor(cfg.Clock)
 	if cfg.Clock == nil {
 		cfg.Clock = cluster
 	}
-	p, err := producer.New(session, producer.Config{Clock: cfg.Clock, Logger: cfg.Logger})
+	p, err := producer.New(d, producer.Config{Clock: cfg.Clock, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}

@@ -49,14 +49,14 @@ func newQueueEnv(t *testing.T, start time.Time, cfg shardqtype.QueueConfig) *env
 	ks := cassandratest.SchemaKeyspace(t)
 	s := cassandratest.SessionFor(t, ks)
 	cfg.Name = "q" + strings.ReplaceAll(uuid.NewString()[:8], "-", "")
-	q, err := shardq.CreateQueue(context.Background(), s, cfg)
+	q, err := shardq.CreateQueue(context.Background(), cassandratest.Driver(s), cfg)
 	require.NoError(t, err)
 	clock := testclock.New(start)
-	c, err := series.New(s, series.Config{Clock: clock})
+	c, err := series.New(cassandratest.Driver(s), series.Config{Clock: clock})
 	require.NoError(t, err)
-	p, err := producer.New(s, producer.Config{Clock: clock})
+	p, err := producer.New(cassandratest.Driver(s), producer.Config{Clock: clock})
 	require.NoError(t, err)
-	insp, err := inspect.New(s, inspect.Config{Clock: clock})
+	insp, err := inspect.New(cassandratest.Driver(s), inspect.Config{Clock: clock})
 	require.NoError(t, err)
 	return &env{t: t, ks: ks, s: s, q: q, clock: clock, c: c, p: p, insp: insp}
 }
@@ -72,7 +72,7 @@ func (e *env) next(name string) *consumer.Task {
 	if e.clock.Now().Before(in.NextAt) {
 		e.clock.Add(in.NextAt.Sub(e.clock.Now()))
 	}
-	c, err := consumer.New(e.s, consumer.Config{Queue: e.q.Name, Clock: e.clock})
+	c, err := consumer.New(cassandratest.Driver(e.s), consumer.Config{Queue: e.q.Name, Clock: e.clock})
 	require.NoError(e.t, err)
 	for range 8 * e.q.BucketCount {
 		got, err := c.AcquireTasks(ctx, 10)
@@ -436,11 +436,11 @@ func TestKeeperRepairsOccurrenceAfterLayoutShortensLap(t *testing.T) {
 	e := newQueueEnv(t, time.Now(), shardqtype.QueueConfig{ShardCount: 2, BucketCount: 120, BucketDuration: 10 * time.Second,
 		DefaultTimeout: time.Second})
 	ctx := context.Background()
-	ch, err := shardq.ChangeLayout(ctx, e.s, e.q.Name, shardqtype.LayoutConfig{BucketCount: 60, BucketDuration: time.Second})
+	ch, err := shardq.ChangeLayout(ctx, cassandratest.Driver(e.s), e.q.Name, shardqtype.LayoutConfig{BucketCount: 60, BucketDuration: time.Second})
 	require.NoError(t, err)
 	e.clock.Add(ch.From.Sub(e.clock.Now()) + time.Minute)
 	start := e.clock.Now().UTC().Truncate(time.Second).Add(10 * time.Second)
-	c, err := consumer.New(e.s, consumer.Config{Queue: e.q.Name, Clock: e.clock})
+	c, err := consumer.New(cassandratest.Driver(e.s), consumer.Config{Queue: e.q.Name, Clock: e.clock})
 	require.NoError(t, err)
 	// poll calls the consumer once a second for d, and returns the first task it took.
 	poll := func(d time.Duration) *consumer.Task {
@@ -489,7 +489,7 @@ func TestRanOccurrenceRecordedForHalfTheLongestLap(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, time.Now())
 	ctx := context.Background()
-	ch, err := shardq.ChangeLayout(ctx, e.s, e.q.Name, shardqtype.LayoutConfig{BucketCount: 30, BucketDuration: time.Minute})
+	ch, err := shardq.ChangeLayout(ctx, cassandratest.Driver(e.s), e.q.Name, shardqtype.LayoutConfig{BucketCount: 30, BucketDuration: time.Minute})
 	require.NoError(t, err)
 	e.clock.Add(ch.From.Sub(e.clock.Now()) + time.Minute)
 	_, err = e.c.Create(ctx, series.Series{Queue: e.q.Name, Name: "r", Every: time.Minute})
@@ -510,7 +510,7 @@ func TestKeeperWritesOccurrenceOfSealedLayoutIntoTheLayoutInForce(t *testing.T) 
 	e := newQueueEnv(t, time.Now(), shardqtype.QueueConfig{ShardCount: 2, BucketCount: 120, BucketDuration: 10 * time.Second,
 		DefaultTimeout: time.Second})
 	ctx := context.Background()
-	ch, err := shardq.ChangeLayout(ctx, e.s, e.q.Name, shardqtype.LayoutConfig{BucketCount: 60, BucketDuration: time.Second})
+	ch, err := shardq.ChangeLayout(ctx, cassandratest.Driver(e.s), e.q.Name, shardqtype.LayoutConfig{BucketCount: 60, BucketDuration: time.Second})
 	require.NoError(t, err)
 	e.clock.Add(ch.From.Sub(e.clock.Now()) - 20*time.Second)
 	start := ch.From.Add(-5 * time.Second).UTC()

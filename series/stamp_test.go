@@ -10,6 +10,7 @@ import (
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/internal/cassandratest"
 	"github.com/shardq/shardq/internal/clustertime"
+	"github.com/shardq/shardq/internal/driver/gocqlv1"
 	"github.com/shardq/shardq/internal/store"
 	"github.com/shardq/shardq/internal/taskscan"
 	"github.com/shardq/shardq/series"
@@ -28,17 +29,17 @@ func TestCreateStampsByTheClusterClock(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := cassandratest.SchemaSession(t)
-	q, err := shardq.CreateQueue(ctx, s, shardqtype.QueueConfig{Name: "q"})
+	q, err := shardq.CreateQueue(ctx, cassandratest.Driver(s), shardqtype.QueueConfig{Name: "q"})
 	require.NoError(t, err)
-	ahead, err := series.New(s, series.Config{Clock: clustertime.New(store.Cassandra(s), aheadHost(5*time.Second), nil)})
+	ahead, err := series.New(cassandratest.Driver(s), series.Config{Clock: clustertime.New(store.Of(gocqlv1.New(s)), aheadHost(5*time.Second), nil)})
 	require.NoError(t, err)
 	info, err := ahead.Create(ctx, series.Series{Queue: q.Name, Name: "s", Every: time.Minute})
 	require.NoError(t, err)
 
-	c, err := series.New(s, series.Config{})
+	c, err := series.New(cassandratest.Driver(s), series.Config{})
 	require.NoError(t, err)
 	require.NoError(t, c.Pause(ctx, q.Name, "s"))
-	left, err := taskscan.TaskIDs(ctx, s, q, 4, 1000)
+	left, err := taskscan.TaskIDs(ctx, cassandratest.Driver(s), q, 4, 1000)
 	require.NoError(t, err)
 	require.NotContains(t, left, info.NextID, "the paused series' pending occurrence is gone")
 }

@@ -5,28 +5,30 @@ import (
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 
+	"github.com/shardq/shardq/internal/driver"
 	"github.com/shardq/shardq/shardqgocqlv2/internal/hostpolicy"
 )
 
-// The driver settings RecommendedCluster makes: those of internal/cqlcluster, whose
-// reasons shardq.RecommendedCluster gives. They are repeated rather than imported because
-// cqlcluster imports github.com/gocql/gocql, which a program on v2 should not link.
+// The driver settings RecommendedCluster makes, the same as shardqgocql's, whose docs say
+// why.
 const (
-	timeout           = time.Second
-	connectTimeout    = 5 * time.Second
-	reconnectInterval = 10 * time.Second
-	retries           = 2
+	RecommendedTimeout           = driver.RecommendedTimeout
+	RecommendedConnectTimeout    = driver.RecommendedConnectTimeout
+	RecommendedReconnectInterval = driver.RecommendedReconnectInterval
+	RecommendedRetries           = driver.RecommendedRetries
 )
 
 // RecommendedCluster sets on c the driver options shardq runs with, as
-// shardq.RecommendedCluster does for github.com/gocql/gocql, and returns c:
+// shardqgocql.RecommendedCluster does for github.com/gocql/gocql, and returns c:
 //
 //   - host selection: the policy already in c (make it token-aware), or token-aware
 //     round robin when there is none, wrapped so that a node that stops answering goes
 //     behind the other replicas until it answers promptly again (a frozen node keeps its
 //     connections open, and the partitions it leads would stop with it);
-//   - a Timeout of 1 s, a ConnectTimeout of 5 s and a ReconnectInterval of 10 s;
-//   - a retry policy of 2 retries, on the next node, for plain statements.
+//   - Timeout RecommendedTimeout, ConnectTimeout RecommendedConnectTimeout and
+//     ReconnectInterval RecommendedReconnectInterval;
+//   - a retry policy of RecommendedRetries retries, on the next node, for plain
+//     statements.
 //
 // Call it once per ClusterConfig, after setting a HostSelectionPolicy of your own if you
 // have one, and make one session from it: the policy it sets serves a single session.
@@ -44,9 +46,9 @@ func RecommendedCluster(c *gocql.ClusterConfig) *gocql.ClusterConfig {
 		Backoff:    time.Second,
 		MaxBackoff: 16 * time.Second,
 	})
-	c.Timeout = timeout
-	c.ConnectTimeout = connectTimeout
-	c.ReconnectInterval = reconnectInterval
-	c.RetryPolicy = &gocql.SimpleRetryPolicy{NumRetries: retries}
+	c.Timeout = RecommendedTimeout
+	c.ConnectTimeout = RecommendedConnectTimeout
+	c.ReconnectInterval = RecommendedReconnectInterval
+	c.RetryPolicy = &gocql.SimpleRetryPolicy{NumRetries: RecommendedRetries}
 	return c
 }

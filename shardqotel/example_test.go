@@ -14,6 +14,7 @@ import (
 	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/internal/cassandratest"
 	"github.com/shardq/shardq/producer"
+	"github.com/shardq/shardq/shardqgocql"
 	"github.com/shardq/shardq/shardqotel"
 	"github.com/shardq/shardq/shardqtype"
 	"github.com/shardq/shardq/worker"
@@ -28,10 +29,11 @@ func Example() {
 	ctx := context.Background()
 	session, done := cassandratest.ExampleSession() // any session bound to a keyspace
 	defer done()
-	if err := shardq.ApplySchema(ctx, session); err != nil {
+	d := shardqgocql.New(session)
+	if err := shardq.ApplySchema(ctx, d); err != nil {
 		panic(err)
 	}
-	if _, err := shardq.CreateQueue(ctx, session, shardqtype.QueueConfig{Name: "emails"}); err != nil {
+	if _, err := shardq.CreateQueue(ctx, d, shardqtype.QueueConfig{Name: "emails"}); err != nil {
 		panic(err)
 	}
 
@@ -45,7 +47,7 @@ func Example() {
 		panic(err)
 	}
 
-	p, err := producer.New(session, producer.Config{Middleware: tel.Middleware})
+	p, err := producer.New(d, producer.Config{Middleware: tel.Middleware})
 	if err != nil {
 		panic(err)
 	}
@@ -56,7 +58,7 @@ func Example() {
 	request.End()
 
 	handled := make(chan struct{})
-	w, err := worker.New(session, worker.Config{Queue: "emails", Observer: tel,
+	w, err := worker.New(d, worker.Config{Queue: "emails", Observer: tel,
 		Handler: tel.Handler(worker.HandlerFunc(func(ctx context.Context, t *consumer.Task) error {
 			fmt.Printf("sending %s (traceparent header set: %t)\n", t.Payload, t.Headers["traceparent"] != "")
 			close(handled)

@@ -9,8 +9,8 @@
 // as a child of it.
 //
 //	tel, err := shardqotel.New(shardqotel.Config{}) // the global providers; or set them
-//	p, err := producer.New(session, producer.Config{Middleware: tel.Middleware})
-//	w, err := worker.New(session, worker.Config{Queue: "emails", Handler: tel.Handler(h), Observer: tel})
+//	p, err := producer.New(cassandratest.Driver(session), producer.Config{Middleware: tel.Middleware})
+//	w, err := worker.New(cassandratest.Driver(session), worker.Config{Queue: "emails", Handler: tel.Handler(h), Observer: tel})
 package shardqotel
 
 import (

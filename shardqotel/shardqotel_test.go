@@ -38,7 +38,7 @@ import (
 // in-process wake-ups of parallel tests do not cross.
 func newQueue(t *testing.T, ks string) shardqtype.QueueConfig {
 	t.Helper()
-	q, err := shardq.CreateQueue(context.Background(), cassandratest.SessionFor(t, ks), shardqtype.QueueConfig{
+	q, err := shardq.CreateQueue(context.Background(), cassandratest.Driver(cassandratest.SessionFor(t, ks)), shardqtype.QueueConfig{
 		Name: "q" + strings.ReplaceAll(uuid.NewString()[:8], "-", ""), BucketCount: 60, BucketDuration: time.Second,
 		ShardCount: 2, DefaultTimeout: 10 * time.Second})
 	require.NoError(t, err)
@@ -97,7 +97,7 @@ func TestHandlerProcess(t *testing.T) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(&printer{SpanRecorder: tracetest.NewSpanRecorder()}))
 	tel, err := shardqotel.New(shardqotel.Config{TracerProvider: tp})
 	require.NoError(t, err)
-	w, err := worker.New(cassandratest.SessionFor(t, ks), worker.Config{Queue: os.Getenv(handlerQueueEnv),
+	w, err := worker.New(cassandratest.Driver(cassandratest.SessionFor(t, ks)), worker.Config{Queue: os.Getenv(handlerQueueEnv),
 		MaxIdleInterval: 200 * time.Millisecond, Backoff: func(int) time.Duration { return 0 }, Observer: tel,
 		Handler: tel.Handler(worker.HandlerFunc(func(_ context.Context, task *consumer.Task) error {
 			if task.Attempt == 1 {
@@ -156,7 +156,7 @@ func TestTraceAcrossProcesses(t *testing.T) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	tel, err := shardqotel.New(shardqotel.Config{TracerProvider: tp})
 	require.NoError(t, err)
-	p, err := producer.New(cassandratest.SessionFor(t, ks), producer.Config{Middleware: tel.Middleware})
+	p, err := producer.New(cassandratest.Driver(cassandratest.SessionFor(t, ks)), producer.Config{Middleware: tel.Middleware})
 	require.NoError(t, err)
 	ctx, request := tp.Tracer("app").Start(context.Background(), "request")
 	id, err := p.ScheduleTask(ctx, producer.Task{Queue: q.Name, Payload: []byte("p"), Priority: 4})
@@ -218,13 +218,13 @@ func TestHandlerSpans(t *testing.T) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	tel, err := shardqotel.New(shardqotel.Config{TracerProvider: tp})
 	require.NoError(t, err)
-	p, err := producer.New(s, producer.Config{Middleware: tel.Middleware})
+	p, err := producer.New(cassandratest.Driver(s), producer.Config{Middleware: tel.Middleware})
 	require.NoError(t, err)
-	plain, err := producer.New(s, producer.Config{})
+	plain, err := producer.New(cassandratest.Driver(s), producer.Config{})
 	require.NoError(t, err)
 
 	done := make(chan uuid.UUID, 2)
-	w, err := worker.New(s, worker.Config{Queue: q.Name, MaxIdleInterval: 200 * time.Millisecond,
+	w, err := worker.New(cassandratest.Driver(s), worker.Config{Queue: q.Name, MaxIdleInterval: 200 * time.Millisecond,
 		Backoff: func(int) time.Duration { return 0 },
 		Handler: tel.Handler(worker.HandlerFunc(func(_ context.Context, task *consumer.Task) error {
 			if string(task.Payload) == "flaky" {
@@ -310,16 +310,16 @@ func TestMetrics(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	tel, err := shardqotel.New(shardqotel.Config{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))})
 	require.NoError(t, err)
-	p, err := producer.New(s, producer.Config{Middleware: tel.Middleware})
+	p, err := producer.New(cassandratest.Driver(s), producer.Config{Middleware: tel.Middleware})
 	require.NoError(t, err)
 	ctx := context.Background()
 
 	// A partition whose lock another holds is skipped, and taken once it is free.
 	held, err := p.ScheduleTask(ctx, producer.Task{Queue: q.Name, Payload: []byte("locked")})
 	require.NoError(t, err)
-	c, err := consumer.New(s, consumer.Config{Queue: q.Name, Observer: tel})
+	c, err := consumer.New(cassandratest.Driver(s), consumer.Config{Queue: q.Name, Observer: tel})
 	require.NoError(t, err)
-	locker, err := lock.New(s, lock.Config{})
+	locker, err := lock.New(cassandratest.Driver(s), lock.Config{})
 	require.NoError(t, err)
 	l := q.Layout()
 	lk, err := locker.Acquire(ctx, l.Key(l.Bucket(time.Now()), l.ShardFor(held)))
@@ -341,7 +341,7 @@ func TestMetrics(t *testing.T) {
 		{Queue: q.Name, Payload: []byte("doomed")}})
 	require.NoError(t, err)
 	dead := make(chan struct{})
-	w, err := worker.New(s, worker.Config{Queue: q.Name, MaxIdleInterval: 200 * time.Millisecond, MaxAttempts: 2,
+	w, err := worker.New(cassandratest.Driver(s), worker.Config{Queue: q.Name, MaxIdleInterval: 200 * time.Millisecond, MaxAttempts: 2,
 		Backoff: func(int) time.Duration { return 0 },
 		Observer: shardqtype.ObserverFunc(func(ctx context.Context, e shardqtype.Event) {
 			tel.Observe(ctx, e)

@@ -3,7 +3,7 @@
 // that do not use it do not link it.
 //
 //	obs, err := shardqprom.New(prometheus.DefaultRegisterer, shardqprom.Config{})
-//	w, err := worker.New(session, worker.Config{Queue: "emails", Handler: h, Observer: obs})
+//	w, err := worker.New(cassandratest.Driver(session), worker.Config{Queue: "emails", Handler: h, Observer: obs})
 package shardqprom
 
 import (

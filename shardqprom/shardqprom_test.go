@@ -27,7 +27,7 @@ func TestWorkerMetrics(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := cassandratest.SchemaSession(t)
-	_, err := shardq.CreateQueue(ctx, s, shardqtype.QueueConfig{Name: "mail", BucketCount: 60, BucketDuration: time.Second,
+	_, err := shardq.CreateQueue(ctx, cassandratest.Driver(s), shardqtype.QueueConfig{Name: "mail", BucketCount: 60, BucketDuration: time.Second,
 		ShardCount: 2, DefaultTimeout: 10 * time.Second})
 	require.NoError(t, err)
 	reg := prometheus.NewRegistry()
@@ -36,7 +36,7 @@ func TestWorkerMetrics(t *testing.T) {
 
 	done := make(chan struct{})
 	var handled int
-	w, err := worker.New(s, worker.Config{Queue: "mail", Observer: obs, Concurrency: 1, MaxIdleInterval: 200 * time.Millisecond,
+	w, err := worker.New(cassandratest.Driver(s), worker.Config{Queue: "mail", Observer: obs, Concurrency: 1, MaxIdleInterval: 200 * time.Millisecond,
 		Backoff: func(int) time.Duration { return 0 },
 		Handler: worker.HandlerFunc(func(_ context.Context, task *consumer.Task) error {
 			handled++
@@ -49,7 +49,7 @@ func TestWorkerMetrics(t *testing.T) {
 			return nil
 		})})
 	require.NoError(t, err)
-	p, err := producer.New(s, producer.Config{})
+	p, err := producer.New(cassandratest.Driver(s), producer.Config{})
 	require.NoError(t, err)
 	_, err = p.ScheduleTasks(ctx, []producer.Task{{Queue: "mail"}, {Queue: "mail"}, {Queue: "mail", Payload: []byte("flaky")}})
 	require.NoError(t, err)

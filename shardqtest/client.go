@@ -8,13 +8,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 
 	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/internal/driver"
 	"github.com/shardq/shardq/internal/memstore"
 	"github.com/shardq/shardq/internal/sessionstate"
 	"github.com/shardq/shardq/internal/wakeup"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 // Clock is the time of a client made by NewClient, which the test moves with Advance.
@@ -90,15 +91,16 @@ func (c *Clock) Advance(d time.Duration) {
 }
 
 // Client is a shardq.Client working on a store held in memory (NewClient), with the
-// clock it runs on and a session standing for the store.
+// clock it runs on and a driver standing for the store.
 type Client struct {
 	*shardq.Client
 	// Clock is the client's time, which the test moves.
 	Clock *Clock
-	// Session stands for the in-memory store: the library's other parts given it
+	// Driver stands for the in-memory store: the library's other parts given it
 	// (inspect.New, producer.New, shardq.PauseQueue and the rest) work on the same store.
-	// It sends no request anywhere, so shardq.ApplySchema, which needs none, fails on it.
-	Session *gocql.Session
+	// It has no session, so shardq.ApplySchema, which the store needs none of, fails on
+	// it.
+	Driver *shardqtype.Driver
 }
 
 // NewClient returns a client as shardq.NewClient does, working on a store held in
@@ -109,8 +111,8 @@ type Client struct {
 // are created when the client starts. cfg.Clock is replaced by Client.Clock, which the
 // store's expiries follow too. The client is stopped when the test ends.
 //
-// Use Session and a real node for tests of what only a cluster shows: several
-// processes, failures, timing.
+// Use a real node for tests of what only a cluster shows: several processes, failures,
+// timing.
 func NewClient(t testing.TB, cfg shardq.Config) *Client {
 	t.Helper()
 	clock := &Clock{now: time.Now(), queues: slices.Sorted(maps.Keys(cfg.Queues)), running: map[uuid.UUID]struct{}{}}
@@ -126,16 +128,15 @@ func NewClient(t testing.TB, cfg shardq.Config) *Client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A session of no cluster stands for the store: the library's constructors find the
-	// store bound to it, and never send it a request.
-	session := new(gocql.Session)
+	// A driver without a session stands for the store: the library's constructors find
+	// the store bound to it, and never send it a request.
+	d := driver.New(nil)
 	st := sessionstate.New(cluster.Client(memstore.ClientConfig{Clock: clock.Now}), clock, cfg.Logger)
-	unbind := sessionstate.Bind(session, st)
+	sessionstate.Bind(d, st)
 	clock.bus = st.Bus
 	cfg.Clock = clock
-	c, err := shardq.NewClient(session, cfg)
+	c, err := shardq.NewClient(d, cfg)
 	if err != nil {
-		unbind()
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -144,7 +145,6 @@ func NewClient(t testing.TB, cfg shardq.Config) *Client {
 		if err := c.Stop(ctx); err != nil {
 			t.Errorf("shardqtest: stopping the client: %v", err)
 		}
-		unbind()
 	})
-	return &Client{Client: c, Clock: clock, Session: session}
+	return &Client{Client: c, Clock: clock, Driver: d}
 }

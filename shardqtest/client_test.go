@@ -44,7 +44,7 @@ func TestNewClientRunsOnTheClockOfTheTest(t *testing.T) {
 
 	later, err := c.Insert(ctx, welcomeArgs{To: "later"}, &shardq.InsertOpts{DueAt: c.Clock.Now().Add(time.Hour)})
 	require.NoError(t, err)
-	in, err := inspect.New(c.Session, inspect.Config{})
+	in, err := inspect.New(c.Driver, inspect.Config{})
 	require.NoError(t, err)
 	info, err := in.Task(ctx, later.ID)
 	require.NoError(t, err)

@@ -11,6 +11,7 @@ import (
 	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/internal/cassandratest"
 	"github.com/shardq/shardq/producer"
+	"github.com/shardq/shardq/shardqgocql"
 	"github.com/shardq/shardq/shardqtest"
 	"github.com/shardq/shardq/shardqtype"
 	"github.com/shardq/shardq/worker"
@@ -45,15 +46,16 @@ func ExampleRequireScheduled() {
 	// In a test: session := shardqtest.Session(t).
 	session, done := cassandratest.ExampleSession()
 	defer done()
-	if err := shardq.ApplySchema(ctx, session); err != nil {
+	d := shardqgocql.New(session)
+	if err := shardq.ApplySchema(ctx, d); err != nil {
 		panic(err)
 	}
-	if _, err := shardq.CreateQueue(ctx, session, shardqtype.QueueConfig{Name: "emails"}); err != nil {
+	if _, err := shardq.CreateQueue(ctx, d, shardqtype.QueueConfig{Name: "emails"}); err != nil {
 		panic(err)
 	}
 
 	// The code under test: sign-up schedules a welcome email and a reminder in a day.
-	p, err := producer.New(session, producer.Config{})
+	p, err := producer.New(d, producer.Config{})
 	if err != nil {
 		panic(err)
 	}
@@ -67,10 +69,10 @@ func ExampleRequireScheduled() {
 	}
 
 	t := &testing.T{} // in a test, the test's own t
-	welcome := shardqtest.RequireScheduled(ctx, t, session, "emails", shardqtest.Match{Key: "welcome:42"})
+	welcome := shardqtest.RequireScheduled(ctx, t, d, "emails", shardqtest.Match{Key: "welcome:42"})
 	fmt.Printf("%s: %s\n", welcome.State, welcome.Payload)
 
-	tasks := shardqtest.RequireScheduledMany(ctx, t, session, "emails",
+	tasks := shardqtest.RequireScheduledMany(ctx, t, d, "emails",
 		shardqtest.Match{Payload: []byte("reminder"), DueAt: day},
 		shardqtest.Match{Where: func(i *shardqtype.TaskInfo) bool { return i.Priority == 0 }},
 	)

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 
 	"github.com/shardq/shardq"
@@ -94,9 +93,9 @@ func (m Match) String() string {
 // It reads the queue as a worker would find it: every partition of the queue, then each
 // task's state by its ID (inspect.Inspector.Task). That costs one read per partition
 // (BucketCount × ShardCount), so use small queues in tests where that matters.
-func RequireScheduled(ctx context.Context, t testing.TB, session *gocql.Session, queue string, m Match) *shardqtype.TaskInfo {
+func RequireScheduled(ctx context.Context, t testing.TB, d *shardqtype.Driver, queue string, m Match) *shardqtype.TaskInfo {
 	t.Helper()
-	tasks := readQueue(ctx, t, session, queue)
+	tasks := readQueue(ctx, t, d, queue)
 	var found []*shardqtype.TaskInfo
 	for _, task := range tasks {
 		if m.matches(task) {
@@ -120,9 +119,9 @@ func RequireScheduled(ctx context.Context, t testing.TB, session *gocql.Session,
 // nothing is scheduled. Tasks in flight or retrying are not counted. The failure names
 // the matches left without a task and the tasks left without a match, and lists every
 // task of the queue. It reads the queue as RequireScheduled does.
-func RequireScheduledMany(ctx context.Context, t testing.TB, session *gocql.Session, queue string, ms ...Match) []*shardqtype.TaskInfo {
+func RequireScheduledMany(ctx context.Context, t testing.TB, d *shardqtype.Driver, queue string, ms ...Match) []*shardqtype.TaskInfo {
 	t.Helper()
-	tasks := readQueue(ctx, t, session, queue)
+	tasks := readQueue(ctx, t, d, queue)
 	var scheduled []*shardqtype.TaskInfo
 	for _, task := range tasks {
 		if task.State == shardqtype.TaskScheduled {
@@ -214,28 +213,28 @@ const getsInFlight = 16
 // readQueue returns every task of queue with a row in its partitions (pending, in flight
 // or retrying), each once, ordered by due time, failing the test when the queue cannot be
 // read.
-func readQueue(ctx context.Context, t testing.TB, session *gocql.Session, queue string) []*shardqtype.TaskInfo {
+func readQueue(ctx context.Context, t testing.TB, d *shardqtype.Driver, queue string) []*shardqtype.TaskInfo {
 	t.Helper()
-	tasks, err := tasksOf(ctx, session, queue)
+	tasks, err := tasksOf(ctx, d, queue)
 	if err != nil {
 		t.Fatalf("shardqtest: reading the tasks of queue %q: %v", queue, err)
 	}
 	return tasks
 }
 
-func tasksOf(ctx context.Context, session *gocql.Session, queue string) ([]*shardqtype.TaskInfo, error) {
-	q, err := shardq.LoadQueue(ctx, session, queue)
+func tasksOf(ctx context.Context, d *shardqtype.Driver, queue string) ([]*shardqtype.TaskInfo, error) {
+	q, err := shardq.LoadQueue(ctx, d, queue)
 	if err != nil {
 		return nil, err
 	}
-	ids, err := taskscan.TaskIDs(ctx, session, q, inspect.DefaultPartitionsInFlight, taskscan.PageSize)
+	ids, err := taskscan.TaskIDs(ctx, d, q, inspect.DefaultPartitionsInFlight, taskscan.PageSize)
 	if err != nil {
 		return nil, err
 	}
 	// A task found in two rows (a move cut short) is one task.
 	slices.SortFunc(ids, func(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) })
 	ids = slices.Compact(ids)
-	in, err := inspect.New(session, inspect.Config{})
+	in, err := inspect.New(d, inspect.Config{})
 	if err != nil {
 		return nil, err
 	}

@@ -1,7 +1,7 @@
 // Package shardqtest helps test code that uses shardq: run a handler on a task built in
 // memory (NewTask, Work), assert what a queue holds (RequireScheduled,
 // RequireScheduledMany), and give each test a keyspace of its own on a real Cassandra
-// (Session).
+// (Driver).
 //
 // Handlers are plain functions of a task, so they are tested without a cluster. What a
 // producer scheduled is read back from Cassandra, not from a mock: a test then checks the
@@ -13,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gocql/gocql"
-
 	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/internal/cassandratest"
 	"github.com/shardq/shardq/internal/defaults"
@@ -23,9 +21,9 @@ import (
 	"github.com/shardq/shardq/worker"
 )
 
-// Session returns a session bound to a keyspace for this test alone, with shardq's schema
-// applied and no queue in it; the session is closed when the test ends. Call
-// shardq.CreateQueue on it as the code under test expects.
+// Driver returns a driver on a keyspace for this test alone, with shardq's schema applied
+// and no queue in it; its session (of github.com/gocql/gocql) is closed when the test
+// ends. Call shardq.CreateQueue on it as the code under test expects.
 //
 // The cluster is found once per test binary: the hosts in SHARDQ_CASSANDRA_HOSTS
 // (host or host:port, comma-separated), else a node answering on 127.0.0.1:9042, else a
@@ -33,10 +31,10 @@ import (
 // answers; otherwise the test fails, since tests that skip prove nothing. Keyspaces are
 // made with replication factor SHARDQ_CASSANDRA_RF (default 1). They are reused across
 // the tests of one binary, emptied in between, because making one costs ten schema
-// changes; tests that use Session may run in parallel.
-func Session(t testing.TB) *gocql.Session {
+// changes; tests that use Driver may run in parallel.
+func Driver(t testing.TB) *shardqtype.Driver {
 	t.Helper()
-	return cassandratest.SchemaSession(t)
+	return cassandratest.Driver(cassandratest.SchemaSession(t))
 }
 
 // NewTask returns a task of queue as a worker hands it to a handler on its first

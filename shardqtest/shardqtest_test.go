@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
@@ -111,7 +110,7 @@ func TestPanicsInTheHandlerAreNotHidden(t *testing.T) {
 }
 
 // newQueue makes a queue with a short ring, so reading all its partitions is quick.
-func newQueue(t *testing.T, s *gocql.Session, name string) {
+func newQueue(t *testing.T, s *shardqtype.Driver, name string) {
 	t.Helper()
 	_, err := shardq.CreateQueue(t.Context(), s, shardqtype.QueueConfig{Name: name, BucketCount: 12, ShardCount: 2})
 	require.NoError(t, err)
@@ -119,7 +118,7 @@ func newQueue(t *testing.T, s *gocql.Session, name string) {
 
 func TestAConsumerRefusesAnInMemoryTask(t *testing.T) {
 	t.Parallel()
-	s := shardqtest.Session(t)
+	s := shardqtest.Driver(t)
 	newQueue(t, s, "emails")
 	c, err := consumer.New(s, consumer.Config{Queue: "emails"})
 	require.NoError(t, err)
@@ -143,24 +142,22 @@ func TestAConsumerRefusesAnInMemoryTask(t *testing.T) {
 
 func TestSessionsAreTheTestsOwn(t *testing.T) {
 	t.Parallel()
-	a, b := shardqtest.Session(t), shardqtest.Session(t)
+	a, b := shardqtest.Driver(t), shardqtest.Driver(t)
 	require.NotEqual(t, keyspaceOf(t, a), keyspaceOf(t, b))
 	// Both hold shardq's schema and no queue.
-	for _, s := range []*gocql.Session{a, b} {
+	for _, s := range []*shardqtype.Driver{a, b} {
 		_, err := shardq.LoadQueue(t.Context(), s, "emails")
 		require.ErrorIs(t, err, shardqtype.ErrQueueNotFound)
 		newQueue(t, s, "emails")
 	}
 }
 
-// keyspaceOf returns the keyspace s is bound to: the one of a table read unqualified.
-func keyspaceOf(t *testing.T, s *gocql.Session) string {
+// keyspaceOf returns the keyspace s is bound to.
+func keyspaceOf(t *testing.T, s *shardqtype.Driver) string {
 	t.Helper()
-	iter := s.Query(`SELECT name FROM queues LIMIT 1`).Iter()
-	cols := iter.Columns()
-	require.NoError(t, iter.Close())
-	require.NotEmpty(t, cols)
-	return cols[0].Keyspace
+	ks := s.Session().Keyspace()
+	require.NotEmpty(t, ks)
+	return ks
 }
 
 func schedule(t *testing.T, p *producer.Producer, tasks ...producer.Task) []uuid.UUID {
@@ -172,7 +169,7 @@ func schedule(t *testing.T, p *producer.Producer, tasks ...producer.Task) []uuid
 
 func TestRequireScheduledFindsATask(t *testing.T) {
 	t.Parallel()
-	s := shardqtest.Session(t)
+	s := shardqtest.Driver(t)
 	newQueue(t, s, "emails")
 	p, err := producer.New(s, producer.Config{})
 	require.NoError(t, err)
@@ -206,7 +203,7 @@ func TestRequireScheduledFindsATask(t *testing.T) {
 // A match that fits every task must not take the one task a narrower match needs.
 func TestRequireScheduledManyPairsBroadAndNarrowMatches(t *testing.T) {
 	t.Parallel()
-	s := shardqtest.Session(t)
+	s := shardqtest.Driver(t)
 	newQueue(t, s, "emails")
 	p, err := producer.New(s, producer.Config{})
 	require.NoError(t, err)
@@ -255,7 +252,7 @@ func failure(t *testing.T, f func(testing.TB)) string {
 
 func TestRequireScheduledFailuresListTheQueue(t *testing.T) {
 	t.Parallel()
-	s := shardqtest.Session(t)
+	s := shardqtest.Driver(t)
 	newQueue(t, s, "emails")
 	p, err := producer.New(s, producer.Config{})
 	require.NoError(t, err)
@@ -303,7 +300,7 @@ func TestRequireScheduledFailuresListTheQueue(t *testing.T) {
 // A task a worker took is listed as in flight, not matched as scheduled.
 func TestRequireScheduledSeesTasksInFlight(t *testing.T) {
 	t.Parallel()
-	s := shardqtest.Session(t)
+	s := shardqtest.Driver(t)
 	newQueue(t, s, "emails")
 	p, err := producer.New(s, producer.Config{})
 	require.NoError(t, err)

@@ -38,9 +38,9 @@ func BenchmarkQueuePage(b *testing.B) {
 	}
 	ctx := context.Background()
 	s := cassandratest.SchemaSession(b)
-	q, err := shardq.CreateQueue(ctx, s, shardqtype.QueueConfig{Name: "big"})
+	q, err := shardq.CreateQueue(ctx, cassandratest.Driver(s), shardqtype.QueueConfig{Name: "big"})
 	require.NoError(b, err)
-	p, err := producer.New(s, producer.Config{})
+	p, err := producer.New(cassandratest.Driver(s), producer.Config{})
 	require.NoError(b, err)
 	const batch = 5000
 	start, span := time.Now().Add(2*time.Minute), q.Layout().Lap()-3*time.Minute
@@ -55,7 +55,7 @@ func BenchmarkQueuePage(b *testing.B) {
 	}))
 	b.ResetTimer()
 	for b.Loop() {
-		h, err := New(s, Config{})
+		h, err := New(cassandratest.Driver(s), Config{})
 		require.NoError(b, err)
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/queues/big", nil))

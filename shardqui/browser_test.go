@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/shardq/shardq"
+	"github.com/shardq/shardq/internal/cassandratest"
 	"github.com/shardq/shardq/producer"
 	"github.com/shardq/shardq/series"
 	"github.com/shardq/shardq/shardqtype"
@@ -154,11 +155,11 @@ func TestBrowserPagesAndLiveRefresh(t *testing.T) {
 	f.deadLetter("doomed")
 	f.spread(3000)
 	keyed := f.schedule(producer.Task{Payload: []byte("hello"), DueAt: time.Now().Add(5 * time.Minute), Key: "welcome:alice"})
-	sc, err := series.New(f.s, series.Config{})
+	sc, err := series.New(cassandratest.Driver(f.s), series.Config{})
 	require.NoError(t, err)
 	_, err = sc.Create(context.Background(), series.Series{Queue: f.q.Name, Name: "nightly", Cron: "30 2 * * *", Payload: []byte("r")})
 	require.NoError(t, err)
-	_, err = shardq.CreateQueue(context.Background(), f.s, shardqtype.QueueConfig{Name: "reports"})
+	_, err = shardq.CreateQueue(context.Background(), cassandratest.Driver(f.s), shardqtype.QueueConfig{Name: "reports"})
 	require.NoError(t, err)
 
 	do(t, ctx, chromedp.Navigate(f.base+"/"))

@@ -43,16 +43,16 @@ func newFixture(t *testing.T, cfg Config) *fixture {
 	t.Helper()
 	s := cassandratest.SchemaSession(t)
 	ctx := context.Background()
-	q, err := shardq.CreateQueue(ctx, s, shardqtype.QueueConfig{Name: "emails", ShardCount: 4, BucketCount: 60, BucketDuration: 10 * time.Second})
+	q, err := shardq.CreateQueue(ctx, cassandratest.Driver(s), shardqtype.QueueConfig{Name: "emails", ShardCount: 4, BucketCount: 60, BucketDuration: 10 * time.Second})
 	require.NoError(t, err)
-	p, err := producer.New(s, producer.Config{})
+	p, err := producer.New(cassandratest.Driver(s), producer.Config{})
 	require.NoError(t, err)
-	in, err := inspect.New(s, inspect.Config{})
+	in, err := inspect.New(cassandratest.Driver(s), inspect.Config{})
 	require.NoError(t, err)
 	if cfg.RefreshInterval == 0 {
 		cfg.RefreshInterval = MinRefreshInterval // pages see a change within a second
 	}
-	h, err := New(s, cfg)
+	h, err := New(cassandratest.Driver(s), cfg)
 	require.NoError(t, err)
 	t.Cleanup(h.Close)
 	mux := http.NewServeMux()
@@ -75,7 +75,7 @@ func (f *fixture) deadLetter(payload string) uuid.UUID {
 	f.t.Helper()
 	ctx := context.Background()
 	id := f.schedule(producer.Task{Payload: []byte(payload)})
-	c, err := consumer.New(f.s, consumer.Config{Queue: f.q.Name})
+	c, err := consumer.New(cassandratest.Driver(f.s), consumer.Config{Queue: f.q.Name})
 	require.NoError(f.t, err)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -141,7 +141,7 @@ func TestPages(t *testing.T) {
 	due := time.Now().Add(5 * time.Minute) // its bucket is judged by this, not by a later now
 	soon := f.schedule(producer.Task{Payload: []byte(`{"to":"alice"}`), DueAt: due, Key: "welcome:alice"})
 	now := f.schedule(producer.Task{Payload: []byte(`{"to":"bob"}`)})
-	sc, err := series.New(f.s, series.Config{})
+	sc, err := series.New(cassandratest.Driver(f.s), series.Config{})
 	require.NoError(t, err)
 	_, err = sc.Create(ctx, series.Series{Queue: f.q.Name, Name: "nightly", Cron: "30 2 * * *", Payload: []byte("report")})
 	require.NoError(t, err)
@@ -270,7 +270,7 @@ func TestPauseAndResumeQueue(t *testing.T) {
 	require.Contains(t, page, `action="/queues/emails/resume"`)
 	_, page = c.get(f.base + "/")
 	require.Contains(t, page, `<span class="paused">paused</span>`)
-	ro, err := New(f.s, Config{ReadOnly: true, RefreshInterval: MinRefreshInterval})
+	ro, err := New(cassandratest.Driver(f.s), Config{ReadOnly: true, RefreshInterval: MinRefreshInterval})
 	require.NoError(t, err)
 	defer ro.Close()
 	rec := httptest.NewRecorder()
@@ -391,7 +391,7 @@ func TestNewValidates(t *testing.T) {
 		"Config.PeekSize":        {PeekSize: inspect.MaxPeek + 1},
 		"Config.DeadLetterPage":  {DeadLetterPage: -1},
 	} {
-		_, err := New(s, cfg)
+		_, err := New(cassandratest.Driver(s), cfg)
 		var ve *shardqtype.ValidationError
 		require.ErrorAs(t, err, &ve, field)
 		require.Equal(t, field, ve.Field)

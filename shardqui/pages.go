@@ -455,7 +455,7 @@ func (h *Handler) queueAction(pause bool) func(http.ResponseWriter, *http.Reques
 		if pause {
 			do, msg = shardq.PauseQueue, "queue-paused"
 		}
-		if err := do(r.Context(), h.session, queue); err != nil {
+		if err := do(r.Context(), h.driver, queue); err != nil {
 			h.failed(w, r, err)
 			return
 		}

@@ -37,8 +37,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gocql/gocql"
-
 	"github.com/shardq/shardq/inspect"
 	"github.com/shardq/shardq/internal/defaults"
 	"github.com/shardq/shardq/internal/sessionstate"
@@ -89,15 +87,15 @@ type Config struct {
 // Handler serves the dashboard. It is safe for concurrent use; Close stops its refresh
 // loops.
 type Handler struct {
-	cfg     Config
-	session *gocql.Session
-	in      *inspect.Inspector
-	prod    *producer.Producer
-	series  *series.Client
-	watch   *watcher
-	csrf    csrf
-	pages   map[string]*template.Template
-	mux     http.Handler
+	cfg    Config
+	driver *shardqtype.Driver
+	in     *inspect.Inspector
+	prod   *producer.Producer
+	series *series.Client
+	watch  *watcher
+	csrf   csrf
+	pages  map[string]*template.Template
+	mux    http.Handler
 }
 
 //go:embed templates static
@@ -105,9 +103,9 @@ var assets embed.FS
 
 // New returns a Handler reading and acting through session, whose keyspace holds
 // shardq's tables.
-func New(session *gocql.Session, cfg Config) (*Handler, error) {
-	if session == nil {
-		return nil, defaults.Invalid("session", "is nil")
+func New(d *shardqtype.Driver, cfg Config) (*Handler, error) {
+	if d == nil {
+		return nil, defaults.Invalid("driver", "is nil")
 	}
 	if cfg.Prefix != "" && (!strings.HasPrefix(cfg.Prefix, "/") || strings.HasSuffix(cfg.Prefix, "/")) {
 		return nil, defaults.Invalid("Config.Prefix", "%q: give a path that starts with / and does not end with one, such as /shardq", cfg.Prefix)
@@ -134,17 +132,17 @@ func New(session *gocql.Session, cfg Config) (*Handler, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Clock == nil {
-		cfg.Clock = sessionstate.For(session, cfg.Logger).Cluster
+		cfg.Clock = sessionstate.For(d, cfg.Logger).Cluster
 	}
-	in, err := inspect.New(session, inspect.Config{Clock: cfg.Clock})
+	in, err := inspect.New(d, inspect.Config{Clock: cfg.Clock})
 	if err != nil {
 		return nil, err
 	}
-	prod, err := producer.New(session, producer.Config{Clock: cfg.Clock, Logger: cfg.Logger})
+	prod, err := producer.New(d, producer.Config{Clock: cfg.Clock, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}
-	sc, err := series.New(session, series.Config{Clock: cfg.Clock, Logger: cfg.Logger})
+	sc, err := series.New(d, series.Config{Clock: cfg.Clock, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}
@@ -156,7 +154,7 @@ func New(session *gocql.Session, cfg Config) (*Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := &Handler{cfg: cfg, session: session, in: in, prod: prod, series: sc, pages: pages,
+	h := &Handler{cfg: cfg, driver: d, in: in, prod: prod, series: sc, pages: pages,
 		watch: newWatcher(in, cfg.RefreshInterval, cfg.Logger),
 		csrf:  csrf{secret: secret, path: cfg.Prefix + "/"}}
 	h.mux = h.routes()

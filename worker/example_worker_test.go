@@ -9,6 +9,7 @@ import (
 	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/internal/cassandratest"
 	"github.com/shardq/shardq/producer"
+	"github.com/shardq/shardq/shardqgocql"
 	"github.com/shardq/shardq/shardqtype"
 	"github.com/shardq/shardq/worker"
 )
@@ -18,15 +19,16 @@ func Example() {
 	ctx := context.Background()
 	session, done := cassandratest.ExampleSession() // any session bound to a keyspace
 	defer done()
-	if err := shardq.ApplySchema(ctx, session); err != nil {
+	d := shardqgocql.New(session)
+	if err := shardq.ApplySchema(ctx, d); err != nil {
 		panic(err)
 	}
-	if _, err := shardq.CreateQueue(ctx, session, shardqtype.QueueConfig{Name: "thumbnails"}); err != nil {
+	if _, err := shardq.CreateQueue(ctx, d, shardqtype.QueueConfig{Name: "thumbnails"}); err != nil {
 		panic(err)
 	}
 
 	handled := make(chan string)
-	w, err := worker.New(session, worker.Config{
+	w, err := worker.New(d, worker.Config{
 		Queue:       "thumbnails",
 		Concurrency: 4,
 		Handler: worker.HandlerFunc(func(ctx context.Context, t *consumer.Task) error {
@@ -41,7 +43,7 @@ func Example() {
 		panic(err)
 	}
 
-	p, err := producer.New(session, producer.Config{})
+	p, err := producer.New(d, producer.Config{})
 	if err != nil {
 		panic(err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/inspect"
+	"github.com/shardq/shardq/internal/cassandratest"
 	"github.com/shardq/shardq/producer"
 	"github.com/shardq/shardq/shardqtype"
 	"github.com/shardq/shardq/worker"
@@ -31,7 +32,7 @@ func TestHeadersKept(t *testing.T) {
 	bare, err := e.p.ScheduleTask(ctx, producer.Task{Queue: e.q.Name, Payload: []byte("bare"), DueAt: time.Now().Add(time.Hour)})
 	require.NoError(t, err)
 
-	in, err := inspect.New(e.s, inspect.Config{})
+	in, err := inspect.New(cassandratest.Driver(e.s), inspect.Config{})
 	require.NoError(t, err)
 	info, err := in.Task(ctx, id)
 	require.NoError(t, err)

@@ -44,7 +44,7 @@ func TestLayoutWorkerProcess(t *testing.T) {
 	}
 	var out printer
 	clock := testclock.NewShifted(0) // the processes of TestChangeLayoutUnderLoad move it together
-	w, err := worker.New(cassandratest.SessionFor(t, ks), worker.Config{Queue: os.Getenv(layoutQueueEnv), Clock: clock,
+	w, err := worker.New(cassandratest.Driver(cassandratest.SessionFor(t, ks)), worker.Config{Queue: os.Getenv(layoutQueueEnv), Clock: clock,
 		MaxIdleInterval: 2 * time.Second, Concurrency: 64,
 		Handler: worker.HandlerFunc(func(_ context.Context, task *consumer.Task) error {
 			out.println("ran", task.ID, task.Attempt, task.Deadline.Add(-task.Timeout).UnixNano(), task.DueAt.UnixNano())
@@ -82,7 +82,7 @@ func TestChangeLayoutUnderLoad(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 8, BucketCount: 60, BucketDuration: 10 * time.Second})
 	clock := testclock.NewShifted(0)
-	p, err := producer.New(e.s, producer.Config{Clock: clock})
+	p, err := producer.New(cassandratest.Driver(e.s), producer.Config{Clock: clock})
 	require.NoError(t, err)
 	kids := spawn(t, "TestLayoutWorkerProcess", 2, layoutKeyspaceEnv+"="+e.ks, layoutQueueEnv+"="+e.q.Name)
 	ctx := context.Background()
@@ -171,7 +171,7 @@ func TestChangeLayoutUnderLoad(t *testing.T) {
 	}()
 
 	runs := map[uuid.UUID][]run{}
-	in, err := inspect.New(e.s, inspect.Config{})
+	in, err := inspect.New(cassandratest.Driver(e.s), inspect.Config{})
 	require.NoError(t, err)
 	// missing says which tasks due before at have not run, and where a few of them are.
 	missing := func(before time.Time) string {
@@ -216,12 +216,12 @@ func TestChangeLayoutUnderLoad(t *testing.T) {
 		}
 	}
 	change := func(cfg shardqtype.LayoutConfig) shardqtype.LayoutChange {
-		ch, err := shardq.ChangeLayout(ctx, e.s, e.q.Name, cfg)
+		ch, err := shardq.ChangeLayout(ctx, cassandratest.Driver(e.s), e.q.Name, cfg)
 		// A change that timed out on a busy node and read back as not stored is asked
 		// again, as an operator would; one of unknown outcome is not.
 		for tries := 1; tries < 5 && gocqlv1.TimedOut(err) && !errors.Is(err, consumer.ErrOutcomeUnknown); tries++ {
 			t.Logf("changing the layout again after: %v", err)
-			ch, err = shardq.ChangeLayout(ctx, e.s, e.q.Name, cfg)
+			ch, err = shardq.ChangeLayout(ctx, cassandratest.Driver(e.s), e.q.Name, cfg)
 		}
 		require.NoError(t, err)
 		t.Logf("layout %d (%+v) from %v", ch.Generation, cfg, ch.From.Sub(start))
@@ -287,7 +287,7 @@ func TestChangeLayoutUnderLoad(t *testing.T) {
 	}
 	require.Zero(t, early)
 	require.Zero(t, lateFar)
-	layouts, err := shardq.QueueLayouts(ctx, e.s, e.q.Name)
+	layouts, err := shardq.QueueLayouts(ctx, cassandratest.Driver(e.s), e.q.Name)
 	require.NoError(t, err)
 	require.Len(t, layouts, 3)
 	require.Equal(t, ch.From, layouts[2].From)

@@ -23,7 +23,7 @@ import (
 // scheduleAt schedules n tasks due at clock's time, so a worker on that clock finds them due.
 func (e *env) scheduleAt(clock shardqtype.Clock, n int) {
 	e.t.Helper()
-	p, err := producer.New(e.s, producer.Config{Clock: clock})
+	p, err := producer.New(cassandratest.Driver(e.s), producer.Config{Clock: clock})
 	require.NoError(e.t, err)
 	tasks := make([]producer.Task, n)
 	for i := range tasks {
@@ -155,7 +155,7 @@ func TestFailedExtensionBacksOff(t *testing.T) {
 	s := cassandratest.SessionFor(t, e.ks)
 	logs := &logRecorder{}
 	started, ended := make(chan struct{}), make(chan struct{})
-	w, err := worker.New(s, worker.Config{Queue: e.q.Name, Concurrency: 1, ExtendLeases: true, Logger: slog.New(logs),
+	w, err := worker.New(cassandratest.Driver(s), worker.Config{Queue: e.q.Name, Concurrency: 1, ExtendLeases: true, Logger: slog.New(logs),
 		Handler: worker.HandlerFunc(func(ctx context.Context, _ *consumer.Task) error {
 			close(started)
 			<-ctx.Done()

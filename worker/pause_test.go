@@ -35,7 +35,7 @@ func TestPauseWorkerProcess(t *testing.T) {
 		return
 	}
 	var mu sync.Mutex
-	w, err := worker.New(cassandratest.SessionFor(t, ks), worker.Config{Queue: os.Getenv(pauseQueueEnv),
+	w, err := worker.New(cassandratest.Driver(cassandratest.SessionFor(t, ks)), worker.Config{Queue: os.Getenv(pauseQueueEnv),
 		Handler: worker.HandlerFunc(func(_ context.Context, task *consumer.Task) error {
 			time.Sleep(20 * time.Millisecond) // in flight while the pause begins
 			mu.Lock()
@@ -139,7 +139,7 @@ func TestPauseUnderLoad(t *testing.T) {
 	collect(func() bool { return len(runs) >= 500 }, 60*time.Second, "500 tasks did not run under load in 60s")
 
 	ctx := context.Background()
-	require.NoError(t, shardq.PauseQueue(ctx, e.s, e.q.Name))
+	require.NoError(t, shardq.PauseQueue(ctx, cassandratest.Driver(e.s), e.q.Name))
 	paused := time.Now()
 	// From here, a lease can only come from a fetch that read the queue as running: one
 	// that began within SettingsRefresh of the pause (a second more for it to end).
@@ -160,7 +160,7 @@ func TestPauseUnderLoad(t *testing.T) {
 	}
 	collect(func() bool { return !time.Now().Before(resumeAt) && dueWhilePaused() >= 400 }, time.Minute,
 		"400 tasks did not come due while paused within a minute")
-	require.NoError(t, shardq.ResumeQueue(ctx, e.s, e.q.Name))
+	require.NoError(t, shardq.ResumeQueue(ctx, cassandratest.Driver(e.s), e.q.Name))
 	resumed := time.Now()
 	close(stopProducing)
 	<-produced

@@ -36,7 +36,7 @@ func TestIdleWorkerProcess(t *testing.T) {
 		return
 	}
 	out := make(chan string, 16)
-	w, err := worker.New(cassandratest.SessionFor(t, ks), worker.Config{Queue: os.Getenv(idleQueueEnv),
+	w, err := worker.New(cassandratest.Driver(cassandratest.SessionFor(t, ks)), worker.Config{Queue: os.Getenv(idleQueueEnv),
 		MaxIdleInterval: time.Minute,
 		Handler: worker.HandlerFunc(func(_ context.Context, task *consumer.Task) error {
 			out <- fmt.Sprint("started ", time.Since(task.DueAt).Microseconds())

@@ -9,8 +9,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/gocql/gocql"
-
 	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/internal/workerloop"
 	"github.com/shardq/shardq/shardqtype"
@@ -133,8 +131,8 @@ type Worker struct {
 }
 
 // New returns a Worker for cfg.Queue, reading and writing through session.
-func New(session *gocql.Session, cfg Config) (*Worker, error) {
-	w, err := workerloop.New(session, workerloop.Config{Queue: cfg.Queue, Handler: cfg.Handler,
+func New(d *shardqtype.Driver, cfg Config) (*Worker, error) {
+	w, err := workerloop.New(d, workerloop.Config{Queue: cfg.Queue, Handler: cfg.Handler,
 		Concurrency: cfg.Concurrency, Prefetch: cfg.Prefetch, MaxIdleInterval: cfg.MaxIdleInterval,
 		BatchDelay: cfg.BatchDelay, MaxAttempts: cfg.MaxAttempts, Backoff: cfg.Backoff,
 		ExtendLeases: cfg.ExtendLeases, AckInterval: cfg.AckInterval, SignalInterval: cfg.SignalInterval,

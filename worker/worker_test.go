@@ -45,9 +45,9 @@ func newEnv(t *testing.T, q shardqtype.QueueConfig) *env {
 	if q.DefaultTimeout == 0 {
 		q.DefaultTimeout = 10 * time.Second
 	}
-	q, err := shardq.CreateQueue(context.Background(), s, q)
+	q, err := shardq.CreateQueue(context.Background(), cassandratest.Driver(s), q)
 	require.NoError(t, err)
-	p, err := producer.New(s, producer.Config{})
+	p, err := producer.New(cassandratest.Driver(s), producer.Config{})
 	require.NoError(t, err)
 	return &env{t: t, ks: ks, s: s, q: q, p: p}
 }
@@ -73,7 +73,7 @@ func (e *env) worker(cfg worker.Config) *worker.Worker {
 	if cfg.MaxIdleInterval == 0 {
 		cfg.MaxIdleInterval = 200 * time.Millisecond
 	}
-	w, err := worker.New(e.s, cfg)
+	w, err := worker.New(cassandratest.Driver(e.s), cfg)
 	require.NoError(e.t, err)
 	return w
 }
@@ -229,7 +229,7 @@ func TestDeadLetter(t *testing.T) {
 	require.Equal(t, run{1, 1}, <-runs)
 	require.Equal(t, run{2, 2}, <-runs)
 
-	in, err := inspect.New(e.s, inspect.Config{})
+	in, err := inspect.New(cassandratest.Driver(e.s), inspect.Config{})
 	require.NoError(t, err)
 	letters, err := in.DeadLetters(ctx, e.q.Name, inspect.DeadLetterQuery{})
 	require.NoError(t, err)
@@ -345,7 +345,7 @@ func TestGracefulStop(t *testing.T) {
 	require.Positive(t, st.Released, "prefetched tasks were given back (%d ran out while they waited)", st.Expired)
 
 	// Everything not acked comes back: the abandoned after their timeout.
-	c, err := consumer.New(e.s, consumer.Config{Queue: e.q.Name})
+	c, err := consumer.New(cassandratest.Driver(e.s), consumer.Config{Queue: e.q.Name})
 	require.NoError(t, err)
 	var back []*consumer.Task
 	require.Eventually(t, func() bool {
@@ -407,7 +407,7 @@ func TestRunUntilExitsBeforeDeadline(t *testing.T) {
 		unconfirmed += int(st.Succeeded - st.Acked)
 		// By task, not row: a take the deadline cut between its markers and its swap
 		// leaves markers beside the rows (copies, delivered again at their deadline).
-		ids, scanErr := taskscan.TaskIDs(context.Background(), e.s, e.q, 8, 1000)
+		ids, scanErr := taskscan.TaskIDs(context.Background(), cassandratest.Driver(e.s), e.q, 8, 1000)
 		require.NoError(t, scanErr)
 		left := len(distinct(ids))
 		require.LessOrEqual(t, left, tasks-acked, "acked tasks are gone")
@@ -438,7 +438,7 @@ func TestIdleWorkerMakesNoBurst(t *testing.T) {
 			}
 		})
 	})
-	w, err := worker.New(s, worker.Config{Queue: e.q.Name, MaxIdleInterval: time.Second,
+	w, err := worker.New(cassandratest.Driver(s), worker.Config{Queue: e.q.Name, MaxIdleInterval: time.Second,
 		Handler: worker.HandlerFunc(func(context.Context, *consumer.Task) error { return nil })})
 	require.NoError(t, err)
 	require.NoError(t, w.Start(context.Background()))
@@ -577,7 +577,7 @@ func TestBadConfig(t *testing.T) {
 		"Config.AckInterval":     {Queue: e.q.Name, Handler: h, AckInterval: -time.Second},
 		"Config.Queue":           {Queue: "Not Valid", Handler: h},
 	} {
-		_, err := worker.New(e.s, cfg)
+		_, err := worker.New(cassandratest.Driver(e.s), cfg)
 		require.ErrorIs(t, err, shardqtype.ErrInvalid, field)
 		require.ErrorContains(t, err, field)
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/shardq/shardq/internal/cqlcluster"
 	"github.com/shardq/shardq/internal/taskscan"
 	"github.com/shardq/shardq/producer"
+	"github.com/shardq/shardq/shardqgocql"
 	"github.com/shardq/shardq/shardqtype"
 )
 
@@ -70,11 +71,12 @@ func run(ctx context.Context, cfg config) error {
 	if cfg.tasks < 1 || cfg.consumers < 1 || cfg.batch < 1 || cfg.spread < 0 || cfg.lead < 0 {
 		return errors.New("-tasks, -consumers and -batch must be positive, -spread and -lead not negative")
 	}
-	s, err := connect(ctx, cfg.hosts, cfg.keyspace)
+	session, err := connect(ctx, cfg.hosts, cfg.keyspace)
 	if err != nil {
 		return err
 	}
-	defer s.Close()
+	defer session.Close()
+	s := shardqgocql.New(session)
 	q, err := shardq.CreateQueue(ctx, s, shardqtype.QueueConfig{Name: "demo", BucketCount: 60,
 		BucketDuration: time.Second, ShardCount: 8, DefaultTimeout: 30 * time.Second})
 	if err != nil {
@@ -121,7 +123,7 @@ func connect(ctx context.Context, hosts []string, keyspace string) (*gocql.Sessi
 	if err != nil {
 		return nil, err
 	}
-	if err := shardq.ApplySchema(ctx, s); err != nil {
+	if err := shardq.ApplySchema(ctx, shardqgocql.New(s)); err != nil {
 		s.Close()
 		return nil, err
 	}
@@ -138,7 +140,7 @@ type scheduled struct {
 // schedule writes cfg.tasks tasks with random priorities, due uniformly over cfg.spread
 // from cfg.lead after it begins. With -spread 0 every task is due at once and the drain
 // rate is the queue's capacity.
-func schedule(ctx context.Context, s *gocql.Session, queue string, cfg config) (scheduled, error) {
+func schedule(ctx context.Context, s *shardq.Driver, queue string, cfg config) (scheduled, error) {
 	p, err := producer.New(s, producer.Config{})
 	if err != nil {
 		return scheduled{}, err
@@ -232,7 +234,7 @@ func (d *drain) record(delivered time.Time, got []*consumer.Task) {
 
 // wait returns once every task was delivered and the queue settled, a consumer failed or
 // timeout passed, with the consumers stopped.
-func (d *drain) wait(ctx context.Context, s *gocql.Session, q shardqtype.QueueConfig, timeout time.Duration) error {
+func (d *drain) wait(ctx context.Context, s *shardq.Driver, q shardqtype.QueueConfig, timeout time.Duration) error {
 	defer d.stop()
 	select {
 	case <-d.complete:
@@ -268,7 +270,7 @@ const settleGrace = consumer.DefaultMaxClockSkew + time.Second
 // deliveries' leases, which deadline allows for. Without a defect the table is empty at
 // once, so the lease timeout (30 s) need not be waited out, nor shortened below the
 // drain.
-func settle(ctx context.Context, s *gocql.Session, q shardqtype.QueueConfig, deadline time.Time) ([]uuid.UUID, error) {
+func settle(ctx context.Context, s *shardq.Driver, q shardqtype.QueueConfig, deadline time.Time) ([]uuid.UUID, error) {
 	for {
 		left, err := taskscan.TaskIDs(ctx, s, q, 8, taskscan.PageSize)
 		if err != nil {

@@ -67,15 +67,15 @@ func TestDrainCountsRedelivery(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := cassandratest.SchemaSession(t)
-	q, err := shardq.CreateQueue(ctx, s, shardqtype.QueueConfig{Name: "demo", BucketCount: 60,
+	q, err := shardq.CreateQueue(ctx, cassandratest.Driver(s), shardqtype.QueueConfig{Name: "demo", BucketCount: 60,
 		BucketDuration: time.Second, ShardCount: 2, DefaultTimeout: 30 * time.Second})
 	require.NoError(t, err)
-	p, err := producer.New(s, producer.Config{})
+	p, err := producer.New(cassandratest.Driver(s), producer.Config{})
 	require.NoError(t, err)
 	// Taken first (highest priority) by a consumer that never acks it; its lease is short.
 	unacked, err := p.ScheduleTask(ctx, producer.Task{Queue: q.Name, Payload: []byte("x"), Priority: 9, Timeout: 2 * time.Second})
 	require.NoError(t, err)
-	c, err := consumer.New(s, consumer.Config{Queue: q.Name})
+	c, err := consumer.New(cassandratest.Driver(s), consumer.Config{Queue: q.Name})
 	require.NoError(t, err)
 	taken, err := c.AcquireTasks(ctx, 1)
 	require.NoError(t, err)
@@ -91,7 +91,7 @@ func TestDrainCountsRedelivery(t *testing.T) {
 	cfg := config{tasks: len(ids), consumers: 2, batch: 10}
 	d := startDrain(ctx, c, cfg)
 	d.record(time.Now(), taken) // its first delivery, whose ack is lost
-	require.NoError(t, d.wait(ctx, s, q, time.Minute))
+	require.NoError(t, d.wait(ctx, cassandratest.Driver(s), q, time.Minute))
 	lost, dups := d.tally.outcome(ids, d.left)
 	require.Zero(t, lost)
 	require.Equal(t, 1, dups, "the unacked task came back once its lease ended")

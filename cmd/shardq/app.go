@@ -20,10 +20,12 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/inspect"
 	"github.com/shardq/shardq/internal/cqlcluster"
 	"github.com/shardq/shardq/internal/driver/gocqlv1"
 	"github.com/shardq/shardq/shard"
+	"github.com/shardq/shardq/shardqgocql"
 	"github.com/shardq/shardq/shardqtype"
 )
 
@@ -354,7 +356,7 @@ func (a *app) command(fn func(ctx context.Context, cmd *cobra.Command, args []st
 
 // withInspector runs fn with an inspector of a new session.
 func (a *app) withInspector(ctx context.Context, fn func(*inspect.Inspector) error) error {
-	return a.withSession(ctx, func(s *gocql.Session) error {
+	return a.withSession(ctx, func(s *shardq.Driver) error {
 		in, err := inspect.New(s, inspect.Config{})
 		if err != nil {
 			return err
@@ -363,14 +365,14 @@ func (a *app) withInspector(ctx context.Context, fn func(*inspect.Inspector) err
 	})
 }
 
-// withSession connects, runs fn, and closes the session.
-func (a *app) withSession(ctx context.Context, fn func(*gocql.Session) error) error {
+// withSession connects, runs fn on the session's driver, and closes the session.
+func (a *app) withSession(ctx context.Context, fn func(*shardq.Driver) error) error {
 	s, err := a.session(ctx)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
-	return fn(s)
+	return fn(shardqgocql.New(s))
 }
 
 // args checks the positional arguments of a command that takes exactly those named.

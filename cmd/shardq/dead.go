@@ -7,10 +7,10 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 
+	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/inspect"
 	"github.com/shardq/shardq/producer"
 	"github.com/shardq/shardq/shardqtype"
@@ -152,7 +152,7 @@ func (a *app) deadActCmd(verb, short, done, doing string,
 				return usagef("--yes confirms --all; one letter needs no confirmation")
 			}
 			if every {
-				return a.withSession(ctx, func(s *gocql.Session) error {
+				return a.withSession(ctx, func(s *shardq.Driver) error {
 					return a.deadAll(ctx, s, queue, verb, done, doing, yes, all)
 				})
 			}
@@ -190,7 +190,7 @@ func (a *app) deadActCmd(verb, short, done, doing string,
 
 // deadAll counts the letters, asks for confirmation unless yes, and acts on them all
 // with a progress bar.
-func (a *app) deadAll(ctx context.Context, s *gocql.Session, queue, verb, done, doing string, yes bool,
+func (a *app) deadAll(ctx context.Context, s *shardq.Driver, queue, verb, done, doing string, yes bool,
 	all func(*producer.Producer, context.Context, string, producer.BulkOptions) (int, error)) error {
 	total, err := countDead(ctx, s, queue)
 	if err != nil {
@@ -235,7 +235,7 @@ func letters(n int) string {
 }
 
 // countDead counts a queue's dead letters, reading their IDs only.
-func countDead(ctx context.Context, s *gocql.Session, queue string) (int, error) {
+func countDead(ctx context.Context, s *shardq.Driver, queue string) (int, error) {
 	in, err := inspect.New(s, inspect.Config{})
 	if err != nil {
 		return 0, err

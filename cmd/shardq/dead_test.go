@@ -21,7 +21,7 @@ func deadLetters(t *testing.T, c *cli, ks, queue string, n int) {
 	for i := range n {
 		c.ok("schedule", queue, "--payload", fmt.Sprintf("task %d", i))
 	}
-	cons, err := consumer.New(cassandratest.SessionFor(t, ks), consumer.Config{Queue: queue})
+	cons, err := consumer.New(cassandratest.Driver(cassandratest.SessionFor(t, ks)), consumer.Config{Queue: queue})
 	require.NoError(t, err)
 	ctx := context.Background()
 	dead := 0

@@ -315,7 +315,7 @@ func TestScheduleStatsPeek(t *testing.T) {
 	// A consumer leases one of them (shards are visited in a rotating order, so either):
 	// one due, one in flight.
 	s2 := cassandratest.SessionFor(t, ks)
-	cons, err := consumer.New(s2, consumer.Config{Queue: "q"})
+	cons, err := consumer.New(cassandratest.Driver(s2), consumer.Config{Queue: "q"})
 	require.NoError(t, err)
 	got, err := cons.AcquireTasks(context.Background(), 1)
 	require.NoError(t, err)

@@ -7,7 +7,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/gocql/gocql"
 	"github.com/spf13/cobra"
 
 	"github.com/shardq/shardq"
@@ -48,7 +47,7 @@ value.`,
 			if err := queueArg(args[0]); err != nil {
 				return err
 			}
-			return a.withSession(ctx, func(s *gocql.Session) error {
+			return a.withSession(ctx, func(s *shardq.Driver) error {
 				ch, err := shardq.ChangeLayout(ctx, s, args[0], cfg)
 				if errors.Is(err, shardqtype.ErrInvalid) {
 					return &usageError{err}
@@ -99,7 +98,7 @@ shorter than the lap less one bucket.`,
 			if err := cfg.Validate(); err != nil {
 				return &usageError{err}
 			}
-			return a.withSession(ctx, func(s *gocql.Session) error {
+			return a.withSession(ctx, func(s *shardq.Driver) error {
 				_, err := shardq.LoadQueue(ctx, s, cfg.Name)
 				existed := err == nil
 				if err != nil && !errors.Is(err, shardqtype.ErrQueueNotFound) {
@@ -238,7 +237,7 @@ func (a *app) showQueue(q inspect.QueueInfo) error {
 
 // queuePauseCmd is 'queue pause' or 'queue resume': it calls set, and says the change
 // takes effect within.
-func (a *app) queuePauseCmd(verb string, set func(context.Context, *gocql.Session, string) error, within time.Duration, done string) *cobra.Command {
+func (a *app) queuePauseCmd(verb string, set func(context.Context, *shardq.Driver, string) error, within time.Duration, done string) *cobra.Command {
 	short := map[string]string{
 		"pause":  "Stop every worker taking a queue's tasks; producers keep scheduling",
 		"resume": "Let workers take a paused queue's tasks again",
@@ -252,7 +251,7 @@ func (a *app) queuePauseCmd(verb string, set func(context.Context, *gocql.Sessio
 			if err := queueArg(args[0]); err != nil {
 				return err
 			}
-			return a.withSession(ctx, func(s *gocql.Session) error {
+			return a.withSession(ctx, func(s *shardq.Driver) error {
 				if err := set(ctx, s, args[0]); err != nil {
 					return err
 				}

@@ -9,9 +9,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gocql/gocql"
 	"github.com/spf13/cobra"
 
+	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/producer"
 	"github.com/shardq/shardq/shardqtype"
 )
@@ -72,7 +72,7 @@ flight or retrying; otherwise the command fails naming the task that holds it. E
 			if task.Payload, err = a.readPayload(payload); err != nil {
 				return err
 			}
-			return a.withSession(ctx, func(s *gocql.Session) error {
+			return a.withSession(ctx, func(s *shardq.Driver) error {
 				p, err := producer.New(s, producer.Config{})
 				if err != nil {
 					return err

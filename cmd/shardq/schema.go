@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/gocql/gocql"
 	"github.com/spf13/cobra"
 
 	"github.com/shardq/shardq"
@@ -23,7 +22,7 @@ Every statement is CREATE ... IF NOT EXISTS: applying it again changes nothing, 
 existing table is never altered. The keyspace must exist.`,
 		Args: args(),
 		RunE: a.command(func(ctx context.Context, _ *cobra.Command, _ []string) error {
-			return a.withSession(ctx, func(s *gocql.Session) error {
+			return a.withSession(ctx, func(s *shardq.Driver) error {
 				if err := shardq.ApplySchema(ctx, s); err != nil {
 					return err
 				}

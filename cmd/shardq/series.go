@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"text/tabwriter"
 
-	"github.com/gocql/gocql"
 	"github.com/spf13/cobra"
 
+	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/series"
 )
 
@@ -111,7 +111,7 @@ func (a *app) seriesActCmd(verb, short, done string, act func(*series.Client, co
 // withSeries runs fn with a series client, and says what to do when the series is not
 // there.
 func (a *app) withSeries(ctx context.Context, queue string, fn func(*series.Client) error) error {
-	return a.withSession(ctx, func(s *gocql.Session) error {
+	return a.withSession(ctx, func(s *shardq.Driver) error {
 		c, err := series.New(s, series.Config{})
 		if err != nil {
 			return err

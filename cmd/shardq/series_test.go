@@ -19,7 +19,7 @@ func TestSeriesCommands(t *testing.T) {
 	c.ok("queue", "create", "reports")
 	require.Equal(t, "no series in queue reports\n", c.ok("series", "list", "reports"))
 
-	client, err := series.New(cassandratest.SessionFor(t, ks), series.Config{})
+	client, err := series.New(cassandratest.Driver(cassandratest.SessionFor(t, ks)), series.Config{})
 	require.NoError(t, err)
 	ctx := context.Background()
 	_, err = client.Create(ctx, series.Series{Queue: "reports", Name: "nightly", Cron: "30 2 * * *", TimeZone: "Europe/Paris"})

@@ -9,10 +9,10 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 
+	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/inspect"
 	"github.com/shardq/shardq/producer"
 	"github.com/shardq/shardq/shardqtype"
@@ -73,7 +73,7 @@ func (r *taskRef) String() string {
 
 // withProducer runs fn with a producer, and an inspector to read tasks back.
 func (a *app) withProducer(ctx context.Context, fn func(*producer.Producer, *inspect.Inspector) error) error {
-	return a.withSession(ctx, func(s *gocql.Session) error {
+	return a.withSession(ctx, func(s *shardq.Driver) error {
 		p, err := producer.New(s, producer.Config{})
 		if err != nil {
 			return err

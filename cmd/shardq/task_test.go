@@ -63,7 +63,7 @@ func TestTaskCommands(t *testing.T) {
 
 	// A task a consumer holds is cancelled only with --after-lease.
 	held := idPattern.FindString(c.ok("schedule", "emails", "--payload", "busy"))
-	cons, err := consumer.New(cassandratest.SessionFor(t, ks), consumer.Config{Queue: "emails"})
+	cons, err := consumer.New(cassandratest.Driver(cassandratest.SessionFor(t, ks)), consumer.Config{Queue: "emails"})
 	require.NoError(t, err)
 	ctx := context.Background()
 	var got []*consumer.Task

@@ -12,9 +12,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gocql/gocql"
 	"github.com/spf13/cobra"
 
+	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/shardqui"
 )
 
@@ -68,7 +68,7 @@ Cost: each queue an open page shows is counted once per 5 s, as by 'shardq stats
 			if err != nil {
 				return usagef("--listen %q: give host:port, such as 127.0.0.1:8080", listen)
 			}
-			return a.withSession(ctx, func(s *gocql.Session) error {
+			return a.withSession(ctx, func(s *shardq.Driver) error {
 				return a.serveUI(ctx, s, listen, host, user, pass, tlsCfg, readOnly)
 			})
 		}),
@@ -83,7 +83,7 @@ Cost: each queue an open page shows is counted once per 5 s, as by 'shardq stats
 }
 
 // serveUI serves the dashboard until ctx ends.
-func (a *app) serveUI(ctx context.Context, s *gocql.Session, listen, host, user, pass string, tlsCfg *tls.Config, readOnly bool) error {
+func (a *app) serveUI(ctx context.Context, s *shardq.Driver, listen, host, user, pass string, tlsCfg *tls.Config, readOnly bool) error {
 	ui, err := shardqui.New(s, shardqui.Config{ReadOnly: readOnly})
 	if err != nil {
 		return err

@@ -17,11 +17,13 @@ import (
 	"net"
 	"os"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+	"weak"
 
 	"github.com/gocql/gocql"
 	"github.com/testcontainers/testcontainers-go"
@@ -31,6 +33,8 @@ import (
 	"github.com/shardq/shardq/internal/driver/gocqlv1"
 	"github.com/shardq/shardq/internal/schema"
 	"github.com/shardq/shardq/shard"
+	"github.com/shardq/shardq/shardqgocql"
+	"github.com/shardq/shardq/shardqtype"
 )
 
 // Image is the container image used when a Docker engine is the only way to a server.
@@ -239,6 +243,21 @@ func SessionFor(t testing.TB, keyspace string, configure ...func(*gocql.ClusterC
 // back to the pool. The keyspace has the schema already, so the example's own
 // ApplySchema finds nothing to change: at RF 3 making one took 100 s of an example.
 func ExampleSession() (*gocql.Session, func()) {
+	_, ks, giveBack := ExampleKeyspace()
+	s, err := connect(ks)
+	if err != nil {
+		panic(err)
+	}
+	return s, func() {
+		s.Close()
+		giveBack()
+	}
+}
+
+// ExampleKeyspace is ExampleSession for examples that connect themselves (with another
+// driver): the hosts and a pooled keyspace with the schema, and the func that gives it
+// back to the pool.
+func ExampleKeyspace() (nodes []string, keyspace string, done func()) {
 	findOnce.Do(func() { hosts, findErr = find() })
 	adminOnce.Do(func() {
 		if findErr == nil {
@@ -254,14 +273,7 @@ func ExampleSession() (*gocql.Session, func()) {
 	if err != nil {
 		panic(err)
 	}
-	s, err := connect(ks)
-	if err != nil {
-		panic(err)
-	}
-	return s, func() {
-		s.Close()
-		giveBack(ks)
-	}
+	return hosts, ks, func() { giveBack(ks) }
 }
 
 var unsafeChars = regexp.MustCompile(`[^a-z0-9]+`)
@@ -304,4 +316,22 @@ func CountTaskRows(t testing.TB, session *gocql.Session, l shard.Layout) int {
 		}
 	}
 	return total
+}
+
+// drivers holds the Driver of each live session Driver made.
+var drivers sync.Map // weak.Pointer[gocql.Session] -> *shardqtype.Driver
+
+// Driver returns the shardq driver of s, the same for every call, so that the parts a
+// test builds on one session share what their driver keeps, as a service's parts built
+// on one Driver do.
+func Driver(s *gocql.Session) *shardqtype.Driver {
+	key := weak.Make(s)
+	if d, ok := drivers.Load(key); ok {
+		return d.(*shardqtype.Driver)
+	}
+	d, loaded := drivers.LoadOrStore(key, shardqgocql.New(s))
+	if !loaded {
+		runtime.AddCleanup(s, func(k weak.Pointer[gocql.Session]) { drivers.Delete(k) }, key)
+	}
+	return d.(*shardqtype.Driver)
 }

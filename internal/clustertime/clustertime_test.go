@@ -16,6 +16,7 @@ import (
 
 	"github.com/shardq/shardq/internal/cassandratest"
 	"github.com/shardq/shardq/internal/clustertime"
+	"github.com/shardq/shardq/internal/driver/gocqlv1"
 	"github.com/shardq/shardq/internal/store"
 	"github.com/shardq/shardq/shardqtype"
 )
@@ -36,11 +37,11 @@ func TestMeasuresOffsetAndStampsBehindCluster(t *testing.T) {
 	t.Parallel()
 	s := cassandratest.Session(t)
 	ctx := context.Background()
-	_, node, err := store.Cassandra(s).Now(ctx)
+	_, node, err := store.Of(gocqlv1.New(s)).Now(ctx)
 	require.NoError(t, err)
 	require.NotEmpty(t, node, "a node's clock is read with its host ID")
 	for _, off := range []time.Duration{5 * time.Second, -5 * time.Second} {
-		c := clustertime.New(store.Cassandra(s), offsetHost(off), nil)
+		c := clustertime.New(store.Of(gocqlv1.New(s)), offsetHost(off), nil)
 		require.NoError(t, c.Ready(ctx))
 		require.InDelta(t, float64(-off), float64(c.Offset()), float64(tolerance), "offset of a host %v off", off)
 		require.Less(t, c.Spread(), tolerance, "the test nodes share this host's clock")
@@ -80,7 +81,7 @@ func TestFailedMeasureRetriedSoon(t *testing.T) {
 	s := cassandratest.Session(t)
 	ctx := context.Background()
 	for _, ready := range []bool{true, false} {
-		c := clustertime.New(&failFirst{Coordinator: store.Cassandra(s)}, offsetHost(5*time.Second), nil)
+		c := clustertime.New(&failFirst{Coordinator: store.Of(gocqlv1.New(s))}, offsetHost(5*time.Second), nil)
 		err := c.Ready(ctx)
 		require.ErrorIs(t, err, shardqtype.ErrClockUnmeasured)
 		require.ErrorIs(t, err, errTimedOut)

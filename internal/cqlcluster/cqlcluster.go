@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gocql/gocql"
+	"github.com/shardq/shardq/internal/driver"
 	"github.com/shardq/shardq/internal/driver/gocqlv1"
 	"github.com/shardq/shardq/internal/hostpolicy"
 )
@@ -34,12 +35,13 @@ func New(hosts ...string) *gocql.ClusterConfig {
 	return Recommended(gocql.NewCluster(hosts...))
 }
 
-// The driver settings Recommended makes: shardq.RecommendedCluster's doc says why.
+// The driver settings Recommended makes: shardq.RecommendedTimeout's doc and its
+// siblings' say why.
 const (
-	Timeout           = time.Second
-	ConnectTimeout    = 5 * time.Second
-	ReconnectInterval = 10 * time.Second
-	Retries           = 2
+	Timeout           = driver.RecommendedTimeout
+	ConnectTimeout    = driver.RecommendedConnectTimeout
+	ReconnectInterval = driver.RecommendedReconnectInterval
+	Retries           = driver.RecommendedRetries
 )
 
 // Recommended is shardq.RecommendedCluster.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/shardq/shardq/internal/cassandratest"
 	"github.com/shardq/shardq/internal/deadletters"
+	"github.com/shardq/shardq/internal/driver/gocqlv1"
 	"github.com/shardq/shardq/internal/store"
 	"github.com/shardq/shardq/shard"
 )
@@ -27,7 +28,7 @@ func TestDaysCoverRetention(t *testing.T) {
 // counted.
 func TestPageAcrossDays(t *testing.T) {
 	t.Parallel()
-	d := store.Cassandra(cassandratest.SchemaSession(t)).DeadLetters()
+	d := store.Of(gocqlv1.New(cassandratest.SchemaSession(t))).DeadLetters()
 	ctx := context.Background()
 	now := time.Now().UTC()
 	var ids []uuid.UUID // oldest first

@@ -8,6 +8,8 @@ package driver
 import (
 	"context"
 	"errors"
+	"sync"
+	"time"
 )
 
 // Mode says how a statement is sent. Every statement runs at QUORUM, and every
@@ -130,14 +132,49 @@ func MapScan(ctx context.Context, s Session, st Statement, m map[string]any) err
 	return nil
 }
 
-// Driver is one session of a CQL driver as shardq uses it. Adapters make one per session
-// (shardqgocqlv2.New for the Apache driver v2).
+// Driver is one session of a CQL driver as shardq uses it, and the owner of what the
+// parts built on it share (internal/sessionstate). Adapters make one per session
+// (shardqgocql.New, shardqgocqlv2.New).
 type Driver struct {
 	session Session
+
+	mu    sync.Mutex
+	state any
 }
 
-// New returns the Driver of session, an adapter's.
+// New returns the Driver of session, an adapter's; nil for a Driver whose parts work
+// on a store of their own (SetState), such as the simulator's.
 func New(session Session) *Driver { return &Driver{session: session} }
 
 // Session returns the session d runs statements on.
 func (d *Driver) Session() Session { return d.session }
+
+// State returns what d keeps for the parts built on it, made by make on first use.
+func (d *Driver) State(make func() any) any {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.state == nil {
+		d.state = make()
+	}
+	return d.state
+}
+
+// SetState makes st what d keeps. It panics if d keeps something already: parts built
+// before would share another.
+func (d *Driver) SetState(st any) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.state != nil {
+		panic("driver: SetState on a Driver that keeps a state")
+	}
+	d.state = st
+}
+
+// The driver settings shardq recommends, whatever the driver: shardq.RecommendedTimeout
+// and its siblings say why.
+const (
+	RecommendedTimeout           = time.Second
+	RecommendedConnectTimeout    = 5 * time.Second
+	RecommendedReconnectInterval = 10 * time.Second
+	RecommendedRetries           = 2
+)

@@ -296,9 +296,9 @@ func newEnv(t *testing.T, q shardqtype.QueueConfig) *env {
 	cassandratest.ApplySchema(t, e.session)
 	q.Name = "faults"
 	var err error
-	e.q, err = shardq.CreateQueue(ctx, e.session, q)
+	e.q, err = shardq.CreateQueue(ctx, cassandratest.Driver(e.session), q)
 	require.NoError(t, err)
-	e.p, err = producer.New(e.session, producer.Config{})
+	e.p, err = producer.New(cassandratest.Driver(e.session), producer.Config{})
 	require.NoError(t, err)
 	t.Cleanup(e.stopWorkers)
 	return e
@@ -457,7 +457,7 @@ func (e *env) wait(n int, done bool, within time.Duration) {
 	if missing == nil {
 		return
 	}
-	in, err := inspect.New(e.session, inspect.Config{})
+	in, err := inspect.New(cassandratest.Driver(e.session), inspect.Config{})
 	require.NoError(e.t, err)
 	for _, id := range missing {
 		info, err := in.Task(context.Background(), id)
@@ -479,7 +479,7 @@ func (e *env) settle(within time.Duration, ids []uuid.UUID) {
 	e.t.Helper()
 	e.waitDone(len(e.rec.want), within)
 	e.waitDrained(within, ids)
-	in, err := inspect.New(e.session, inspect.Config{})
+	in, err := inspect.New(cassandratest.Driver(e.session), inspect.Config{})
 	require.NoError(e.t, err)
 	letters, err := in.DeadLetters(context.Background(), e.q.Name, inspect.DeadLetterQuery{Limit: 10})
 	require.NoError(e.t, err)

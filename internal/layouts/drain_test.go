@@ -9,6 +9,7 @@ import (
 
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/internal/cassandratest"
+	"github.com/shardq/shardq/internal/driver/gocqlv1"
 	"github.com/shardq/shardq/internal/layouts"
 	"github.com/shardq/shardq/internal/store"
 	"github.com/shardq/shardq/internal/taskrow"
@@ -22,8 +23,8 @@ func TestDrain(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := cassandratest.SchemaSession(t)
-	tables := store.Cassandra(s)
-	q, err := shardq.CreateQueue(ctx, s, shardqtype.QueueConfig{Name: "q", ShardCount: 3, BucketCount: 7, BucketDuration: time.Second, DefaultTimeout: time.Second})
+	tables := store.Of(gocqlv1.New(s))
+	q, err := shardq.CreateQueue(ctx, cassandratest.Driver(s), shardqtype.QueueConfig{Name: "q", ShardCount: 3, BucketCount: 7, BucketDuration: time.Second, DefaultTimeout: time.Second})
 	require.NoError(t, err)
 	h, err := layouts.Decode(q.Layout(), "")
 	require.NoError(t, err)

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/shardq/shardq/internal/cassandratest"
+	"github.com/shardq/shardq/internal/driver/gocqlv1"
 	"github.com/shardq/shardq/internal/locking"
 	"github.com/shardq/shardq/internal/store"
 )
@@ -18,7 +19,7 @@ import (
 func TestSettleReadsTheReceipt(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	st := store.Cassandra(cassandratest.SchemaSession(t))
+	st := store.Of(gocqlv1.New(cassandratest.SchemaSession(t)))
 	l, err := locking.New(st.Locks(), locking.Config{})
 	require.NoError(t, err)
 	const key = "q:0:0"

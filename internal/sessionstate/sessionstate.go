@@ -1,10 +1,10 @@
-// Package sessionstate owns what every producer, consumer, worker, series client and
-// inspector on one gocql session shares: the store of its keyspace's tables, the cluster's
-// clock, the toucher of wake-up signals, the in-process wake-up bus and the cache of queue
-// settings. A session is bound to one
-// keyspace, so sharing per session keeps two keyspaces apart; parts made on the same
-// session share one measure of the clock, one coalescing of touches and one read of each
-// queue's settings.
+// Package sessionstate holds what every producer, consumer, worker, series client and
+// inspector on one driver (one session) shares: the store of its keyspace's tables, the
+// cluster's clock, the toucher of wake-up signals, the in-process wake-up bus and the
+// cache of queue settings. The driver keeps it (driver.Driver.State). A session is bound
+// to one keyspace, so sharing per session keeps two keyspaces apart; parts made on the
+// same driver share one measure of the clock, one coalescing of touches and one read of
+// each queue's settings.
 package sessionstate
 
 import (
@@ -12,13 +12,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"runtime"
 	"strings"
 	"sync"
 	"time"
-	"weak"
 
-	"github.com/gocql/gocql"
+	"github.com/shardq/shardq/internal/driver"
 
 	"github.com/shardq/shardq/internal/clustertime"
 	"github.com/shardq/shardq/internal/defaults"
@@ -140,45 +138,17 @@ func (s *State) layoutOfKey(ctx context.Context, key string) (shard.Layout, erro
 	return l, nil
 }
 
-// states holds a State per live session; a session's entry goes when the session is
-// garbage collected.
-var states sync.Map // weak.Pointer[gocql.Session] -> *State
-
-// For returns session's State, made on first use unless Bind gave one. log receives the
+// For returns d's State, made on first use unless Bind gave one. log receives the
 // warnings of the shared parts that work in the background (a late touch, a failed clock
 // measure): the logger of the part that first asks, or one that discards.
-func For(session *gocql.Session, log *slog.Logger) *State {
-	key := weak.Make(session)
-	if st, ok := states.Load(key); ok {
-		return st.(*State)
-	}
-	return bind(session, key, New(store.Cassandra(session), nil, log))
+func For(d *driver.Driver, log *slog.Logger) *State {
+	return d.State(func() any { return New(store.Of(d.Session()), nil, log) }).(*State)
 }
 
-// Bind makes st the State of session, which must have none yet, so that the public
-// constructors, which take a session, build parts on st's store (and store.For returns
-// it, for the calls that keep no state): the simulator binds a
-// placeholder session per simulated process to a store of its own. unbind forgets it: a
-// State that reaches its session (a simulated store does) keeps both alive until then.
-func Bind(session *gocql.Session, st *State) (unbind func()) {
-	key := weak.Make(session)
-	if got := bind(session, key, st); got != st {
-		panic("sessionstate: Bind on a session that has a State")
-	}
-	unbindStore := store.Bind(session, st.Store)
-	return func() {
-		unbindStore()
-		states.CompareAndDelete(key, st)
-	}
-}
-
-func bind(session *gocql.Session, key weak.Pointer[gocql.Session], st *State) *State {
-	got, loaded := states.LoadOrStore(key, st)
-	if !loaded {
-		runtime.AddCleanup(session, func(k weak.Pointer[gocql.Session]) { states.Delete(k) }, key)
-	}
-	return got.(*State)
-}
+// Bind makes st the State of d, which must have none yet, so that the public
+// constructors, which take a Driver, build parts on st's store: the simulator binds a
+// Driver without a session per simulated process to a store of its own.
+func Bind(d *driver.Driver, st *State) { d.SetState(st) }
 
 // ClusterFor is the cluster's clock for a part configured with clock: clock itself when it
 // is one (tests measure a skewed host's), else the session's.

@@ -6,13 +6,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/internal/cassandratest"
 	"github.com/shardq/shardq/internal/clustertime"
+	"github.com/shardq/shardq/internal/driver"
+	"github.com/shardq/shardq/internal/driver/gocqlv1"
 	"github.com/shardq/shardq/internal/memstore"
 	"github.com/shardq/shardq/internal/sessionstate"
 	"github.com/shardq/shardq/internal/signal"
@@ -22,11 +23,11 @@ import (
 	"github.com/shardq/shardq/shardqtype"
 )
 
-// Parts made on one session share one State; another session, bound to another keyspace,
-// has its own, so queues of the same name in the two do not share settings or wake-ups.
-func TestOneStatePerSession(t *testing.T) {
+// Parts made on one driver share one State; another driver, on another keyspace, has its
+// own, so queues of the same name in the two do not share settings or wake-ups.
+func TestOneStatePerDriver(t *testing.T) {
 	t.Parallel()
-	a, b := cassandratest.SchemaSession(t), cassandratest.SchemaSession(t)
+	a, b := cassandratest.Driver(cassandratest.SchemaSession(t)), cassandratest.Driver(cassandratest.SchemaSession(t))
 	sa, sb := sessionstate.For(a, nil), sessionstate.For(b, nil)
 	require.Same(t, sa, sessionstate.For(a, nil))
 	require.NotSame(t, sa, sb)
@@ -53,14 +54,14 @@ func TestOneStatePerSession(t *testing.T) {
 	require.NoError(t, err, "a queue not found is not cached: it may be created next")
 }
 
-// A session's clock is its State's unless a part brings a cluster clock of its own.
+// A driver's clock is its State's unless a part brings a cluster clock of its own.
 func TestClusterFor(t *testing.T) {
 	t.Parallel()
 	s := cassandratest.SchemaSession(t)
-	st := sessionstate.For(s, nil)
+	st := sessionstate.For(cassandratest.Driver(s), nil)
 	require.Same(t, st.Cluster, st.ClusterFor(nil))
 	require.Same(t, st.Cluster, st.ClusterFor(shardqtype.SystemClock{}))
-	own := clustertime.New(store.Cassandra(s), skewed{}, nil)
+	own := clustertime.New(store.Of(gocqlv1.New(s)), skewed{}, nil)
 	require.Same(t, own, st.ClusterFor(own))
 }
 
@@ -68,18 +69,18 @@ type skewed struct{}
 
 func (skewed) Now() time.Time { return time.Now().Add(3 * time.Second) }
 
-// A session bound to a State on another store (the simulator's) has the public calls
+// A driver bound to a State on another store (the simulator's) has the public calls
 // that keep no state act on that store too: creating, loading, pausing and resuming a
-// queue. Unbound, the session is its Cassandra tables again.
-func TestBoundSessionActsOnItsStore(t *testing.T) {
+// queue.
+func TestBoundDriverActsOnItsStore(t *testing.T) {
 	t.Parallel()
 	cluster, err := memstore.New(memstore.Config{Now: time.Now})
 	require.NoError(t, err)
 	tables := cluster.Client(memstore.ClientConfig{Clock: time.Now})
-	session := new(gocql.Session) // never connected: any request through it would panic
+	session := driver.New(nil) // no session: any request through it would panic
 	st := sessionstate.New(tables, nil, nil)
-	unbind := sessionstate.Bind(session, st)
-	require.Same(t, st.Store, store.For(session), "the State's store, which announces writes on tables")
+	sessionstate.Bind(session, st)
+	require.Same(t, st, sessionstate.For(session, nil))
 	ctx := context.Background()
 	q, err := shardq.CreateQueue(ctx, session, shardqtype.QueueConfig{Name: "q"})
 	require.NoError(t, err)
@@ -91,8 +92,6 @@ func TestBoundSessionActsOnItsStore(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, status.Paused)
 	require.NoError(t, shardq.ResumeQueue(ctx, session, "q"))
-	unbind()
-	require.Equal(t, store.Cassandra(session), store.For(session))
 }
 
 // Every task row and marker a State's store writes is sent only after its signal cell
@@ -130,8 +129,8 @@ func TestWritesAnnounceTheirCells(t *testing.T) {
 		return got
 	}
 	st := sessionstate.New(tables, nil, nil)
-	session := new(gocql.Session) // never connected: any request through it would panic
-	t.Cleanup(sessionstate.Bind(session, st))
+	session := driver.New(nil) // no session: any request through it would panic
+	sessionstate.Bind(session, st)
 	ctx := context.Background()
 	q, err := shardq.CreateQueue(ctx, session, shardqtype.QueueConfig{Name: "q", ShardCount: 1})
 	require.NoError(t, err)

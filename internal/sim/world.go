@@ -17,11 +17,11 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/consumer"
+	"github.com/shardq/shardq/internal/driver"
 	"github.com/shardq/shardq/internal/memstore"
 	"github.com/shardq/shardq/internal/random"
 	"github.com/shardq/shardq/internal/sessionstate"
@@ -98,14 +98,13 @@ func (c *clock) Now() time.Time {
 
 // proc is one simulated process's incarnation: its parts share one session State.
 type proc struct {
-	name    string
-	clock   *clock
-	state   *sessionstate.State
-	session *gocql.Session
-	dead    chan struct{}
-	once    sync.Once
-	diedAt  atomic.Int64 // true time of the crash, in Unix nanoseconds
-	unbind  func()
+	name   string
+	clock  *clock
+	state  *sessionstate.State
+	driver *shardqtype.Driver
+	dead   chan struct{}
+	once   sync.Once
+	diedAt atomic.Int64 // true time of the crash, in Unix nanoseconds
 	// A worker's: when it started, and its Concurrency (zero for other processes).
 	started     time.Time
 	concurrency int
@@ -246,9 +245,6 @@ func run(cfg Config) (Result, error) {
 	res.LayoutChanges = w.changes
 	res.Violations = w.oracle.check(w, end, left)
 	res.World, res.Processes = w.describe()
-	for _, p := range w.procs {
-		p.unbind()
-	}
 	close(w.sched.over)
 	return res, nil
 }
@@ -298,10 +294,10 @@ func (w *world) drive(until time.Time) {
 // newProc starts an incarnation of process name, on a clock of its own (kept across
 // restarts: the host is the same).
 func (w *world) newProc(name string, c *clock) *proc {
-	p := &proc{name: name, clock: c, dead: make(chan struct{}), session: new(gocql.Session)}
+	p := &proc{name: name, clock: c, dead: make(chan struct{}), driver: driver.New(nil)}
 	tables := w.cluster.Client(memstore.ClientConfig{Clock: c.Now, Gate: w.sched.gate(p), Later: w.sched.later})
 	p.state = sessionstate.New(tables, c, nil)
-	p.unbind = sessionstate.Bind(p.session, p.state)
+	sessionstate.Bind(p.driver, p.state)
 	w.mu.Lock()
 	w.procs = append(w.procs, p)
 	w.mu.Unlock()
@@ -352,7 +348,7 @@ func (w *world) producer(i int, until time.Time) {
 }
 
 func (w *world) produce(ctx context.Context, rng *rand.Rand, p *proc, until time.Time) {
-	pr, err := producer.New(p.session, producer.Config{})
+	pr, err := producer.New(p.driver, producer.Config{})
 	if err != nil {
 		panic(err)
 	}
@@ -482,7 +478,7 @@ func (w *world) seriesOwner(until time.Time) {
 }
 
 func (w *world) seriesClient(p *proc) *series.Client {
-	cl, err := series.New(p.session, series.Config{})
+	cl, err := series.New(p.driver, series.Config{})
 	if err != nil {
 		panic(err)
 	}
@@ -556,7 +552,7 @@ func (w *world) runWorker(rng *rand.Rand, p *proc, concurrency int, wait func(),
 	// sweeps' slots read by a watch of the process (internal/wakewatch). Chosen by name,
 	// not drawn, so that the seed's draws stay as they were.
 	client := w.cfg.Clients && (crc32.ChecksumIEEE([]byte(p.name))^uint32(w.cfg.Seed))&1 == 0
-	wk, err := workerloop.New(p.session, workerloop.Config{
+	wk, err := workerloop.New(p.driver, workerloop.Config{
 		Queue:         w.queue.Name,
 		Handler:       h,
 		Concurrency:   p.concurrency,
@@ -659,7 +655,7 @@ func (w *world) monthLater(start time.Time) {
 		come := func() (*proc, *producer.Producer) {
 			p := w.newProc(fmt.Sprintf("month-0.%d", incarnation), newClock(rng))
 			incarnation++
-			pr, err := producer.New(p.session, producer.Config{})
+			pr, err := producer.New(p.driver, producer.Config{})
 			if err != nil {
 				panic(err)
 			}
@@ -790,7 +786,7 @@ func (w *world) quietWrite() {
 		pp := w.newProc("quiet-p.0", c)
 		// One shard per task until each has one, and one send per write, so the forced
 		// timeout below fails the call: what is tested is the touch after a failed write.
-		pr, err := producer.New(pp.session, producer.Config{ShardRate: 1, WriteAttempts: 1})
+		pr, err := producer.New(pp.driver, producer.Config{ShardRate: 1, WriteAttempts: 1})
 		if err != nil {
 			panic(err)
 		}
@@ -902,7 +898,7 @@ func (w *world) pausedQueue() {
 		defer workerDone.Wait()
 		defer close(stop)
 		pp := w.newProc("pause-p.0", c)
-		pr, err := producer.New(pp.session, producer.Config{})
+		pr, err := producer.New(pp.driver, producer.Config{})
 		if err != nil {
 			panic(err)
 		}
@@ -926,7 +922,7 @@ func (w *world) pausedQueue() {
 			}
 		}
 		ended(schedule())
-		if err := shardq.PauseQueue(ctx, pp.session, w.queue.Name); err != nil {
+		if err := shardq.PauseQueue(ctx, pp.driver, w.queue.Name); err != nil {
 			w.oracle.violate("paused queue: pausing: %v", err)
 			return
 		}
@@ -934,7 +930,7 @@ func (w *world) pausedQueue() {
 		time.Sleep(time.Until(effective))
 		waiting := schedule()
 		time.Sleep(time.Duration(rng.Int64N(int64(3 * shardqtype.SettingsRefresh))))
-		if err := shardq.ResumeQueue(ctx, pp.session, w.queue.Name); err != nil {
+		if err := shardq.ResumeQueue(ctx, pp.driver, w.queue.Name); err != nil {
 			w.oracle.violate("paused queue: resuming: %v", err)
 			return
 		}
@@ -983,7 +979,7 @@ func (w *world) resizedQueue() {
 		defer workersDone.Wait()
 		defer close(stop)
 		pp := w.newProc("resize-p.0", newClock(rng))
-		pr, err := producer.New(pp.session, producer.Config{})
+		pr, err := producer.New(pp.driver, producer.Config{})
 		if err != nil {
 			panic(err)
 		}
@@ -1007,7 +1003,7 @@ func (w *world) resizedQueue() {
 			tried := 0
 			for _, i := range rng.Perm(12) {
 				cfg := shardqtype.LayoutConfig{ShardCount: 1 + i%4, BucketDuration: []time.Duration{time.Second, 5 * time.Second, 10 * time.Second}[i/4]}
-				if ch, err = shardq.ChangeLayout(ctx, pp.session, w.queue.Name, cfg); !errors.Is(err, shardqtype.ErrInvalid) {
+				if ch, err = shardq.ChangeLayout(ctx, pp.driver, w.queue.Name, cfg); !errors.Is(err, shardqtype.ErrInvalid) {
 					break
 				}
 				tried++
@@ -1054,7 +1050,7 @@ func (w *world) reshaper(until time.Time) {
 			BucketCount:    []int{4, 8, 30, 60}[rng.IntN(4)],
 			BucketDuration: []time.Duration{time.Second, 5 * time.Second, 10 * time.Second, time.Minute}[rng.IntN(4)],
 		}
-		ch, err := shardq.ChangeLayout(context.Background(), p.session, w.queue.Name, cfg)
+		ch, err := shardq.ChangeLayout(context.Background(), p.driver, w.queue.Name, cfg)
 		w.mu.Lock()
 		w.reshapes = append(w.reshapes, fmt.Sprintf("layout change at %s to %+v: %+v, %v", stamp(time.Now()), cfg, ch, err))
 		if err == nil {

@@ -4,17 +4,11 @@ import (
 	"context"
 	"time"
 
-	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 
 	"github.com/shardq/shardq/internal/driver"
-	"github.com/shardq/shardq/internal/driver/gocqlv1"
 	"github.com/shardq/shardq/shard"
 )
-
-// Cassandra returns the Store of session's keyspace, read and written through the gocql
-// driver.
-func Cassandra(session *gocql.Session) Store { return Of(gocqlv1.New(session)) }
 
 // Of returns the Store of session's keyspace.
 func Of(session driver.Session) Store { return cassandra{session} }

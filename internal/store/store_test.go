@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/shardq/shardq/internal/cassandratest"
+	"github.com/shardq/shardq/internal/driver/gocqlv1"
 	"github.com/shardq/shardq/internal/locking"
 	"github.com/shardq/shardq/internal/store"
 	"github.com/shardq/shardq/internal/taskrow"
@@ -23,7 +24,7 @@ func setup(t *testing.T) (context.Context, *gocql.Session, store.Store) {
 	// machine can take most of a minute by itself.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
-	return ctx, session, store.Cassandra(session)
+	return ctx, session, store.Of(gocqlv1.New(session))
 }
 
 // A claim conditioned on the row as seen applies only while the row is as seen: the zero

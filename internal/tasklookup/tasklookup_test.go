@@ -10,6 +10,7 @@ import (
 
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/internal/cassandratest"
+	"github.com/shardq/shardq/internal/driver/gocqlv1"
 	"github.com/shardq/shardq/internal/store"
 	"github.com/shardq/shardq/internal/taskid"
 	"github.com/shardq/shardq/internal/taskindex"
@@ -57,10 +58,10 @@ type world struct {
 
 func newWorld(t *testing.T) *world {
 	s := cassandratest.SchemaSession(t)
-	q, err := shardq.CreateQueue(context.Background(), s, shardqtype.QueueConfig{Name: "q", ShardCount: 1, BucketCount: 10, BucketDuration: time.Minute})
+	q, err := shardq.CreateQueue(context.Background(), cassandratest.Driver(s), shardqtype.QueueConfig{Name: "q", ShardCount: 1, BucketCount: 10, BucketDuration: time.Minute})
 	require.NoError(t, err)
 	now := time.Now().UTC().Truncate(time.Millisecond)
-	return &world{t: t, ctx: context.Background(), st: store.Cassandra(s), q: q,
+	return &world{t: t, ctx: context.Background(), st: store.Of(gocqlv1.New(s)), q: q,
 		id: taskid.New(now.Add(-time.Minute), "q"), now: now, stamp: now.UnixMicro()}
 }
 

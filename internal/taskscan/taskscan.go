@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/gocql/gocql"
 	"github.com/google/uuid"
 
 	"github.com/shardq/shardq/internal/fanout"
@@ -29,8 +28,8 @@ const PageSize = 5000
 // partition that cannot be read fails the call, since what it holds is unknown.
 //
 // A queue whose layout changed is read in every layout it had, drained or not.
-func TaskIDs(ctx context.Context, session *gocql.Session, q shardqtype.QueueConfig, inFlight, pageSize int) ([]uuid.UUID, error) {
-	tables := sessionstate.For(session, nil).Store
+func TaskIDs(ctx context.Context, d *shardqtype.Driver, q shardqtype.QueueConfig, inFlight, pageSize int) ([]uuid.UUID, error) {
+	tables := sessionstate.For(d, nil).Store
 	st, err := tables.Queues().Status(ctx, q.Name, false)
 	if err != nil {
 		return nil, fmt.Errorf("taskscan: reading the layouts of queue %q: %w", q.Name, err)

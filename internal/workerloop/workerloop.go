@@ -19,8 +19,6 @@ import (
 	"github.com/shardq/shardq/internal/taskmeta"
 	"github.com/shardq/shardq/shardqtype"
 
-	"github.com/gocql/gocql"
-
 	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/internal/defaults"
 	"github.com/shardq/shardq/internal/lwt"
@@ -172,7 +170,7 @@ type Worker struct {
 }
 
 // New returns a Worker for cfg.Queue, reading and writing through session.
-func New(session *gocql.Session, cfg Config) (*Worker, error) {
+func New(d *shardqtype.Driver, cfg Config) (*Worker, error) {
 	if cfg.Handler == nil {
 		return nil, defaults.Invalid("Config.Handler", "is nil")
 	}
@@ -202,7 +200,7 @@ func New(session *gocql.Session, cfg Config) (*Worker, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	st := sessionstate.For(session, cfg.Logger)
+	st := sessionstate.For(d, cfg.Logger)
 	if cfg.Clock == nil {
 		// The session's cluster clock for the worker's consumer, producer and series,
 		// which must agree on when leases end.
@@ -210,7 +208,7 @@ func New(session *gocql.Session, cfg Config) (*Worker, error) {
 	}
 	w := &Worker{cfg: cfg, state: st, bus: st.Bus, signals: signal.NewWatcher(st.Store.Signals(), cfg.Queue), log: cfg.Logger, stopFetch: make(chan struct{}),
 		fetchStopped: make(chan struct{}), done: make(chan struct{})}
-	c, err := consumer.New(session, consumer.Config{Queue: cfg.Queue, MaxClockSkew: cfg.MaxClockSkew,
+	c, err := consumer.New(d, consumer.Config{Queue: cfg.Queue, MaxClockSkew: cfg.MaxClockSkew,
 		// An idle worker scans fully once per 1.5 idle intervals, polling at least once per
 		// interval, so each full scan looks past the next one.
 		LookAhead: LookAhead(cfg.MaxIdleInterval), Clock: cfg.Clock, Logger: cfg.Logger,
@@ -219,7 +217,7 @@ func New(session *gocql.Session, cfg Config) (*Worker, error) {
 		return nil, err
 	}
 	w.consumer = c
-	if w.series, err = series.New(session, series.Config{Clock: cfg.Clock, Logger: cfg.Logger}); err != nil {
+	if w.series, err = series.New(d, series.Config{Clock: cfg.Clock, Logger: cfg.Logger}); err != nil {
 		return nil, err
 	}
 	return w, nil
