@@ -13,6 +13,7 @@ import (
 	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/internal/cassandratest"
+	"github.com/shardq/shardq/internal/driver"
 	"github.com/shardq/shardq/lock"
 	"github.com/shardq/shardq/producer"
 	"github.com/shardq/shardq/shardqgocqlv2"
@@ -88,7 +89,7 @@ func createQueue(t *testing.T, d *shardq.Driver, cfg shardq.QueueConfig) shardq.
 	t.Helper()
 	for tries := 1; ; tries++ {
 		q, err := shardq.CreateQueue(t.Context(), d, cfg)
-		if err != nil && tries < 3 && shardqgocqlv2.TimedOut(err) {
+		if err != nil && tries < 3 && driver.TimedOut(err) {
 			t.Logf("creating the queue again after: %v", err)
 			continue
 		}

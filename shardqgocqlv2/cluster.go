@@ -42,7 +42,7 @@ func RecommendedCluster(c *gocql.ClusterConfig) *gocql.ClusterConfig {
 	c.PoolConfig.HostSelectionPolicy = hostpolicy.Wrap(inner, hostpolicy.Config{
 		// Below the speculative delay, so a read abandoned for its copy counts against
 		// its node.
-		Slow:       SpeculativeDelay / 2,
+		Slow:       speculativeDelay / 2,
 		Backoff:    time.Second,
 		MaxBackoff: 16 * time.Second,
 	})

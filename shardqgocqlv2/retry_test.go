@@ -60,7 +60,7 @@ func (a *attemptsSeen) of(stmt string) int {
 
 // v2 retries only requests marked idempotent, v1 whatever the retry policy allows: the
 // adapter marks them so that the driver sends the same ones again as on v1. Plain
-// statements, plain batches and SERIAL reads (by SerialRetry on a session the host
+// statements, plain batches and SERIAL reads (by serialRetries on a session the host
 // policy does not route) are sent again; lightweight transactions and schema changes
 // never.
 func TestRetries(t *testing.T) {

@@ -1,13 +1,13 @@
 // Package shardqgocqlv2 runs shardq on a session of the Apache Cassandra GoCQL driver v2
-// (github.com/apache/cassandra-gocql-driver/v2), as internal/driver/gocqlv1 does on
+// (github.com/apache/cassandra-gocql-driver/v2), as shardqgocql does on
 // github.com/gocql/gocql, and behaves as that adapter does. It is a module of its own so
 // that programs on v1 do not link v2, and it links nothing of v1.
 //
 // Every statement is pinned to QUORUM, and every conditional one to SERIAL, whatever the
 // session's defaults are. Plain reads are, on sessions made from a RecommendedCluster
 // config that know two nodes or more, sent to a second node when the first has not
-// answered within SpeculativeDelay: a node that froze (it keeps its connections, so the
-// driver does not see it go) then costs a read that delay instead of the driver's whole
+// answered within 300 ms: a node that froze (it keeps its connections, so the driver
+// does not see it go) then costs a read that delay instead of the driver's whole
 // timeout. Writes, lightweight transactions and SERIAL reads are never sent
 // speculatively.
 //
@@ -15,7 +15,7 @@
 // allows. So that the same requests are retried as on v1, plain statements, SERIAL reads
 // and batches without conditions are marked idempotent (only plain reads also get a
 // speculative execution policy), and lightweight transactions are not, besides being
-// given NoRetry.
+// given no retries.
 package shardqgocqlv2
 
 import (
@@ -30,9 +30,9 @@ import (
 	"github.com/shardq/shardq/shardqgocqlv2/internal/hostpolicy"
 )
 
-// SpeculativeDelay is how long a plain read waits for its node before it is sent to the
+// speculativeDelay is how long a plain read waits for its node before it is sent to the
 // next one as well.
-const SpeculativeDelay = 300 * time.Millisecond
+const speculativeDelay = 300 * time.Millisecond
 
 // New returns the driver shardq runs on session.
 func New(session *gocql.Session) *driver.Driver { return driver.New(conn{session}) }
@@ -49,12 +49,12 @@ func (c conn) query(st driver.Statement) *gocql.Query {
 			q = q.SetSpeculativeExecutionPolicy(speculation{})
 		}
 	case driver.Once:
-		q = q.Idempotent(false).RetryPolicy(NoRetry)
+		q = q.Idempotent(false).RetryPolicy(noRetry)
 	case driver.Serial:
 		q = q.Consistency(gocql.Serial).SetSpeculativeExecutionPolicy(gocql.NonSpeculativeExecution{}).
 			Idempotent(true) // for retries only: no speculative execution policy
 		if !hostpolicy.Speculate(c.s) {
-			q = q.RetryPolicy(SerialRetry)
+			q = q.RetryPolicy(serialRetries)
 		}
 	}
 	if st.CoordinatorTime {
@@ -81,7 +81,7 @@ func (c conn) batch(b *driver.Batch, retry bool) *gocql.Batch {
 		gb = gb.DefaultTimestamp(false)
 	}
 	if !retry {
-		gb = gb.RetryPolicy(NoRetry)
+		gb = gb.RetryPolicy(noRetry)
 	}
 	for _, st := range b.Statements {
 		gb.Entries = append(gb.Entries, gocql.BatchEntry{Stmt: st.CQL, Args: driver.Args[gocql.UUID](st.Args), Idempotent: retry})
@@ -173,14 +173,14 @@ func wrap(err error) error {
 	if errors.As(err, &re) {
 		code = re.Code()
 	}
-	return driver.Wrap(err, driver.Error{Code: code, TimedOut: TimedOut(err),
+	return driver.Wrap(err, driver.Error{Code: code, TimedOut: timedOut(err),
 		Unanswered: errors.Is(err, gocql.ErrTimeoutNoResponse) || errors.Is(err, gocql.ErrConnectionClosed)})
 }
 
-// TimedOut reports whether err, the driver's or a driver.Error, is a request that timed
+// timedOut reports whether err, the driver's or a driver.Error, is a request that timed
 // out: its outcome is unknown. (Some of the driver's errors carry their cause as text
 // only.)
-func TimedOut(err error) bool {
+func timedOut(err error) bool {
 	if err == nil {
 		return false
 	}
@@ -196,23 +196,23 @@ func isRead(stmt string) bool {
 	return len(s) >= 6 && strings.EqualFold(s[:6], "SELECT")
 }
 
-// speculation sends a read once more, SpeculativeDelay after the first.
+// speculation sends a read once more, speculativeDelay after the first.
 type speculation struct{}
 
 func (speculation) Attempts() int { return 1 }
 
-func (speculation) Delay() time.Duration { return SpeculativeDelay }
+func (speculation) Delay() time.Duration { return speculativeDelay }
 
-// NoRetry is set on every statement of Mode Once and every conditional batch.
-var NoRetry gocql.RetryPolicy = &gocql.SimpleRetryPolicy{NumRetries: 0}
+// noRetry is set on every statement of Mode Once and every conditional batch.
+var noRetry gocql.RetryPolicy = &gocql.SimpleRetryPolicy{NumRetries: 0}
 
-// SerialRetry sends a read at SERIAL that failed again, up to twice: to the same node
+// serialRetries sends a read at SERIAL that failed again, up to twice: to the same node
 // when it timed out, to the next one otherwise. Such a read changes nothing but
 // completing a round already under way, and the outcomes it settles are otherwise left
 // unknown: on a one-node cluster the driver has no other node to try, and one busy
 // moment would fail the settle. Where the session is RecommendedCluster's and knows more
 // than one node, its retry policy sends one that failed to the next node instead.
-var SerialRetry gocql.RetryPolicy = serialRetry{}
+var serialRetries gocql.RetryPolicy = serialRetry{}
 
 type serialRetry struct{}
 
@@ -222,7 +222,7 @@ func (serialRetry) GetRetryType(err error) gocql.RetryType {
 	switch {
 	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
 		return gocql.Rethrow // the caller gave up (gocql returns before asking)
-	case TimedOut(err):
+	case timedOut(err):
 		return gocql.Retry
 	}
 	return gocql.RetryNextHost
