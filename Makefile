@@ -28,7 +28,7 @@ test: test-nodes test-sim
 # scripts/packages; the modules two at a time, bench the longest) but the simulator's,
 # the backlog test without it (BACKLOG_TEST), and a short run of each fuzz target.
 test-nodes:
-	scripts/with-cassandra sh -c '$(GO) vet ./... && $(call each,vet ./...) && pkgs=$$(GO=$(GO) scripts/packages --race) && \
+	scripts/with-cassandra sh -c '$(GO) vet ./... && $(GO) vet -tags faults ./internal/faults && $(call each,vet ./...) && pkgs=$$(GO=$(GO) scripts/packages --race) && \
 		$(GO) test -race -count=1 -timeout 20m $$pkgs && \
 		printf "%s\n" $(MODULES) | xargs -P 2 -I{} $(GO) -C {} test -race -count=1 -timeout 20m ./... && \
 		$(GO) test -count=1 -run "^$(BACKLOG_TEST)$$" ./consumer && \

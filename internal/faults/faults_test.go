@@ -14,9 +14,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
-	"github.com/shardq/shardq"
 	"github.com/shardq/shardq/internal/driver"
 	"github.com/shardq/shardq/internal/driver/gocqlv1"
+	"github.com/shardq/shardq/shardqgocql"
 	"github.com/shardq/shardq/shardqtype"
 )
 
@@ -229,7 +229,7 @@ func (e *env) rowsOf(ids []uuid.UUID) int {
 func TestSlowReadOnOneNode(t *testing.T) {
 	c := newCluster(t)
 	c.restoreAtEnd(1)
-	cfg := shardq.RecommendedCluster(gocql.NewCluster(c.hosts[0]))
+	cfg := shardqgocql.RecommendedCluster(gocql.NewCluster(c.hosts[0]))
 	cfg.HostFilter = gocql.WhiteListHostFilter(c.hosts[0])
 	s, err := cfg.CreateSession()
 	require.NoError(t, err)

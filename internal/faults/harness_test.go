@@ -34,6 +34,7 @@ import (
 	"github.com/shardq/shardq/internal/cassandratest"
 	"github.com/shardq/shardq/internal/cqlcluster"
 	"github.com/shardq/shardq/producer"
+	"github.com/shardq/shardq/shardqgocql"
 	"github.com/shardq/shardq/shardqtype"
 	"github.com/shardq/shardq/worker"
 )
@@ -69,7 +70,7 @@ func TestWorkerProcess(t *testing.T) {
 		// Unbuffered: a line written is out of the process even if it is killed next.
 		fmt.Fprintf(os.Stdout, format+"\n", args...)
 	}
-	w, err := worker.New(cassandratest.SessionFor(t, ks, recommendedTimeout), worker.Config{
+	w, err := worker.New(cassandratest.Driver(cassandratest.SessionFor(t, ks, recommendedTimeout)), worker.Config{
 		Queue:       os.Getenv(queueEnv),
 		Concurrency: 16,
 		Handler: worker.HandlerFunc(func(ctx context.Context, task *consumer.Task) error {
@@ -286,7 +287,7 @@ type env struct {
 
 // recommendedTimeout gives a session the driver timeout users are told to use: the faults
 // exercise what it does when a node stops answering.
-func recommendedTimeout(c *gocql.ClusterConfig) { c.Timeout = shardq.RecommendedTimeout }
+func recommendedTimeout(c *gocql.ClusterConfig) { c.Timeout = shardqgocql.RecommendedTimeout }
 
 func newEnv(t *testing.T, q shardqtype.QueueConfig) *env {
 	t.Helper()
