@@ -124,6 +124,6 @@ func (r recommendation) print(w io.Writer) {
 		r.shards, r.bucketCount, r.bucket, r.lap(), gcGrace, r.consumers, r.batch)
 	fmt.Fprintf(w, "  measured: %.0f tasks/s, lateness p99 %.0f ms\n", r.drain, r.p99)
 	fmt.Fprintf(w, "  apply to a live queue: %s\n", r.command())
-	fmt.Fprintf(w, "  in Go: shardq.ChangeLayout(ctx, session, NAME, shardqtype.LayoutConfig{ShardCount: %d, BucketDuration: %d * time.Millisecond, BucketCount: %d})\n",
+	fmt.Fprintf(w, "  in Go: shardq.ChangeLayout(ctx, d, NAME, shardqtype.LayoutConfig{ShardCount: %d, BucketDuration: %d * time.Millisecond, BucketCount: %d})\n",
 		r.shards, r.bucket.Milliseconds(), r.bucketCount)
 }
