@@ -98,3 +98,14 @@ func TestErrorClasses(t *testing.T) {
 	require.Same(t, wrapped, driver.Wrap(wrapped, driver.Error{Code: driver.CodeInvalid}), "wrapped once")
 	require.Equal(t, driver.ErrNotFound, driver.Wrap(driver.ErrNotFound, driver.Error{}))
 }
+
+// Only SELECTs are reads, however they are spelled.
+func TestIsRead(t *testing.T) {
+	t.Parallel()
+	for _, cql := range []string{"SELECT * FROM tasks", "  select x FROM t", "\nSeLeCt 1"} {
+		require.True(t, driver.IsRead(cql), cql)
+	}
+	for _, cql := range []string{"", "SELEC", "INSERT INTO t (a) VALUES (1)", "UPDATE t SET a = 1", "DELETE FROM t", "BEGIN BATCH SELECT"} {
+		require.False(t, driver.IsRead(cql), cql)
+	}
+}

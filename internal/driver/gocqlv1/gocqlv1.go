@@ -14,7 +14,6 @@ package gocqlv1
 import (
 	"context"
 	"errors"
-	"strings"
 	"time"
 
 	"github.com/gocql/gocql"
@@ -37,7 +36,7 @@ func (c conn) query(ctx context.Context, st driver.Statement) *gocql.Query {
 		Consistency(gocql.Quorum).SerialConsistency(gocql.Serial)
 	switch st.Mode {
 	case driver.Plain:
-		if isRead(st.CQL) && hostpolicy.Speculate(c.s) {
+		if driver.IsRead(st.CQL) && hostpolicy.Speculate(c.s) {
 			q = q.Idempotent(true).SetSpeculativeExecutionPolicy(speculation{})
 		}
 	case driver.Once:
@@ -83,7 +82,13 @@ func (c conn) Exec(ctx context.Context, st driver.Statement) error {
 }
 
 func (c conn) Iter(ctx context.Context, st driver.Statement) driver.Iter {
-	return iter{c.query(ctx, st).Iter()}
+	it := c.query(ctx, st).Iter()
+	return driver.AdaptIter[gocql.UUID](it, func() string {
+		if h := it.Host(); h != nil {
+			return h.HostID()
+		}
+		return ""
+	}, wrap)
 }
 
 func (c conn) ExecCAS(ctx context.Context, st driver.Statement, row map[string]any) (bool, error) {
@@ -120,34 +125,6 @@ func (c conn) AwaitSchemaAgreement(ctx context.Context) error {
 
 func (c conn) Keyspace() string { return c.s.Query("").Keyspace() }
 
-type iter struct{ it *gocql.Iter }
-
-func (i iter) Scan(dest ...any) bool {
-	d, copyBack := driver.Dests[gocql.UUID](dest)
-	ok := i.it.Scan(d...)
-	if ok {
-		copyBack()
-	}
-	return ok
-}
-
-func (i iter) MapScan(m map[string]any) bool {
-	ok := i.it.MapScan(m)
-	driver.Row[gocql.UUID](m)
-	return ok
-}
-
-func (i iter) PageState() []byte { return i.it.PageState() }
-
-func (i iter) Node() string {
-	if h := i.it.Host(); h != nil {
-		return h.HostID()
-	}
-	return ""
-}
-
-func (i iter) Close() error { return wrap(i.it.Close()) }
-
 // wrap returns the driver's err as a *driver.Error with its code, and whether it timed
 // out.
 func wrap(err error) error {
@@ -175,14 +152,8 @@ func TimedOut(err error) bool {
 	}
 	var rt *gocql.RequestErrReadTimeout
 	var wt *gocql.RequestErrWriteTimeout
-	msg := err.Error()
 	return errors.Is(err, gocql.ErrTimeoutNoResponse) || errors.As(err, &rt) || errors.As(err, &wt) ||
-		driver.TimedOut(err) || strings.Contains(msg, "within timeout") || strings.Contains(msg, "i/o timeout")
-}
-
-func isRead(stmt string) bool {
-	s := strings.TrimSpace(stmt)
-	return len(s) >= 6 && strings.EqualFold(s[:6], "SELECT")
+		driver.TimedOut(err) || driver.TimeoutText(err.Error())
 }
 
 // speculation sends a read once more, SpeculativeDelay after the first.
