@@ -40,6 +40,7 @@ type State struct {
 	// Bus wakes idle workers of this session when a producer of it writes.
 	Bus *wakeup.Bus
 
+	log       *lateLog
 	announcer *signal.Announcer
 	shared    shared
 	kept      keptNames
@@ -62,13 +63,12 @@ type pauseRead struct {
 // New returns the State of parts working on tables, whose host clock is host (nil: the
 // system's). log is as For's.
 func New(tables store.Store, host clustertime.Host, log *slog.Logger) *State {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+	late := newLateLog(log)
 	s := &State{
-		Cluster: clustertime.New(tables, host, log),
-		Signals: signal.NewToucher(tables.Signals(), log),
+		Cluster: clustertime.New(tables, host, slog.New(late)),
+		Signals: signal.NewToucher(tables.Signals(), slog.New(late)),
 		Bus:     &wakeup.Bus{},
+		log:     late,
 		paused:  map[string]pauseRead{},
 	}
 	s.announcer = signal.NewAnnouncer(tables.Signals(), s.Cluster.Now)
@@ -140,9 +140,11 @@ func (s *State) layoutOfKey(ctx context.Context, key string) (shard.Layout, erro
 
 // For returns d's State, made on first use unless Bind gave one. log receives the
 // warnings of the shared parts that work in the background (a late touch, a failed clock
-// measure): the logger of the part that first asks, or one that discards.
+// measure): the first logger any part asks with; until one does, they are discarded.
 func For(d *driver.Driver, log *slog.Logger) *State {
-	return d.State(func() any { return New(store.Of(d.Session()), nil, log) }).(*State)
+	st := d.State(func() any { return New(store.Of(d.Session()), nil, log) }).(*State)
+	st.log.set(log)
+	return st
 }
 
 // Bind makes st the State of d, which must have none yet, so that the public
