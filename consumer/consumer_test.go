@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -21,6 +20,7 @@ import (
 	"github.com/shardq/shardq/internal/cassandratest"
 	"github.com/shardq/shardq/internal/driver/gocqlv1"
 	"github.com/shardq/shardq/internal/testclock"
+	"github.com/shardq/shardq/internal/testlog"
 	"github.com/shardq/shardq/lock"
 	"github.com/shardq/shardq/producer"
 	"github.com/shardq/shardq/shardqtype"
@@ -183,12 +183,12 @@ func TestFarFuture(t *testing.T) {
 		far := e.schedule(producer.Task{Payload: []byte("far"), Priority: 9, DueAt: base.Add(3*window + 500*time.Millisecond)})[0]
 		due := e.schedule(producer.Task{Payload: []byte("now"), DueAt: base.Add(-2 * time.Millisecond)},
 			producer.Task{Payload: []byte("now too"), DueAt: base.Add(-time.Millisecond)})
-		var warned warnings
-		c, err := consumer.New(cassandratest.Driver(e.s), consumer.Config{Queue: e.q.Name, Clock: e.clock, Logger: slog.New(&warned)})
+		warned := testlog.New(slog.LevelWarn)
+		c, err := consumer.New(cassandratest.Driver(e.s), consumer.Config{Queue: e.q.Name, Clock: e.clock, Logger: warned.Logger()})
 		require.NoError(t, err)
 		got := e.acquire(c, 1)
 		got2 := e.acquire(c, 1)
-		if w := warned.all(); len(w) > 0 && try < 3 {
+		if w := warned.Lines(); len(w) > 0 && try < 3 {
 			t.Logf("the first takes met a fault, running again: %v", w)
 			continue
 		}
@@ -205,30 +205,6 @@ func TestFarFuture(t *testing.T) {
 		require.NoError(t, c.AckTasks(context.Background(), got...))
 		return
 	}
-}
-
-// warnings is a slog.Handler that keeps the messages of warnings and errors.
-type warnings struct {
-	mu   sync.Mutex
-	msgs []string
-}
-
-func (w *warnings) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
-
-func (w *warnings) Handle(_ context.Context, r slog.Record) error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.msgs = append(w.msgs, r.Message)
-	return nil
-}
-
-func (w *warnings) WithAttrs([]slog.Attr) slog.Handler { return w }
-func (w *warnings) WithGroup(string) slog.Handler      { return w }
-
-func (w *warnings) all() []string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return slices.Clone(w.msgs)
 }
 
 func TestRedeliveryAfterTimeout(t *testing.T) {

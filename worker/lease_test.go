@@ -14,6 +14,7 @@ import (
 	"github.com/shardq/shardq/consumer"
 	"github.com/shardq/shardq/internal/cassandratest"
 	"github.com/shardq/shardq/internal/testclock"
+	"github.com/shardq/shardq/internal/testlog"
 	"github.com/shardq/shardq/producer"
 	"github.com/shardq/shardq/shard"
 	"github.com/shardq/shardq/shardqtype"
@@ -153,9 +154,9 @@ func TestFailedExtensionBacksOff(t *testing.T) {
 	e := newEnv(t, shardqtype.QueueConfig{ShardCount: 1, DefaultTimeout: 2 * time.Second})
 	e.schedule(1)
 	s := cassandratest.SessionFor(t, e.ks)
-	logs := &logRecorder{}
+	logs := testlog.New(slog.LevelDebug)
 	started, ended := make(chan struct{}), make(chan struct{})
-	w, err := worker.New(cassandratest.Driver(s), worker.Config{Queue: e.q.Name, Concurrency: 1, ExtendLeases: true, Logger: slog.New(logs),
+	w, err := worker.New(cassandratest.Driver(s), worker.Config{Queue: e.q.Name, Concurrency: 1, ExtendLeases: true, Logger: logs.Logger(),
 		Handler: worker.HandlerFunc(func(ctx context.Context, _ *consumer.Task) error {
 			close(started)
 			<-ctx.Done()
@@ -176,7 +177,7 @@ func TestFailedExtensionBacksOff(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the handler's context did not end with its lease")
 	}
-	failed := logs.find("extending a lease")
+	failed := logs.Find("extending a lease")
 	require.NotEmpty(t, failed)
 	require.LessOrEqual(t, len(failed), 4, "extensions tried in a tight loop; the first: %s", failed[0])
 }

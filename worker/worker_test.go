@@ -19,6 +19,7 @@ import (
 	"github.com/shardq/shardq/inspect"
 	"github.com/shardq/shardq/internal/cassandratest"
 	"github.com/shardq/shardq/internal/taskscan"
+	"github.com/shardq/shardq/internal/testlog"
 	"github.com/shardq/shardq/producer"
 	"github.com/shardq/shardq/shardqtype"
 	"github.com/shardq/shardq/worker"
@@ -273,10 +274,10 @@ func TestRetryDelayCappedAtMaxTimeout(t *testing.T) {
 	e := newEnv(t, shardqtype.QueueConfig{}.WithDefaults())
 	require.Equal(t, 19*time.Minute+50*time.Second, e.q.MaxTimeout())
 	e.schedule(1)
-	logs := &logRecorder{}
+	logs := testlog.New(slog.LevelDebug)
 	retried := make(chan shardqtype.Retried, 1)
 	w := e.worker(worker.Config{
-		Logger:  slog.New(logs),
+		Logger:  logs.Logger(),
 		Backoff: func(int) time.Duration { return worker.DefaultBackoff(12) },
 		Observer: shardqtype.ObserverFunc(func(_ context.Context, ev shardqtype.Event) {
 			if r, ok := ev.(shardqtype.Retried); ok {
@@ -288,9 +289,9 @@ func TestRetryDelayCappedAtMaxTimeout(t *testing.T) {
 	require.NoError(t, w.Start(context.Background()))
 	defer stop(t, w)
 	require.Eventually(t, func() bool {
-		return w.Stats().Retried > 0 || len(logs.find("scheduling a retry")) > 0
+		return w.Stats().Retried > 0 || len(logs.Find("scheduling a retry")) > 0
 	}, 30*time.Second, 10*time.Millisecond, "the task was neither retried nor its retry refused")
-	require.Empty(t, logs.find("scheduling a retry"), "the retry was refused")
+	require.Empty(t, logs.Find("scheduling a retry"), "the retry was refused")
 	select {
 	case r := <-retried:
 		require.Equal(t, e.q.MaxTimeout(), r.Delay)
@@ -586,42 +587,6 @@ func TestBadConfig(t *testing.T) {
 	require.NoError(t, w.Start(context.Background()))
 	require.Error(t, w.Start(context.Background()), "starting twice")
 	stop(t, w)
-}
-
-// logRecorder is a slog.Handler that keeps what a worker logs, for tests that check it.
-type logRecorder struct {
-	mu   sync.Mutex
-	logs []string // each record's message, then its attributes
-}
-
-func (r *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
-
-func (r *logRecorder) Handle(_ context.Context, rec slog.Record) error {
-	line := rec.Message
-	rec.Attrs(func(a slog.Attr) bool {
-		line += " " + a.String()
-		return true
-	})
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.logs = append(r.logs, line)
-	return nil
-}
-
-func (r *logRecorder) WithAttrs([]slog.Attr) slog.Handler { return r }
-func (r *logRecorder) WithGroup(string) slog.Handler      { return r }
-
-// find returns the records whose message is msg.
-func (r *logRecorder) find(msg string) []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var out []string
-	for _, l := range r.logs {
-		if strings.HasPrefix(l, msg+" ") || l == msg {
-			out = append(out, l)
-		}
-	}
-	return out
 }
 
 // distinct returns ids without repeats.

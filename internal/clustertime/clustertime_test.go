@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,6 +17,7 @@ import (
 	"github.com/shardq/shardq/internal/clustertime"
 	"github.com/shardq/shardq/internal/driver/gocqlv1"
 	"github.com/shardq/shardq/internal/store"
+	"github.com/shardq/shardq/internal/testlog"
 	"github.com/shardq/shardq/shardqtype"
 )
 
@@ -237,21 +237,6 @@ func (c *nodesOf) Now(context.Context) (time.Time, string, error) {
 	return c.h.base.Add(c.h.run + c.leads[node]), node, nil
 }
 
-// warnings counts the warnings logged whose message holds about.
-type warnings struct {
-	slog.Handler
-	about string
-	n     atomic.Int64
-}
-
-func (w *warnings) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
-func (w *warnings) Handle(_ context.Context, r slog.Record) error {
-	if strings.Contains(r.Message, w.about) {
-		w.n.Add(1)
-	}
-	return nil
-}
-
 // Nodes whose clocks disagree: the cluster's time is the earliest node's clock, so due
 // times are judged early by none; plain writes are stamped behind it, deletes past the
 // latest, and the disagreement is reported. A node that stops answering stops counting
@@ -260,8 +245,8 @@ func TestNodesDisagreeEarliestCounts(t *testing.T) {
 	t.Parallel()
 	h := &steppedHost{base: time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC), stepAt: time.Duration(1 << 62)}
 	nodes := &nodesOf{h: h, leads: map[string]time.Duration{"a": 0, "b": -3 * time.Second, "c": 2 * time.Second}}
-	warned := &warnings{Handler: slog.DiscardHandler, about: "nodes' clocks disagree"}
-	c := clustertime.New(nodes, h, slog.New(warned))
+	warned := testlog.New(slog.LevelWarn)
+	c := clustertime.New(nodes, h, warned.Logger())
 	require.NoError(t, c.Ready(context.Background()))
 
 	require.Equal(t, -3*time.Second, c.Offset(), "the earliest node's clock")
@@ -271,7 +256,7 @@ func TestNodesDisagreeEarliestCounts(t *testing.T) {
 		"plain writes lose to deletes any node stamps")
 	require.Equal(t, h.base.Add(2*time.Second+clustertime.WriteLag).UnixMicro(), c.DeleteStamp(),
 		"deletes win over writes any node stamps")
-	require.Positive(t, warned.n.Load(), "the disagreement is reported")
+	require.Positive(t, warned.Count("nodes' clocks disagree"), "the disagreement is reported")
 
 	nodes.mu.Lock()
 	delete(nodes.leads, "b")
