@@ -28,7 +28,7 @@ test: test-nodes test-sim
 # scripts/packages; the modules two at a time, bench the longest) but the simulator's,
 # the backlog test without it (BACKLOG_TEST), and a short run of each fuzz target.
 test-nodes:
-	scripts/with-cassandra sh -c '$(GO) vet ./... && $(GO) vet -tags faults ./internal/faults && $(call each,vet ./...) && pkgs=$$(GO=$(GO) scripts/packages --race) && \
+	scripts/with-cassandra sh -c '$(GO) vet ./... && $(GO) vet -tags faults ./internal/faults && $(GO) -C shardqgocqlv2 vet -tags faults . && $(call each,vet ./...) && pkgs=$$(GO=$(GO) scripts/packages --race) && \
 		$(GO) test -race -count=1 -timeout 20m $$pkgs && \
 		printf "%s\n" $(MODULES) | xargs -P 2 -I{} $(GO) -C {} test -race -count=1 -timeout 20m ./... && \
 		$(GO) test -count=1 -run "^$(BACKLOG_TEST)$$" ./consumer && \
@@ -55,7 +55,9 @@ sim:
 # the producer's writes, cancels and moves under locks) and CLUSTER_ROOT_TESTS (schema
 # agreement between nodes, two client processes); then the fault tests (internal/faults:
 # a node killed, frozen, restarted past gc_grace; workers killed), which signal and restart
-# the nodes of scripts/cassandra. Their figures go to $(FAULTS_JSON) as JSON lines.
+# the nodes of scripts/cassandra; first those where the driver decides the outcome on the
+# v2 adapter (V2_FAULT_TESTS), then all on v1. Their figures go to $(FAULTS_JSON) as JSON
+# lines.
 # Every test runs on one node in test. The whole library at RF 3 took 30 minutes on three
 # JVMs sharing two cores and overloaded them (reads of 1.4 s, connections refused), which
 # failed bounds that hold on a cluster of its own; inspect, series, worker and the other
@@ -77,13 +79,15 @@ BACKLOG_TEST := TestBacklogInOnePartition
 SCAN_TESTS := TestFloorsHideNothing|TestPendingRetriesDoNotPinCursor|TestFinishedPartitionCheckedOnce|TestLargePayloads|TestDueAfter2262|TestNewConsumerSkipsPartitionsAMarkShowsEmpty
 ONE_NODE_TESTS := TestLeadingClockDeletesWin|TestStatusAfterCrashes|TestRescheduleStampsByTheClusterClock|TestMiddleware|TestLowRatesSitInTheFirstShards
 CLUSTER_PACKAGES := ./consumer ./producer ./lock ./internal/locking ./internal/lwt ./internal/clustertime
+V2_FAULT_TESTS := TestNodeFrozen|TestSlowReadOnOneNode
 CLUSTER_ROOT_TESTS := ^(TestApplySchemaTwice|TestClientsInTwoProcesses)$$
 test-cluster:
 	mkdir -p $(dir $(FAULTS_JSON))
 	scripts/with-cassandra --nodes 3 sh -c 'export SHARDQ_CASSANDRA_RF=3 && \
 		$(GO) test -count=1 -timeout 20m -skip "^($(BACKLOG_TEST)|$(SCAN_TESTS)|$(ONE_NODE_TESTS))$$" $(CLUSTER_PACKAGES) && \
 		$(GO) test -count=1 -timeout 20m -run "$(CLUSTER_ROOT_TESTS)" . && \
-		SHARDQ_FAULTS_JSON=$(FAULTS_JSON) \
+		export SHARDQ_FAULTS_JSON=$(FAULTS_JSON) && \
+		$(GO) -C shardqgocqlv2 test -tags faults -count=1 -timeout 10m -v -run "^($(V2_FAULT_TESTS))$$" . && \
 		$(GO) test -tags faults -count=1 -timeout 30m -v ./internal/faults'
 
 # 10,000 tasks due over 10 s, drained by 4 consumers: throughput, lateness, lost/duplicates.

@@ -6,6 +6,12 @@
 // started before their due time (both always zero), duplicates (each explained by a killed
 // worker) and lateness.
 //
+// The package holds the scenarios and their harness; each adapter's module runs them in a
+// test binary of its own (TestWorkerProcess there is the worker process), on a session of
+// that adapter: this module's tests run every scenario on github.com/gocql/gocql, those of
+// shardqgocqlv2 the ones where the driver decides the outcome (a frozen node, a slow read
+// on a session of one node) on the Apache driver v2.
+//
 // The tests build only with the faults tag and need the nodes of scripts/cassandra, which
 // they signal, stop and restart: `make test-cluster` starts three, runs the whole suite at
 // RF 3 and then these tests. Without such a cluster they fail; they are never skipped.

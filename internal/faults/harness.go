@@ -1,6 +1,6 @@
 //go:build faults
 
-package faults_test
+package faults
 
 import (
 	"bufio"
@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -51,14 +52,15 @@ const (
 // tasks in their hands.
 const handlerWork = 10 * time.Millisecond
 
-// TestWorkerProcess is the worker process of the fault tests: a default worker (16
-// handlers) on the queue its parent names. It says "ready" once it has polled, then
+// WorkerProcess is the worker process of the fault tests, which each test binary runs
+// as its TestWorkerProcess: a default worker (16 handlers) on a's session, on the queue
+// its parent names. It says "ready" once it has polled, then
 // "started <task> <due ns> <start ns> <attempt> <lease deadline ns>" as each handler
 // starts, "done <task>" as a handler returns nil (before the task is acked), "acked <task>"
 // for each task of an Acked event, "lost <task>" for each LeaseLost event and "failed <op>" for each PartitionFailed event; the worker's
 // warnings go to standard error. It stops when its standard input closes. Run without its
 // parent's environment it has nothing to do and returns.
-func TestWorkerProcess(t *testing.T) {
+func WorkerProcess(t *testing.T, a Adapter) {
 	ks := os.Getenv(keyspaceEnv)
 	if ks == "" {
 		return
@@ -70,7 +72,7 @@ func TestWorkerProcess(t *testing.T) {
 		// Unbuffered: a line written is out of the process even if it is killed next.
 		fmt.Fprintf(os.Stdout, format+"\n", args...)
 	}
-	w, err := worker.New(cassandratest.Driver(cassandratest.SessionFor(t, ks, recommendedTimeout)), worker.Config{
+	w, err := worker.New(a.Connect(t, ks), worker.Config{
 		Queue:       os.Getenv(queueEnv),
 		Concurrency: 16,
 		Handler: worker.HandlerFunc(func(ctx context.Context, task *consumer.Task) error {
@@ -160,9 +162,9 @@ type cluster struct {
 // them, and that test keyspaces replicate to all three; any of these missing fails the test.
 func newCluster(t *testing.T) *cluster {
 	t.Helper()
-	script, err := filepath.Abs("../../scripts/cassandra")
-	require.NoError(t, err)
-	c := &cluster{t: t, script: script}
+	_, file, _, ok := runtime.Caller(0)
+	require.True(t, ok, "the harness's own path, to find scripts/cassandra")
+	c := &cluster{t: t, script: filepath.Join(filepath.Dir(file), "..", "..", "scripts", "cassandra")}
 	c.hosts = strings.Split(c.run("hosts"), ",")
 	require.Len(t, c.hosts, 3, "the fault tests need three nodes: make test-cluster")
 	require.ElementsMatch(t, c.hosts, cassandratest.Hosts(t),
@@ -273,9 +275,13 @@ func (c *cluster) restoreAtEnd(node int) {
 
 // env is one test's keyspace, queue, producer, recorder and worker processes.
 type env struct {
-	t       *testing.T
-	ks      string
+	t  *testing.T
+	a  Adapter
+	ks string
+	// session reads and changes the keyspace for the test's own checks, on v1 whatever
+	// the adapter under test.
 	session *gocql.Session
+	d       *shardq.Driver // the adapter's, for the producer, the queue and inspect
 	q       shardqtype.QueueConfig
 	p       *producer.Producer
 	rec     *recorder
@@ -285,21 +291,18 @@ type env struct {
 	procs   int // worker processes started
 }
 
-// recommendedTimeout gives a session the driver timeout users are told to use: the faults
-// exercise what it does when a node stops answering.
-func recommendedTimeout(c *gocql.ClusterConfig) { c.Timeout = shardqgocql.RecommendedTimeout }
-
-func newEnv(t *testing.T, q shardqtype.QueueConfig) *env {
+func newEnv(t *testing.T, a Adapter, q shardqtype.QueueConfig) *env {
 	t.Helper()
 	ctx := context.Background()
-	e := &env{t: t, ks: keyspace(t), rec: newRecorder()}
-	e.session = cassandratest.SessionFor(t, e.ks, recommendedTimeout)
+	e := &env{t: t, a: a, ks: keyspace(t), rec: newRecorder()}
+	e.session = cassandratest.SessionFor(t, e.ks, func(c *gocql.ClusterConfig) { c.Timeout = shardqgocql.RecommendedTimeout })
 	cassandratest.ApplySchema(t, e.session)
+	e.d = a.Connect(t, e.ks)
 	q.Name = "faults"
 	var err error
-	e.q, err = shardq.CreateQueue(ctx, cassandratest.Driver(e.session), q)
+	e.q, err = shardq.CreateQueue(ctx, e.d, q)
 	require.NoError(t, err)
-	e.p, err = producer.New(cassandratest.Driver(e.session), producer.Config{})
+	e.p, err = producer.New(e.d, producer.Config{})
 	require.NoError(t, err)
 	t.Cleanup(e.stopWorkers)
 	return e
@@ -458,7 +461,7 @@ func (e *env) wait(n int, done bool, within time.Duration) {
 	if missing == nil {
 		return
 	}
-	in, err := inspect.New(cassandratest.Driver(e.session), inspect.Config{})
+	in, err := inspect.New(e.d, inspect.Config{})
 	require.NoError(e.t, err)
 	for _, id := range missing {
 		info, err := in.Task(context.Background(), id)
@@ -480,7 +483,7 @@ func (e *env) settle(within time.Duration, ids []uuid.UUID) {
 	e.t.Helper()
 	e.waitDone(len(e.rec.want), within)
 	e.waitDrained(within, ids)
-	in, err := inspect.New(cassandratest.Driver(e.session), inspect.Config{})
+	in, err := inspect.New(e.d, inspect.Config{})
 	require.NoError(e.t, err)
 	letters, err := in.DeadLetters(context.Background(), e.q.Name, inspect.DeadLetterQuery{Limit: 10})
 	require.NoError(e.t, err)
@@ -835,7 +838,9 @@ func (r *recorder) dueWithin(from, to time.Time) int {
 // report is one fault test's figures.
 type report struct {
 	Fault string `json:"fault"`
-	Tasks int    `json:"tasks"`
+	// Adapter names the driver adapter the producer, the queue and the workers ran on.
+	Adapter string `json:"adapter"`
+	Tasks   int    `json:"tasks"`
 	// Lost counts tasks no handler finished; that every task was acked as well is
 	// env.waitDrained's to show.
 	Lost int `json:"lost"`
@@ -865,6 +870,13 @@ type report struct {
 	// twice describes the runs of up to ten tasks with unexplained duplicates, and of up
 	// to ten with duplicates from unfinished swaps.
 	twice []string
+}
+
+// report is the recorder's report, naming the adapter.
+func (e *env) report(fault string) report {
+	rep := e.rec.report(fault)
+	rep.Adapter = e.a.Name
+	return rep
 }
 
 // report counts lost, duplicated and redelivered tasks, and the lateness of each task's

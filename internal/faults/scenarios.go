@@ -1,6 +1,6 @@
 //go:build faults
 
-package faults_test
+package faults
 
 import (
 	"context"
@@ -15,31 +15,30 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/shardq/shardq/internal/driver"
-	"github.com/shardq/shardq/internal/driver/gocqlv1"
-	"github.com/shardq/shardq/shardqgocql"
 	"github.com/shardq/shardq/shardqtype"
 )
 
 // rate is how many tasks a second come due in the tests that fault nodes.
 const rate = 100
 
-// One node is frozen (SIGSTOP) for 15 s a quarter into a drain, then resumed: it keeps its
-// connections open and answers nothing, the hardest failure for a client to see. The
-// partitions keep a quorum of the other two, and delivery goes on: the tasks due during
-// the freeze (about 1,500) start within 5 s (p99), every task is acked, none runs twice. It
-// runs first: a node another test restarted runs a cold JVM for a minute or so, and on two
-// cores shared by three nodes that alone took this test's p99 from 0.7-0.8 s to 2.2 s.
-func TestNodeFrozen(t *testing.T) {
+// NodeFrozen freezes one node (SIGSTOP) for 15 s a quarter into a drain, then resumes
+// it: it keeps its connections open and answers nothing, the hardest failure for a client
+// to see. The partitions keep a quorum of the other two, and delivery goes on: the tasks
+// due during the freeze (about 1,500) start within 5 s (p99), every task is acked, none
+// runs twice. It runs first in its binary: a node another test restarted runs a cold JVM
+// for a minute or so, and on two cores shared by three nodes that alone took this test's
+// p99 from 0.7-0.8 s to 2.2 s.
+func NodeFrozen(t *testing.T, a Adapter) {
 	c := newCluster(t)
 	var frozeAt, thawedAt time.Time
-	e := drainThrough(t, c, 3, func() {
+	e := drainThrough(t, a, c, 3, func() {
 		c.signal(3, syscall.SIGSTOP)
 		frozeAt = time.Now()
 		time.Sleep(15 * time.Second) // the fault itself
 		c.signal(3, syscall.SIGCONT)
 		thawedAt = time.Now()
 	})
-	rep := e.rec.report("node-frozen")
+	rep := e.report("node-frozen")
 	p50, p99, maxMs, due := e.rec.lateness(frozeAt, thawedAt)
 	rep.Extra["frozen_s"] = thawedAt.Sub(frozeAt).Seconds()
 	rep.Extra["frozen_tasks"] = due
@@ -60,17 +59,17 @@ func TestNodeFrozen(t *testing.T) {
 	require.LessOrEqual(t, p99, 5000.0, "lateness p99 of the tasks due during the freeze, ms")
 }
 
-// One node is SIGKILLed a quarter into a drain (3 worker processes, 100 tasks/s due over
-// 40 s, written as they come due) and stays down: its replicas' partitions keep a quorum, every task is acked, none
-// runs twice.
-func TestNodeKilled(t *testing.T) {
+// NodeKilled SIGKILLs one node a quarter into a drain (3 worker processes, 100 tasks/s due
+// over 40 s, written as they come due), and the node stays down: its replicas'
+// partitions keep a quorum, every task is acked, none runs twice.
+func NodeKilled(t *testing.T, a Adapter) {
 	c := newCluster(t)
 	var killedAt time.Time
-	e := drainThrough(t, c, 2, func() {
+	e := drainThrough(t, a, c, 2, func() {
 		c.kill(2)
 		killedAt = time.Now()
 	})
-	rep := e.rec.report("node-killed")
+	rep := e.report("node-killed")
 	after := e.rec.dueWithin(killedAt, time.Now())
 	rep.Extra["due_after_kill"] = after
 	finish(t, rep)
@@ -80,8 +79,8 @@ func TestNodeKilled(t *testing.T) {
 // drainThrough runs three worker processes over 40 s of tasks due at rate, written as
 // they come due (env.scheduleAsDue), calls fault a quarter into the drain, and returns
 // once every task was acked; node is restored at the end of the test.
-func drainThrough(t *testing.T, c *cluster, node int, fault func()) *env {
-	e := newEnv(t, shardqtype.QueueConfig{})
+func drainThrough(t *testing.T, a Adapter, c *cluster, node int, fault func()) *env {
+	e := newEnv(t, a, shardqtype.QueueConfig{})
 	c.restoreAtEnd(node)
 	for range 3 {
 		e.startWorker()
@@ -97,15 +96,15 @@ func drainThrough(t *testing.T, c *cluster, node int, fault func()) *env {
 	return e
 }
 
-// Worker processes are SIGKILLed at random, one every 1 to 4 s, and each is replaced at
+// WorkersKilled SIGKILLs worker processes at random, one every 1 to 4 s, and replaces each at
 // once, while 100 tasks/s come due for 60 s, written as they come due. The tasks a killed worker held (leased ahead,
 // or in a handler) come back when their 5 s timeout ends: those whose handler had started
 // may run twice, and so may those a killed worker had written timeout markers for but not
 // yet swapped (a live worker takes them meanwhile, and the markers deliver them again);
 // no other runs twice, and every task is acked.
-func TestWorkersKilled(t *testing.T) {
+func WorkersKilled(t *testing.T, a Adapter) {
 	newCluster(t)
-	e := newEnv(t, shardqtype.QueueConfig{DefaultTimeout: 5 * time.Second})
+	e := newEnv(t, a, shardqtype.QueueConfig{DefaultTimeout: 5 * time.Second})
 	for range 3 {
 		e.startWorker()
 	}
@@ -122,7 +121,7 @@ func TestWorkersKilled(t *testing.T) {
 	e.waitStarted(n, time.Minute)
 	e.settle(time.Minute, nil)
 	e.stopWorkers()
-	rep := e.rec.report("workers-killed")
+	rep := e.report("workers-killed")
 	rep.Extra["workers_killed"] = kills
 	finish(t, rep)
 	require.Positive(t, rep.Redelivered, "tasks a killed worker held, delivered again")
@@ -132,8 +131,8 @@ func TestWorkersKilled(t *testing.T) {
 // deletes older than this, and hints older than this are not delivered.
 const gcGrace = 10 * time.Second
 
-// One node is stopped, its data kept, while 1,000 tasks it holds are drained (their rows
-// deleted), and stays down longer than the tasks table's gc_grace_seconds (lowered to
+// NodeRestarted stops one node, its data kept, while 1,000 tasks it holds are drained
+// (their rows deleted), and keeps it down longer than the tasks table's gc_grace_seconds (lowered to
 // 10 s): the other two purge those deletes, and the hints that would bring them to it
 // expire. It is restarted while 2,000 more tasks come due at 50/s, written as they come
 // due, and the rows it still
@@ -144,10 +143,10 @@ const gcGrace = 10 * time.Second
 // a node that was down longer than max_hint_window within gc_grace_seconds prevents them
 // (docs/operations.md, Running on a cluster). No task may run twice: the test's gc_grace goes back to 600 s before node 3
 // returns (see there why).
-func TestNodeRestarted(t *testing.T) {
+func NodeRestarted(t *testing.T, a Adapter) {
 	c := newCluster(t)
 	const lap = 75 * time.Second
-	e := newEnv(t, shardqtype.QueueConfig{BucketCount: 75, BucketDuration: time.Second, DefaultTimeout: 10 * time.Second})
+	e := newEnv(t, a, shardqtype.QueueConfig{BucketCount: 75, BucketDuration: time.Second, DefaultTimeout: 10 * time.Second})
 	c.restoreAtEnd(3)
 	require.NoError(t, e.session.Query(fmt.Sprintf(`ALTER TABLE tasks WITH gc_grace_seconds = %d`,
 		int(gcGrace.Seconds()))).Exec())
@@ -187,7 +186,7 @@ func TestNodeRestarted(t *testing.T) {
 	time.Sleep(time.Until(lastA.Add(lap + 20*time.Second))) // the ring's lap back to set A
 	e.stopWorkers()
 
-	rep := e.rec.report("node-restarted")
+	rep := e.report("node-restarted")
 	returners := e.rec.startedAfter(idsA, back)
 	n := 0
 	for _, k := range returners {
@@ -223,32 +222,29 @@ func (e *env) rowsOf(ids []uuid.UUID) int {
 	return n
 }
 
-// A read that its node answers after the speculative delay, on a session that knows that
-// node alone, succeeds: with no second node it is not sent speculatively (gocql would
-// answer a copy that finds no node with ErrNoConnections, ahead of the read still running).
-func TestSlowReadOnOneNode(t *testing.T) {
+// SlowReadOnOneNode checks that a read its node answers after the adapter's speculative
+// delay, on a session that knows that node alone, succeeds: with no second node it is not
+// sent speculatively (gocql would answer a copy that finds no node with ErrNoConnections,
+// ahead of the read still running).
+func SlowReadOnOneNode(t *testing.T, a Adapter) {
 	c := newCluster(t)
 	c.restoreAtEnd(1)
-	cfg := shardqgocql.RecommendedCluster(gocql.NewCluster(c.hosts[0]))
-	cfg.HostFilter = gocql.WhiteListHostFilter(c.hosts[0])
-	s, err := cfg.CreateSession()
-	require.NoError(t, err)
-	defer s.Close()
+	s := a.OneNode(t, c.hosts[0])
 	read := func() error {
 		var v string
-		return driver.Scan(context.Background(), gocqlv1.New(s), driver.Statement{CQL: `SELECT release_version FROM system.local`}, &v)
+		return driver.Scan(context.Background(), s, driver.Statement{CQL: `SELECT release_version FROM system.local`}, &v)
 	}
 	require.NoError(t, read())
 	pid := c.pid(1)
 	for range 3 {
 		c.signal(1, syscall.SIGSTOP)
-		thaw := time.AfterFunc(2*gocqlv1.SpeculativeDelay, func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
+		thaw := time.AfterFunc(2*a.SpeculativeDelay, func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
 		start := time.Now()
 		err := read()
 		took := time.Since(start)
 		thaw.Stop()
 		c.signal(1, syscall.SIGCONT)
 		require.NoError(t, err, "a read answered after %v", took)
-		require.Greater(t, took, gocqlv1.SpeculativeDelay, "the read outlasted the speculative delay")
+		require.Greater(t, took, a.SpeculativeDelay, "the read outlasted the speculative delay")
 	}
 }
