@@ -151,6 +151,9 @@ type Consumer struct {
 	live  []*Consumer
 	turn  atomic.Uint64 // calls of AcquireTasks, which pick the ring read first
 	drain drainer
+	// maintained is set by the first Maintain call: AcquireTasks then leaves draining
+	// to Maintain's caller.
+	maintained atomic.Bool
 	// woken is the wake-ups of the queue this process's producers had (wakeup.Bus.Woken)
 	// at the last call: a change drops the plan's peek records, as a producer's touch
 	// gathered with others (signal.Coalesce) may not show yet.
@@ -398,7 +401,11 @@ func (c *Consumer) AcquireTasks(ctx context.Context, n int) ([]*Task, error) {
 			break
 		}
 	}
-	c.drain.maybe(ctx, c, h)
+	if !c.maintained.Load() {
+		if err := c.drain.maybe(ctx, c, h); err != nil {
+			c.log.WarnContext(ctx, "looking whether an old layout is drained", "queue", c.q.Name, "generation", h.Drained, "error", err)
+		}
+	}
 	if len(out) == 0 && readErr != nil {
 		return nil, readErr
 	}
@@ -409,6 +416,30 @@ func (c *Consumer) AcquireTasks(ctx context.Context, n int) ([]*Task, error) {
 		return shard.IDTime(a.source).Compare(shard.IDTime(b.source))
 	})
 	return out, nil
+}
+
+// Maintain does the upkeep of c's queue that takes no task: about every 30 s while a
+// layout change (shardq.ChangeLayout) is under way, it reads the oldest live layout's
+// partitions and, once they hold no task, marks that layout drained, so that consumers
+// read it no more. A look that finds tasks left waits twice as long for the next, up to
+// 16 minutes. Calls in between return at once.
+//
+// AcquireTasks does this itself until Maintain is first called: a caller that calls
+// Maintain in a loop of its own (every few seconds; workers and clients do) keeps those
+// reads out of its takes.
+func (c *Consumer) Maintain(ctx context.Context) error {
+	c.maintained.Store(true)
+	if err := c.init(ctx); err != nil {
+		return err
+	}
+	h, err := c.state.Layouts(ctx, c.cfg.Queue)
+	if err != nil {
+		return err
+	}
+	if err := c.drain.maybe(ctx, c, h); err != nil {
+		return fmt.Errorf("consumer: looking whether layout %d of queue %s is drained: %w", h.Drained, c.q.Name, err)
+	}
+	return nil
 }
 
 // acquire is AcquireTasks on the ring of c's layout: it returns up to n tasks, unsorted,

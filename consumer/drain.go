@@ -26,12 +26,11 @@ type drainer struct {
 	wait time.Duration // from one look to the next
 }
 
-// maybe looks whether h's oldest live layout can be marked drained, when it is time to.
-// It runs in the AcquireTasks call that finds it due, which takes no longer than the
-// ring's reads; a failure is logged and tried again at the next look.
-func (d *drainer) maybe(ctx context.Context, c *Consumer, h layouts.History) {
+// maybe looks whether h's oldest live layout can be marked drained, when it is time to,
+// and returns the look's error; a look that failed is made again at the next.
+func (d *drainer) maybe(ctx context.Context, c *Consumer, h layouts.History) error {
 	if h.Drained == len(h.Gens)-1 {
-		return
+		return nil
 	}
 	now := c.cfg.Clock.Now()
 	d.mu.Lock()
@@ -45,13 +44,10 @@ func (d *drainer) maybe(ctx context.Context, c *Consumer, h layouts.History) {
 	}
 	d.mu.Unlock()
 	if !due {
-		return
+		return nil
 	}
 	looked, drained, err := layouts.Drain(ctx, c.state.Store, h, now, c.cfg.PartitionsInFlight)
-	switch {
-	case err != nil:
-		c.log.WarnContext(ctx, "looking whether an old layout is drained", "queue", c.q.Name, "generation", h.Drained, "error", err)
-	case drained:
+	if drained {
 		c.log.InfoContext(ctx, "an old layout is drained: it is read no more", "queue", c.q.Name, "generation", h.Drained)
 	}
 	d.mu.Lock()
@@ -61,4 +57,5 @@ func (d *drainer) maybe(ctx context.Context, c *Consumer, h layouts.History) {
 		d.wait = drainEvery
 	}
 	d.mu.Unlock()
+	return err
 }

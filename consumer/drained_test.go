@@ -71,3 +71,33 @@ func TestDrainedLayoutLeavesNoNextDue(t *testing.T) {
 		require.True(t, next.After(clock.Now()), "NextDue %v is %v before now", next, clock.Now().Sub(next))
 	}
 }
+
+// Maintain marks an empty, sealed layout drained when its look comes due (at most 30 s
+// after the first call), and once it has been called AcquireTasks no longer looks: the
+// look's reads of every partition of the old ring stay out of the takes.
+func TestMaintainDrainsInsteadOfTakes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := cassandratest.Driver(cassandratest.SchemaSession(t))
+	q, err := shardq.CreateQueue(ctx, d, shardqtype.QueueConfig{Name: "maintained", ShardCount: 1, BucketCount: 60,
+		BucketDuration: time.Second})
+	require.NoError(t, err)
+	ch, err := shardq.ChangeLayout(ctx, d, q.Name, shardq.LayoutConfig{ShardCount: 2})
+	require.NoError(t, err)
+	clock := testclock.New(ch.From.Add(layouts.SealAfter))
+	c, err := consumer.New(d, consumer.Config{Queue: q.Name, Clock: clock})
+	require.NoError(t, err)
+	drained := func() bool {
+		hist, err := shardq.QueueLayouts(ctx, d, q.Name)
+		require.NoError(t, err)
+		return hist[0].Drained
+	}
+
+	require.NoError(t, c.Maintain(ctx)) // plans the first look
+	clock.Add(31 * time.Second)
+	_, err = c.AcquireTasks(ctx, 10)
+	require.NoError(t, err)
+	require.False(t, drained(), "AcquireTasks looked, though Maintain is called")
+	require.NoError(t, c.Maintain(ctx))
+	require.True(t, drained(), "Maintain marked the empty layout drained")
+}

@@ -288,10 +288,16 @@ func (w *Worker) start(ctx context.Context, deadline time.Time) error {
 		defer close(keeperDone)
 		w.keepSeries(workCtx)
 	}()
+	maintainerDone := make(chan struct{})
+	go func() {
+		defer close(maintainerDone)
+		w.maintain(workCtx)
+	}()
 	go func() {
 		w.fetch(workCtx)
 		close(w.fetchStopped)
 		<-keeperDone
+		<-maintainerDone
 		close(w.work)
 		handlers.Wait()
 		close(w.acks)
@@ -457,6 +463,28 @@ func (w *Worker) keepSeries(ctx context.Context) {
 		jitter := random.N(w.cfg.SeriesInterval/5+1) - w.cfg.SeriesInterval/10
 		select {
 		case <-time.After(w.cfg.SeriesInterval + jitter):
+		case <-w.stopFetch:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// maintainEvery is how often a worker calls its consumer's Maintain, which looks whether
+// an old layout is drained when its own interval (30 s or more) says so.
+const maintainEvery = 5 * time.Second
+
+// maintain runs the consumer's upkeep (consumer.Consumer.Maintain) beside the fetches,
+// so that the reads of a layout change's draining never delay a take, until fetching
+// stops.
+func (w *Worker) maintain(ctx context.Context) {
+	for {
+		if err := w.consumer.Maintain(ctx); err != nil && ctx.Err() == nil {
+			w.log.WarnContext(ctx, "maintaining the queue", "queue", w.cfg.Queue, "error", err)
+		}
+		select {
+		case <-time.After(maintainEvery):
 		case <-w.stopFetch:
 			return
 		case <-ctx.Done():
