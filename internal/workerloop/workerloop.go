@@ -433,6 +433,10 @@ func (w *Worker) fetch(ctx context.Context) {
 	}
 }
 
+// lingerReach is how many lingers back a fetch's last predecessor that found tasks may
+// lie for the fetch to linger (see linger).
+const lingerReach = 5
+
 // linger is how long after a fetch that took got of the n tasks it asked for, and so
 // everything due, the next waits: BatchDelay, or less when tasks come due fast enough to
 // fill a fetch sooner, at the pace of this one, which took what came due over since (the
@@ -440,8 +444,17 @@ func (w *Worker) fetch(ctx context.Context) {
 // as for hundreds (a read, a lock and a swap per partition), so one that waits for a
 // stream to gather takes many per partition at the cost of at most BatchDelay of
 // lateness; one that fills up goes on at once.
+//
+// A fetch whose last predecessor that found tasks lies more than lingerReach lingers
+// back does not linger: it took the first tasks of a stream that was quiet before (its
+// pace unknown: tasks written in a burst and coming due from now on), or those of a
+// stream so sparse that a linger would gather a fifth of this fetch or less, for a full
+// linger of lateness.
 func (w *Worker) linger(got, n int, since time.Duration) time.Duration {
 	d := w.cfg.BatchDelay
+	if since > lingerReach*d {
+		return 0
+	}
 	if got > 0 && since > 0 {
 		d = min(d, time.Duration(float64(since)*float64(n)/float64(got)))
 	}
