@@ -151,9 +151,9 @@ type Consumer struct {
 	live  []*Consumer
 	turn  atomic.Uint64 // calls of AcquireTasks, which pick the ring read first
 	drain drainer
-	// maintained is set by the first Maintain call: AcquireTasks then leaves draining
-	// to Maintain's caller.
-	maintained atomic.Bool
+	// maintained is when Maintain was last called (host time, Unix ns): AcquireTasks
+	// leaves draining to Maintain's caller while it keeps calling.
+	maintained atomic.Int64
 	// woken is the wake-ups of the queue this process's producers had (wakeup.Bus.Woken)
 	// at the last call: a change drops the plan's peek records, as a producer's touch
 	// gathered with others (signal.Coalesce) may not show yet.
@@ -401,7 +401,7 @@ func (c *Consumer) AcquireTasks(ctx context.Context, n int) ([]*Task, error) {
 			break
 		}
 	}
-	if !c.maintained.Load() {
+	if time.Since(time.Unix(0, c.maintained.Load())) > maintainedFor {
 		if err := c.drain.maybe(ctx, c, h); err != nil {
 			c.log.WarnContext(ctx, "looking whether an old layout is drained", "queue", c.q.Name, "generation", h.Drained, "error", err)
 		}
@@ -422,13 +422,15 @@ func (c *Consumer) AcquireTasks(ctx context.Context, n int) ([]*Task, error) {
 // layout change (shardq.ChangeLayout) is under way, it reads the oldest live layout's
 // partitions and, once they hold no task, marks that layout drained, so that consumers
 // read it no more. A look that finds tasks left waits twice as long for the next, up to
-// 16 minutes. Calls in between return at once.
+// 16 minutes. Calls in between read nothing but the queue's settings, cached for
+// shardqtype.SettingsRefresh.
 //
-// AcquireTasks does this itself until Maintain is first called: a caller that calls
-// Maintain in a loop of its own (every few seconds; workers and clients do) keeps those
-// reads out of its takes.
+// AcquireTasks makes those looks itself unless Maintain was called within the last
+// minute: a caller that calls Maintain in a loop of its own (every few seconds; workers
+// and clients do) keeps those reads out of its takes, and if its loop stops, the takes
+// look again.
 func (c *Consumer) Maintain(ctx context.Context) error {
-	c.maintained.Store(true)
+	c.maintained.Store(time.Now().UnixNano())
 	if err := c.init(ctx); err != nil {
 		return err
 	}

@@ -17,6 +17,9 @@ import (
 const (
 	drainEvery  = 30 * time.Second
 	drainAtMost = 16 * time.Minute
+	// maintainedFor is how long after a Maintain call AcquireTasks leaves the looks to
+	// Maintain's caller.
+	maintainedFor = 2 * drainEvery
 )
 
 // drainer marks layouts drained for one Consumer.

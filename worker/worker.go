@@ -69,8 +69,9 @@ type Config struct {
 	// tasks coming due wait up to this long, or less when they come fast enough to fill a
 	// fetch sooner, so that each fetch, whose reads and lightweight transactions cost the
 	// same for one task as for hundreds, takes many from every partition. It adds at most
-	// BatchDelay to a task's lateness, nothing while a backlog fills every fetch, and
-	// nothing after a fetch that found none. Defaults to DefaultBatchDelay.
+	// BatchDelay to a task's lateness, nothing while a backlog fills every fetch, nothing
+	// after a fetch that found none, and nothing after the first fetch that finds tasks
+	// when none did for five BatchDelays. Defaults to DefaultBatchDelay.
 	BatchDelay time.Duration
 	// MaxAttempts is how many deliveries a failing task gets before it is dead-lettered.
 	// Defaults to DefaultMaxAttempts.

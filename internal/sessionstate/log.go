@@ -8,9 +8,10 @@ import (
 
 // lateLog is the handler of the logger the State's background parts (the clock's
 // measures, the toucher) write to. A State is made by whichever part asks first, and the
-// package functions (CreateQueue, Pause, inspect) have no logger to give it: lateLog
-// discards until a part that has one asks (For), so a client made after CreateQueue on the
-// same driver still gets their warnings.
+// package functions (CreateQueue, Pause, inspect) and parts configured without a Logger
+// have none to give it: lateLog discards until a part that has one asks (For), so a
+// client made after CreateQueue or a producer on the same driver still gets their
+// warnings.
 type lateLog struct {
 	to    *atomic.Pointer[slog.Handler]
 	shape []func(slog.Handler) slog.Handler // the WithAttrs and WithGroup calls, in order
@@ -22,10 +23,14 @@ func newLateLog(log *slog.Logger) *lateLog {
 	return l
 }
 
-// set makes log's handler the destination, if log is not nil and none is set yet.
+// set makes log's handler the destination, if none is set yet and log writes somewhere:
+// the constructors give parts made without a Logger one that discards, which must not
+// take the place of a real one given later.
 func (l *lateLog) set(log *slog.Logger) {
-	if log != nil {
-		h := log.Handler()
+	if log == nil {
+		return
+	}
+	if h := log.Handler(); h != slog.DiscardHandler {
 		l.to.CompareAndSwap(nil, &h)
 	}
 }

@@ -12,8 +12,9 @@ import (
 	"github.com/shardq/shardq/internal/memstore"
 )
 
-// A State made by a part without a logger (CreateQueue, say) passes its shared parts'
-// warnings to the first logger a later part asks with, with the attributes and groups
+// A State made by a part without a logger (CreateQueue, say, or a producer configured
+// without one) passes its shared parts' warnings to the first logger a later part asks
+// with that writes somewhere, with the attributes and groups
 // they were given before it came, and to no other after.
 func TestLaterLoggerGetsTheWarnings(t *testing.T) {
 	t.Parallel()
@@ -22,6 +23,7 @@ func TestLaterLoggerGetsTheWarnings(t *testing.T) {
 	d := driver.New(nil)
 	Bind(d, New(cluster.Client(memstore.ClientConfig{Clock: time.Now}), nil, nil))
 	st := For(d, nil)
+	For(d, slog.New(slog.DiscardHandler)) // a part configured without a Logger
 	log := slog.New(st.log).With("part", "toucher").WithGroup("g")
 	log.Warn("before any logger")
 

@@ -178,8 +178,12 @@ type Writer interface {
 	Touch(ctx context.Context, cells []Touch) error
 }
 
-// NewToucher returns a Toucher writing through cells.
+// NewToucher returns a Toucher writing through cells, warning through log (nil:
+// discarded).
 func NewToucher(cells Writer, log *slog.Logger) *Toucher {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	return &Toucher{cells: cells, log: log, last: map[Entry]time.Time{}, pending: map[Entry]Touch{}}
 }
 

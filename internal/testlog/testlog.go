@@ -12,10 +12,10 @@ import (
 // the message, then every attribute as key=value (those given by With first). Safe for
 // concurrent use.
 type Recorder struct {
-	min   slog.Level
-	mu    *sync.Mutex
-	recs  *[]record
-	with  string // the attributes given by WithAttrs, as they appear in a line
+	min  slog.Level
+	mu   *sync.Mutex
+	recs *[]record
+	with string // the attributes given by WithAttrs, as they appear in a line
 }
 
 // New returns a Recorder that keeps records at level min and above.

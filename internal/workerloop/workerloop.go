@@ -490,10 +490,22 @@ const maintainEvery = 5 * time.Second
 
 // maintain runs the consumer's upkeep (consumer.Consumer.Maintain) beside the fetches,
 // so that the reads of a layout change's draining never delay a take, until fetching
-// stops.
+// stops (which also ends a look under way). Its failures are warned of at most once a
+// minute: the fetch loop already reports a session that fails every request.
 func (w *Worker) maintain(ctx context.Context) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-w.stopFetch:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	var warned time.Time
 	for {
-		if err := w.consumer.Maintain(ctx); err != nil && ctx.Err() == nil {
+		if err := w.consumer.Maintain(ctx); err != nil && ctx.Err() == nil && time.Since(warned) >= time.Minute {
+			warned = time.Now()
 			w.log.WarnContext(ctx, "maintaining the queue", "queue", w.cfg.Queue, "error", err)
 		}
 		select {
