@@ -276,6 +276,23 @@ func (c *Clock) Measure(ctx context.Context) (time.Duration, error) {
 	return c.offset, nil
 }
 
+// Uncertainty bounds how far ahead of the cluster's time Now may read, but for the host
+// clock's drift since the last measure: half the longest round trip of the readings that
+// measure kept (each node's clock was read somewhere within its round trip). Before a
+// measure has succeeded it is Unmeasured.
+func (c *Clock) Uncertainty() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.known {
+		return Unmeasured
+	}
+	var rtt time.Duration
+	for _, r := range c.nodes {
+		rtt = max(rtt, r.rtt)
+	}
+	return rtt / 2
+}
+
 // Spread returns how far the latest node's clock was measured ahead of the earliest's.
 func (c *Clock) Spread() time.Duration {
 	c.mu.Lock()

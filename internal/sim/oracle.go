@@ -18,6 +18,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/shardq/shardq/consumer"
+	"github.com/shardq/shardq/internal/clustertime"
 	"github.com/shardq/shardq/internal/signal"
 	"github.com/shardq/shardq/producer"
 	"github.com/shardq/shardq/shard"
@@ -26,9 +27,17 @@ import (
 )
 
 // tolerance is how early a delivery may start against the time a task is due, beyond the
-// error of the delivering process's cluster clock (the shortest round trip of its last
-// measure, and its drift since).
+// error the delivering process's cluster clock may have (clockBound).
 const tolerance = 50 * time.Millisecond
+
+// clockBound is how far ahead of true time p's cluster clock may read: half the round
+// trip of its last measure's readings, and its host clock's drift over a measure's
+// life. A clock further ahead (a step of the host's clock taken for elapsed time, say)
+// delivers early, and the oracle says so.
+func clockBound(p *proc) time.Duration {
+	drift := time.Duration(math.Abs(p.clock.drift) * float64(2*clustertime.Refresh))
+	return p.state.Cluster.Uncertainty() + drift
+}
 
 // oracle records what the processes asked and what they saw, in true time, and checks
 // the queue's promises at the end of a run.
@@ -325,7 +334,9 @@ func (o *oracle) delivered(p *proc, ct *consumer.Task) *delivery {
 	// at least how far its time of the lease is past the handler's start.
 	clockErr = max(clockErr, ct.Deadline.Add(-ct.Timeout).Sub(now))
 	d.clockErr = clockErr
-	if floor := t.dueFloor; !floor.IsZero() && now.Add(max(clockErr, 0)+tolerance).Before(floor) {
+	// Early by the clock's error is excused only as far as the clock may err.
+	excused := min(max(clockErr, 0), clockBound(p))
+	if floor := t.dueFloor; !floor.IsZero() && now.Add(excused+tolerance).Before(floor) {
 		o.violations = append(o.violations, fmt.Sprintf("task %s delivered at %s, %s before it was due (%s; cluster clock error %s)",
 			ct.ID, stamp(now), floor.Sub(now), stamp(floor), clockErr)+t.history()+fmt.Sprintf("\n      this delivery: attempt %d due %s visible %s deadline %s", ct.Attempt, stamp(ct.DueAt), stamp(visibleOf(ct)), stamp(ct.Deadline)))
 	}
@@ -334,7 +345,7 @@ func (o *oracle) delivered(p *proc, ct *consumer.Task) *delivery {
 		// "Every runs the series at a fixed interval" (series.Series.Every), and DueAt "is
 		// then the occurrence's time in the series" (consumer.Task.Series): no occurrence
 		// runs before its time.
-		if now.Add(max(clockErr, 0) + tolerance).Before(ct.DueAt) {
+		if now.Add(excused + tolerance).Before(ct.DueAt) {
 			o.violations = append(o.violations, fmt.Sprintf("occurrence %s of series %s delivered at %s, %s before its time %s (cluster clock error %s)",
 				ct.ID, ct.Series, stamp(now), ct.DueAt.Sub(now), stamp(ct.DueAt), clockErr))
 		}

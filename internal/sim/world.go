@@ -7,6 +7,7 @@ import (
 	"hash/crc32"
 	"io"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"runtime"
 	"slices"
@@ -42,6 +43,8 @@ const (
 	MaxSkew = consumer.DefaultMaxClockSkew
 	// maxDrift bounds a clock's drift, in parts per million.
 	maxDrift = 200
+	// maxStep bounds the forward step of a process's wall clock (see clock).
+	maxStep = 4 * time.Second
 	// workload is how long producers schedule, cancel and move tasks, faults and crashes
 	// happen; heal is how long the world then runs without them, for every task to end.
 	workload = 90 * time.Second
@@ -84,16 +87,46 @@ type Result struct {
 	World, Processes string
 }
 
-// clock is a process's clock: the true time, skewed and drifting.
+// clock is a process's clock: the true time, skewed and drifting, and in some processes
+// stepped forward once (a VM resumed, NTP setting a clock that was behind) by up to
+// maxStep. Its Elapsed runs at the drifting rate and, as a host's monotonic clock, takes
+// no step (clustertime.Stepping). Steps back are not modelled: they make two instants
+// read alike, which Elapsed could not tell apart from a wall time alone.
 type clock struct {
 	start time.Time
 	skew  time.Duration
 	drift float64
+	// stepAt is the true time from which the wall time reads step more; zero step for none.
+	stepAt time.Time
+	step   time.Duration
 }
 
-func (c *clock) Now() time.Time {
-	now := time.Now()
-	return now.Add(c.skew + time.Duration(float64(now.Sub(c.start))*c.drift))
+func (c *clock) Now() time.Time { return c.wall(time.Now()) }
+
+// wall is the clock's reading at true time t.
+func (c *clock) wall(t time.Time) time.Time {
+	w := t.Add(c.skew + time.Duration(float64(t.Sub(c.start))*c.drift))
+	if c.step != 0 && !t.Before(c.stepAt) {
+		w = w.Add(c.step)
+	}
+	return w
+}
+
+// Elapsed is the time the clock ran, at its drifting rate, since the true instant at
+// which it read since. A time within the step (none is read there, but clustertime
+// derives some, a reading plus half a round trip) counts as the step's instant.
+func (c *clock) Elapsed(since time.Time) time.Duration {
+	at := func(step time.Duration) time.Time {
+		return c.start.Add(time.Duration(float64(since.Sub(c.start)-c.skew-step) / (1 + c.drift)))
+	}
+	t := at(0)
+	if c.step != 0 && !t.Before(c.stepAt) {
+		t = at(c.step)
+		if t.Before(c.stepAt) {
+			t = c.stepAt
+		}
+	}
+	return time.Duration(float64(time.Since(t)) * (1 + c.drift))
 }
 
 // proc is one simulated process's incarnation: its parts share one session State.
@@ -262,7 +295,11 @@ func (w *world) describe() (world, diag string) {
 	}
 	for _, p := range procs {
 		if strings.HasSuffix(p.name, ".0") {
-			fmt.Fprintf(&wb, "  %s: skew %s drift %.0f ppm\n", strings.TrimSuffix(p.name, ".0"), p.clock.skew, p.clock.drift*1e6)
+			fmt.Fprintf(&wb, "  %s: skew %s drift %.0f ppm", strings.TrimSuffix(p.name, ".0"), p.clock.skew, p.clock.drift*1e6)
+			if p.clock.step != 0 {
+				fmt.Fprintf(&wb, " step %s at %s", p.clock.step, stamp(p.clock.stepAt))
+			}
+			wb.WriteString("\n")
 		}
 		fmt.Fprintf(&db, "  %s: cluster clock offset %s, crashed %v\n", p.name, p.state.Cluster.Offset(), p.crashed())
 	}
@@ -311,11 +348,19 @@ func (w *world) rngFor(name string) *rand.Rand {
 }
 
 func newClock(rng *rand.Rand) *clock {
-	return &clock{
+	c := &clock{
 		start: time.Now(),
 		skew:  time.Duration(rng.Int64N(int64(2*MaxSkew))) - MaxSkew,
 		drift: float64(rng.IntN(2*maxDrift+1)-maxDrift) / 1e6,
 	}
+	// The step is drawn from a source of its own, seeded by the draws above, so that
+	// every other draw of the process's script stays as it was.
+	steps := rand.New(rand.NewPCG(uint64(c.skew), math.Float64bits(c.drift)))
+	if steps.IntN(4) == 0 {
+		c.stepAt = c.start.Add(time.Duration(steps.Int64N(int64(workload))))
+		c.step = time.Duration(1 + steps.Int64N(int64(maxStep)))
+	}
+	return c
 }
 
 // producer schedules, cancels, moves and replays tasks until until, crashing now and then.
