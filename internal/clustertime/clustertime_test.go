@@ -273,3 +273,30 @@ func TestNodesDisagreeEarliestCounts(t *testing.T) {
 	require.Equal(t, 2*time.Second, c.Spread())
 	require.Equal(t, h.base.Add(clustertime.Refresh+clustertime.Forget), c.Now())
 }
+
+// slowCoordinator answers with the host's time run, read halfway through a round trip of
+// rtt.
+type slowCoordinator struct {
+	h   *steppedHost
+	rtt time.Duration
+}
+
+func (c slowCoordinator) Now(context.Context) (time.Time, string, error) {
+	c.h.advance(c.rtt / 2)
+	at := c.h.base.Add(c.h.run)
+	c.h.advance(c.rtt / 2)
+	return at, "", nil
+}
+
+// The cluster's time may read ahead by half the round trip of the readings its last
+// measure kept, and by Unmeasured before any measure: the bound the simulator's oracle
+// holds deliveries to.
+func TestUncertaintyIsHalfTheRoundTrip(t *testing.T) {
+	t.Parallel()
+	h := &steppedHost{base: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC), stepAt: time.Duration(1 << 62)}
+	c := clustertime.New(slowCoordinator{h: h, rtt: 40 * time.Millisecond}, h, nil)
+	require.Equal(t, clustertime.Unmeasured, c.Uncertainty())
+	require.NoError(t, c.Ready(context.Background()))
+	require.Equal(t, 20*time.Millisecond, c.Uncertainty())
+	require.Equal(t, h.base.Add(h.run), c.Now(), "read halfway, the reading is exact here")
+}
