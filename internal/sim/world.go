@@ -297,7 +297,8 @@ func (w *world) describe() (world, diag string) {
 		if strings.HasSuffix(p.name, ".0") {
 			fmt.Fprintf(&wb, "  %s: skew %s drift %.0f ppm", strings.TrimSuffix(p.name, ".0"), p.clock.skew, p.clock.drift*1e6)
 			if p.clock.step != 0 {
-				fmt.Fprintf(&wb, " step %s at %s", p.clock.step, stamp(p.clock.stepAt))
+				// Into the clock's life, not the run: when a process starts varies.
+				fmt.Fprintf(&wb, " step %s %s into its life", p.clock.step, p.clock.stepAt.Sub(p.clock.start))
 			}
 			wb.WriteString("\n")
 		}
